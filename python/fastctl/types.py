@@ -1,0 +1,124 @@
+"""The small value types every layer shares: object references, actions, triggers, results.
+
+They are plain frozen dataclasses so they hash, compare and print predictably; the
+scheduler itself only ever sees `ObjectRef.key` strings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Action", "ObjectRef", "ReconcileResult", "Trigger"]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Names one object of a controller's primary resource: `name`, and `namespace` unless
+    the resource is cluster-scoped.
+
+    `key` is the scheduler key: ``"namespace/name"``, or ``"name"`` when cluster-scoped
+    (the same form client-go's ``MetaNamespaceKeyFunc`` produces).
+    """
+
+    name: str
+    namespace: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"ObjectRef name must be a non-empty str, got {self.name!r}")
+        if self.namespace is not None and (
+            not isinstance(self.namespace, str) or not self.namespace
+        ):
+            raise TypeError(
+                f"ObjectRef namespace must be a non-empty str or None, got {self.namespace!r}"
+            )
+
+    @property
+    def key(self) -> str:
+        """The scheduler key: ``"namespace/name"`` or ``"name"``."""
+        return self.name if self.namespace is None else f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def from_key(cls, key: str) -> ObjectRef:
+        """The inverse of `key`."""
+        namespace, sep, name = key.rpartition("/")
+        return cls(name, namespace) if sep else cls(key)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> ObjectRef:
+        """The reference of a parsed Kubernetes object (its ``metadata.name``/``namespace``)."""
+        try:
+            meta = obj["metadata"]
+            return cls(meta["name"], meta.get("namespace") or None)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a Kubernetes object with metadata.name: {obj!r:.200}") from exc
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """What a reconcile asks for next: `requeue_after` seconds from now, or nothing until the
+    object (or something mapped to it) changes (`requeue_after is None`)."""
+
+    requeue_after: float | None = None
+
+    def __post_init__(self) -> None:
+        after = self.requeue_after
+        if after is not None and (
+            isinstance(after, bool)
+            or not isinstance(after, int | float)
+            or math.isnan(after)
+            or after < 0
+        ):
+            raise ValueError(f"requeue delay must be a number >= 0 seconds, got {after!r}")
+
+    @classmethod
+    def requeue(cls, after: float) -> Action:
+        """Reconcile this object again `after` seconds from now (even if nothing changes)."""
+        return cls(float(after) if isinstance(after, int | float) else after)
+
+    @classmethod
+    def await_change(cls) -> Action:
+        """Do nothing until the object or one of its watched relations changes."""
+        return _AWAIT_CHANGE
+
+
+_AWAIT_CHANGE = Action(None)
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """A request to reconcile `ref`, with a scheduling `priority` (higher first; the initial
+    list uses -100) and a human-readable `reason` kept for logs."""
+
+    ref: ObjectRef
+    priority: int = 0
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ref, ObjectRef):
+            raise TypeError(f"Trigger.ref must be an ObjectRef, got {type(self.ref).__name__}")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise TypeError(f"Trigger.priority must be an int, got {self.priority!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    """The outcome of one reconcile: the `action` it (or the error policy) chose, the `error`
+    it raised (``None`` on success) and how long it ran, in seconds."""
+
+    ref: ObjectRef
+    action: Action
+    error: BaseException | None = None
+    duration: float = 0.0
+    obj: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when the reconcile returned normally."""
+        return self.error is None
