@@ -1,0 +1,132 @@
+"""Type stub of the Rust extension `fastctl._core` (see docs/scheduler.md)."""
+
+from collections.abc import Iterable
+from typing import Final, TypedDict, final
+
+__version__: Final[str]
+
+MAX_DELAY: Final[float]
+"""Longest accepted delay in seconds (180 days); longer delays, and infinity, are clamped."""
+
+class Histogram(TypedDict):
+    """A duration histogram: ``buckets`` are ``(upper_bound, cumulative_count)`` pairs, ending
+    with ``(inf, count)``."""
+
+    buckets: list[tuple[float, int]]
+    sum: float
+    count: int
+
+class SchedulerStats(TypedDict):
+    """What `Scheduler.stats` returns."""
+
+    depth: int
+    waiting: int
+    in_flight: int
+    dirty: int
+    len: int
+    adds_total: int
+    merges_total: int
+    retries_total: int
+    requeues_total: int
+    pops_total: int
+    done_total: int
+    failures_total: int
+    oldest_ready_age: float
+    longest_running: float
+    unfinished_work: float
+    queue_duration: Histogram
+    work_duration: Histogram
+
+@final
+class Scheduler:
+    """A keyed priority/delay queue with in-flight bookkeeping: one record per key, never two
+    hand-outs of the same key at once. Thread-safe.
+
+    Times are seconds on the `time.monotonic()` clock; every `now` defaults to it.
+    """
+
+    def __init__(
+        self,
+        *,
+        concurrency: int = 0,
+        debounce: float = 0.0,
+        debounce_max: float | None = None,
+        max_wait: float = 30.0,
+        backoff_base: float = 0.005,
+        backoff_max: float = 300.0,
+        seed: int | None = None,
+    ) -> None: ...
+    def add(
+        self, key: str, *, after: float = 0.0, priority: int = 0, now: float | None = None
+    ) -> None:
+        """Queue `key` to be ready `after` seconds from now, or merge into its record
+        (earliest ready time and highest priority win; an in-flight key becomes dirty)."""
+
+    def add_many(
+        self,
+        keys: Iterable[str],
+        *,
+        after: float = 0.0,
+        priority: int = 0,
+        now: float | None = None,
+    ) -> None:
+        """`add` for each key, with one `now`; nothing is added if any key is not a str."""
+
+    def pop(self, *, now: float | None = None) -> str | None:
+        """The next ready key, now in flight; None if none is ready or `concurrency` keys are
+        already in flight."""
+
+    def pop_many(self, max: int, *, now: float | None = None) -> list[str]:
+        """Up to `max` keys, as `pop` would return them one by one."""
+
+    def done(
+        self,
+        key: str,
+        *,
+        requeue_after: float | None = None,
+        failed: bool = False,
+        priority: int | None = None,
+        now: float | None = None,
+    ) -> None:
+        """End the in-flight state of `key` (KeyError if it is not in flight) and queue it
+        again if it is dirty, `requeue_after` is given, or it `failed` (backoff)."""
+
+    def forget(self, key: str) -> None:
+        """Reset the consecutive-failure count of `key`."""
+
+    def failures(self, key: str) -> int:
+        """The consecutive-failure count of `key` (0 when it has none or is absent)."""
+
+    def next_ready_at(self) -> float | None:
+        """The time the oldest ready key became ready (<= the latest `now` seen), else the
+        earliest waiting ready time, else None. Ignores dirty keys and `concurrency`."""
+
+    @property
+    def in_flight(self) -> int:
+        """Keys popped and not yet done (dirty ones included)."""
+
+    def is_in_flight(self, key: str) -> bool: ...
+    def __contains__(self, key: str) -> bool:
+        """Whether `key` is queued: waiting, ready, or in flight with a follow-up."""
+
+    def __len__(self) -> int:
+        """Queued keys: ready + waiting + dirty (a clean in-flight key is not counted)."""
+
+    def stats(self, *, now: float | None = None) -> SchedulerStats:
+        """Counts, counters, ages measured at `now`, and duration histograms."""
+
+    def _check_consistency(self) -> None:
+        """Check the internal invariants (O(n)); raises AssertionError."""
+
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def debounce(self) -> float: ...
+    @property
+    def debounce_max(self) -> float: ...
+    @property
+    def max_wait(self) -> float: ...
+    @property
+    def backoff_base(self) -> float: ...
+    @property
+    def backoff_max(self) -> float: ...

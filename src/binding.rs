@@ -1,0 +1,392 @@
+//! The Python binding: `fastctl._core.Scheduler`, a thin wrapper over
+//! `crate::scheduler::Scheduler`.
+//!
+//! Its only jobs are converting arguments (refusing non-`str` keys with a `TypeError` that
+//! names the type), reading the clock when `now` is not given, locking, and mapping errors to
+//! Python exceptions. Everything that touches Python (argument extraction, reading
+//! `time.monotonic`, building results, formatting errors) happens before the lock is taken or
+//! after it is released, so a finalizer or another thread can never deadlock on it.
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Mutex, MutexGuard};
+
+use pyo3::exceptions::{PyKeyError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::{MutexExt, PyOnceLock};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+
+use crate::clock;
+use crate::scheduler::{Config, Error, HistogramSnapshot, Scheduler, MAX_DELAY};
+
+/// A keyed priority/delay scheduler: one record per key, never two hand-outs of a key at once.
+///
+/// See docs/scheduler.md for the full semantics.
+#[pyclass(frozen, name = "Scheduler", module = "fastctl._core")]
+pub struct PyScheduler {
+    inner: Mutex<Scheduler>,
+}
+
+/// The key as `&str`, or a `TypeError` naming what was passed instead.
+fn key_str<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a str> {
+    match obj.cast::<PyString>() {
+        Ok(s) => s.to_str(),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{what} must be str, not {}",
+            type_name(obj)
+        ))),
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+}
+
+/// `now`, or the monotonic clock (the one `time.monotonic()` reads).
+fn resolve_now(py: Python<'_>, now: Option<f64>) -> PyResult<f64> {
+    if let Some(now) = now {
+        return Ok(now);
+    }
+    if let Some(now) = clock::monotonic() {
+        return Ok(now);
+    }
+    static MONOTONIC: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    MONOTONIC
+        .import(py, "time", "monotonic")?
+        .call0()?
+        .extract()
+}
+
+/// Map a core error to the Python exception users expect; `key` is the Python key object,
+/// for a message that shows it as Python would.
+fn to_py_err(err: Error, key: Option<&Bound<'_, PyAny>>) -> PyErr {
+    match err {
+        Error::InvalidDelay { .. } | Error::InvalidTime(_) | Error::InvalidConfig { .. } => {
+            PyValueError::new_err(err.to_string())
+        }
+        Error::NotInFlight(k) => {
+            let shown = key
+                .and_then(|k| k.repr().ok())
+                .map_or_else(|| format!("{k:?}"), |r| r.to_string());
+            PyKeyError::new_err(format!("done(): key {shown} is not in flight"))
+        }
+        Error::TooManyKeys => PyMemoryError::new_err(err.to_string()),
+    }
+}
+
+fn non_negative_int(name: &str, value: i64) -> PyResult<usize> {
+    usize::try_from(value)
+        .map_err(|_| PyValueError::new_err(format!("{name} must be an int >= 0, got {value}")))
+}
+
+fn histogram<'py>(py: Python<'py>, h: &HistogramSnapshot) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let buckets = h
+        .buckets
+        .iter()
+        .map(|&(bound, n)| {
+            PyTuple::new(
+                py,
+                [
+                    bound.into_pyobject(py)?.into_any(),
+                    n.into_pyobject(py)?.into_any(),
+                ],
+            )
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    d.set_item("buckets", PyList::new(py, buckets)?)?;
+    d.set_item("sum", h.sum)?;
+    d.set_item("count", h.count)?;
+    Ok(d)
+}
+
+impl PyScheduler {
+    fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Scheduler>> {
+        // Detaches from the interpreter while waiting, so a free-threaded stop-the-world
+        // pause never waits on a thread that waits on us.
+        self.inner
+            .lock_py_attached(py)
+            .map_err(|_| PyRuntimeError::new_err("Scheduler is unusable: an earlier call panicked"))
+    }
+}
+
+#[pymethods]
+impl PyScheduler {
+    #[new]
+    #[pyo3(signature = (
+        *,
+        concurrency = 0,
+        debounce = 0.0,
+        debounce_max = None,
+        max_wait = 30.0,
+        backoff_base = 0.005,
+        backoff_max = 300.0,
+        seed = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        concurrency: i64,
+        debounce: f64,
+        debounce_max: Option<f64>,
+        max_wait: f64,
+        backoff_base: f64,
+        backoff_max: f64,
+        seed: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let seed = match seed {
+            None => RandomState::new().hash_one(clock::monotonic().unwrap_or(0.0).to_bits()),
+            Some(obj) => obj.extract::<u64>().map_err(|_| {
+                PyValueError::new_err(format!(
+                    "seed must be an int in [0, 2**64) or None, got {}",
+                    obj.repr()
+                        .map_or_else(|_| "?".to_owned(), |r| r.to_string())
+                ))
+            })?,
+        };
+        let config = Config {
+            concurrency: non_negative_int("concurrency", concurrency)?,
+            debounce,
+            debounce_max,
+            max_wait,
+            backoff_base,
+            backoff_max,
+            seed,
+        };
+        let inner = Scheduler::new(config).map_err(|e| to_py_err(e, None))?;
+        Ok(Self {
+            inner: Mutex::new(inner),
+        })
+    }
+
+    /// Queue `key` (ready `after` seconds from now), or merge into its existing record.
+    #[pyo3(signature = (key, *, after = 0.0, priority = 0, now = None))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        after: f64,
+        priority: i64,
+        now: Option<f64>,
+    ) -> PyResult<()> {
+        let k = key_str(key, "key")?;
+        let now = resolve_now(py, now)?;
+        let result = self.lock(py)?.add(k, after, priority, now);
+        result.map_err(|e| to_py_err(e, Some(key)))
+    }
+
+    /// `add` for each key of an iterable of str, with one `now`; all or nothing on bad input.
+    #[pyo3(signature = (keys, *, after = 0.0, priority = 0, now = None))]
+    fn add_many(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        after: f64,
+        priority: i64,
+        now: Option<f64>,
+    ) -> PyResult<()> {
+        if keys.is_instance_of::<PyString>() {
+            return Err(PyTypeError::new_err(
+                "add_many() takes an iterable of str keys, not a str",
+            ));
+        }
+        let items = keys.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+        let strs = items
+            .iter()
+            .enumerate()
+            .map(|(i, obj)| key_str(obj, &format!("add_many() key at index {i}")))
+            .collect::<PyResult<Vec<&str>>>()?;
+        let now = resolve_now(py, now)?;
+        let result = self.lock(py)?.add_many(strs, after, priority, now);
+        result.map_err(|e| to_py_err(e, None))
+    }
+
+    /// Hand out the next ready key (now in flight), or None.
+    #[pyo3(signature = (*, now = None))]
+    fn pop<'py>(
+        &self,
+        py: Python<'py>,
+        now: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyString>>> {
+        let now = resolve_now(py, now)?;
+        let key: Option<String> = {
+            let mut inner = self.lock(py)?;
+            inner
+                .pop(now)
+                .map_err(|e| to_py_err(e, None))?
+                .map(str::to_owned)
+        };
+        Ok(key.map(|k| PyString::new(py, &k)))
+    }
+
+    /// Up to `max` `pop`s with one `now`, as a list.
+    #[pyo3(signature = (max, *, now = None))]
+    fn pop_many<'py>(
+        &self,
+        py: Python<'py>,
+        max: i64,
+        now: Option<f64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let max = usize::try_from(max)
+            .map_err(|_| PyValueError::new_err(format!("max must be >= 0, got {max}")))?;
+        let now = resolve_now(py, now)?;
+        // Copy the keys into one buffer under the lock; make Python strings after it.
+        let mut text = String::new();
+        let mut ends = Vec::new();
+        {
+            let mut inner = self.lock(py)?;
+            inner
+                .pop_many(max, now, |k| {
+                    text.push_str(k);
+                    ends.push(text.len());
+                })
+                .map_err(|e| to_py_err(e, None))?;
+        }
+        let mut start = 0;
+        let keys = ends.iter().map(|&end| {
+            let k = &text[start..end];
+            start = end;
+            k
+        });
+        PyList::new(py, keys)
+    }
+
+    /// End the in-flight state of `key`; requeue it as asked, or after a backoff if failed.
+    #[pyo3(signature = (key, *, requeue_after = None, failed = false, priority = None, now = None))]
+    fn done(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        requeue_after: Option<f64>,
+        failed: bool,
+        priority: Option<i64>,
+        now: Option<f64>,
+    ) -> PyResult<()> {
+        let k = key_str(key, "key")?;
+        let now = resolve_now(py, now)?;
+        let result = self.lock(py)?.done(k, requeue_after, failed, priority, now);
+        result.map_err(|e| to_py_err(e, Some(key)))
+    }
+
+    /// Reset the failure count of `key`.
+    fn forget(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let k = key_str(key, "key")?;
+        self.lock(py)?.forget(k);
+        Ok(())
+    }
+
+    /// The consecutive-failure count of `key` (0 if it has none or is absent).
+    fn failures(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let k = key_str(key, "key")?;
+        Ok(self.lock(py)?.failures(k))
+    }
+
+    /// When the next queued key is (or was) ready; see docs/scheduler.md.
+    fn next_ready_at(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        Ok(self.lock(py)?.next_ready_at())
+    }
+
+    /// Keys in flight (dirty ones included).
+    #[getter]
+    fn in_flight(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.lock(py)?.in_flight())
+    }
+
+    fn is_in_flight(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let k = key_str(key, "key")?;
+        Ok(self.lock(py)?.is_in_flight(k))
+    }
+
+    fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let k = key_str(key, "key")?;
+        Ok(self.lock(py)?.contains(k))
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.lock(py)?.len())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let (len, in_flight, concurrency) = {
+            let inner = self.lock(py)?;
+            (inner.len(), inner.in_flight(), inner.config().concurrency)
+        };
+        Ok(format!(
+            "<Scheduler len={len} in_flight={in_flight} concurrency={concurrency}>"
+        ))
+    }
+
+    /// Counts, ages (measured at `now`) and histograms, for metrics.
+    #[pyo3(signature = (*, now = None))]
+    fn stats<'py>(&self, py: Python<'py>, now: Option<f64>) -> PyResult<Bound<'py, PyDict>> {
+        let now = resolve_now(py, now)?;
+        let s = {
+            let mut inner = self.lock(py)?;
+            inner.stats(now).map_err(|e| to_py_err(e, None))?
+        };
+        let d = PyDict::new(py);
+        d.set_item("depth", s.depth)?;
+        d.set_item("waiting", s.waiting)?;
+        d.set_item("in_flight", s.in_flight)?;
+        d.set_item("dirty", s.dirty)?;
+        d.set_item("len", s.len)?;
+        let c = &s.counters;
+        d.set_item("adds_total", c.adds)?;
+        d.set_item("merges_total", c.merges)?;
+        d.set_item("retries_total", c.retries)?;
+        d.set_item("requeues_total", c.requeues)?;
+        d.set_item("pops_total", c.pops)?;
+        d.set_item("done_total", c.done)?;
+        d.set_item("failures_total", c.failures)?;
+        d.set_item("oldest_ready_age", s.oldest_ready_age)?;
+        d.set_item("longest_running", s.longest_running)?;
+        d.set_item("unfinished_work", s.unfinished_work)?;
+        d.set_item("queue_duration", histogram(py, &s.queue_duration)?)?;
+        d.set_item("work_duration", histogram(py, &s.work_duration)?)?;
+        Ok(d)
+    }
+
+    /// Check the internal invariants (O(n)); raises AssertionError naming the broken one.
+    fn _check_consistency(&self, py: Python<'_>) -> PyResult<()> {
+        let result = self.lock(py)?.check_consistency();
+        result.map_err(pyo3::exceptions::PyAssertionError::new_err)
+    }
+
+    #[getter]
+    fn concurrency(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.lock(py)?.config().concurrency)
+    }
+
+    #[getter]
+    fn debounce(&self, py: Python<'_>) -> PyResult<f64> {
+        Ok(self.lock(py)?.config().debounce)
+    }
+
+    #[getter]
+    fn debounce_max(&self, py: Python<'_>) -> PyResult<f64> {
+        Ok(self.lock(py)?.config().debounce_max.unwrap_or(0.0))
+    }
+
+    #[getter]
+    fn max_wait(&self, py: Python<'_>) -> PyResult<f64> {
+        Ok(self.lock(py)?.config().max_wait)
+    }
+
+    #[getter]
+    fn backoff_base(&self, py: Python<'_>) -> PyResult<f64> {
+        Ok(self.lock(py)?.config().backoff_base)
+    }
+
+    #[getter]
+    fn backoff_max(&self, py: Python<'_>) -> PyResult<f64> {
+        Ok(self.lock(py)?.config().backoff_max)
+    }
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyScheduler>()?;
+    m.add("MAX_DELAY", MAX_DELAY)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

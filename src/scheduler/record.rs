@@ -1,0 +1,169 @@
+//! The one record per key: a slab of fixed-size records addressed by `u32`, and a hash index
+//! from key to slot.
+//!
+//! The index is a `hashbrown::HashTable<u32>` that stores only slot numbers and hashes the key
+//! kept in the record, so each key's text is stored once and an index entry costs 4 bytes
+//! (plus one control byte) instead of a second copy of the key. The ordered queues refer to
+//! records by slot number too, which keeps their entries small and `Copy`.
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use std::hash::BuildHasher;
+
+/// Where a key is in its life cycle. Absent keys have no record at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// A slot on the free list.
+    Free,
+    /// Queued with a ready time in the future (in the waiting queue).
+    Waiting,
+    /// Queued and ready (in the ready queue).
+    Ready,
+    /// Handed out by `pop`, no follow-up queued.
+    Running,
+    /// Handed out by `pop`, with a follow-up queued for when it is done.
+    RunningDirty,
+}
+
+/// The per-key record. Its fields mean different things in different states, which keeps it
+/// small (56 bytes): see `at`, `seq` and `deadline`.
+#[derive(Debug)]
+pub struct Record {
+    pub key: Box<str>,
+    pub state: State,
+    /// Whether `deadline` is set: the ready time comes from a debounce batch.
+    pub batch: bool,
+    /// Consecutive failures (reset by a success or `forget`).
+    pub failures: u32,
+    /// Queued: the merged priority. In flight: the priority the key was popped with.
+    pub priority: i64,
+    /// A unique, increasing sequence number: the key's position in the waiting queue (ties of
+    /// ready time), in the ready queue (FIFO), or among the in-flight keys (pop order).
+    pub seq: u64,
+    /// Waiting: the ready time. Ready: when it became ready. In flight: when it was popped.
+    pub at: f64,
+    /// Waiting with `batch`: the latest time a debounced add may push the ready time to.
+    pub deadline: f64,
+}
+
+/// The slab of records plus the key index.
+#[derive(Debug, Default)]
+pub struct Records {
+    slots: Vec<Record>,
+    free: Vec<u32>,
+    index: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+}
+
+/// More keys than a `u32` slot number can address (about 4 billion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyKeys;
+
+impl Records {
+    /// The slot of `key`, if it has a record.
+    pub fn find(&self, key: &str) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&i| &*slots[i as usize].key == key)
+            .copied()
+    }
+
+    /// A new record for `key` (which must not have one), in state `Free` until the caller
+    /// sets it.
+    pub fn insert(&mut self, key: &str) -> Result<u32, TooManyKeys> {
+        let record = Record {
+            key: key.into(),
+            state: State::Free,
+            batch: false,
+            failures: 0,
+            priority: 0,
+            seq: 0,
+            at: 0.0,
+            deadline: 0.0,
+        };
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = record;
+                i
+            }
+            None => {
+                let i = u32::try_from(self.slots.len()).map_err(|_| TooManyKeys)?;
+                self.slots.push(record);
+                i
+            }
+        };
+        let hash = self.hasher.hash_one(key);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.index
+            .insert_unique(hash, idx, |&i| hasher.hash_one(&*slots[i as usize].key));
+        Ok(idx)
+    }
+
+    /// Drop the record in `idx`: the key becomes absent and the slot is reused later.
+    pub fn remove(&mut self, idx: u32) {
+        let slot = &mut self.slots[idx as usize];
+        let hash = self.hasher.hash_one(&*slot.key);
+        if let Ok(entry) = self.index.find_entry(hash, |&i| i == idx) {
+            entry.remove();
+        }
+        slot.key = Box::default();
+        slot.state = State::Free;
+        self.free.push(idx);
+    }
+
+    pub fn get(&self, idx: u32) -> &Record {
+        &self.slots[idx as usize]
+    }
+
+    pub fn get_mut(&mut self, idx: u32) -> &mut Record {
+        &mut self.slots[idx as usize]
+    }
+
+    /// Every slot number, free ones included.
+    pub fn slots(&self) -> impl Iterator<Item = u32> {
+        0..self.slots.len() as u32
+    }
+
+    /// Keys with a record (in any state).
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_stays_small() {
+        assert!(std::mem::size_of::<Record>() <= 56);
+    }
+
+    #[test]
+    fn insert_find_remove_reuses_slots() {
+        let mut r = Records::default();
+        let a = r.insert("a").unwrap();
+        let b = r.insert("b").unwrap();
+        assert_eq!(r.find("a"), Some(a));
+        assert_eq!(r.find("b"), Some(b));
+        assert_eq!(r.find("c"), None);
+        r.remove(a);
+        assert_eq!(r.find("a"), None);
+        assert_eq!(r.len(), 1);
+        let c = r.insert("c").unwrap();
+        assert_eq!(c, a, "freed slot is reused");
+        assert_eq!(r.find("c"), Some(c));
+        assert_eq!(&*r.get(b).key, "b");
+    }
+
+    #[test]
+    fn survives_growth() {
+        let mut r = Records::default();
+        for i in 0..10_000 {
+            r.insert(&format!("k{i}")).unwrap();
+        }
+        for i in 0..10_000 {
+            assert_eq!(r.find(&format!("k{i}")), Some(i));
+        }
+    }
+}

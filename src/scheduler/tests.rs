@@ -1,0 +1,688 @@
+//! One test per transition and rule of the scheduler (see the module docs), each checking the
+//! internal invariants as it goes.
+
+use super::*;
+
+fn sched(config: Config) -> Scheduler {
+    Scheduler::new(config).expect("valid config")
+}
+
+fn default() -> Scheduler {
+    sched(Config::default())
+}
+
+/// Pop at `now`, checking consistency, as an owned key.
+fn pop(s: &mut Scheduler, now: f64) -> Option<String> {
+    let k = s.pop(now).unwrap().map(str::to_owned);
+    s.check_consistency().unwrap();
+    k
+}
+
+fn pop_all(s: &mut Scheduler, now: f64) -> Vec<String> {
+    let mut out = Vec::new();
+    s.pop_many(usize::MAX, now, |k| out.push(k.to_owned()))
+        .unwrap();
+    s.check_consistency().unwrap();
+    out
+}
+
+fn add(s: &mut Scheduler, key: &str, after: f64, priority: i64, now: f64) {
+    s.add(key, after, priority, now).unwrap();
+    s.check_consistency().unwrap();
+}
+
+fn done(s: &mut Scheduler, key: &str, now: f64) {
+    s.done(key, None, false, None, now).unwrap();
+    s.check_consistency().unwrap();
+}
+
+// ---- absent → waiting / ready, and merges ----------------------------------------------
+
+#[test]
+fn add_makes_a_key_ready_at_once_or_waiting() {
+    let mut s = default();
+    add(&mut s, "now", 0.0, 0, 10.0);
+    add(&mut s, "later", 5.0, 0, 10.0);
+    assert_eq!(s.len(), 2);
+    assert!(s.contains("now") && s.contains("later"));
+    assert_eq!(s.stats(10.0).unwrap().depth, 1);
+    assert_eq!(s.stats(10.0).unwrap().waiting, 1);
+    assert_eq!(pop(&mut s, 10.0).as_deref(), Some("now"));
+    assert_eq!(pop(&mut s, 14.9), None);
+    assert_eq!(s.next_ready_at(), Some(15.0));
+    assert_eq!(pop(&mut s, 15.0).as_deref(), Some("later"));
+}
+
+#[test]
+fn duplicate_add_keeps_the_earlier_time_and_replaces_a_later_one() {
+    let mut s = default();
+    add(&mut s, "a", 10.0, 0, 0.0);
+    add(&mut s, "a", 20.0, 0, 0.0); // later: ignored
+    assert_eq!(s.next_ready_at(), Some(10.0));
+    add(&mut s, "a", 3.0, 0, 0.0); // earlier: replaces
+    assert_eq!(s.next_ready_at(), Some(3.0));
+    assert_eq!(s.len(), 1);
+    assert_eq!(pop(&mut s, 2.9), None);
+    assert_eq!(pop(&mut s, 3.0).as_deref(), Some("a"));
+    assert_eq!(pop(&mut s, 100.0), None, "one record, one hand-out");
+    let c = s.stats(100.0).unwrap().counters;
+    assert_eq!((c.adds, c.merges, c.pops), (3, 2, 1));
+}
+
+#[test]
+fn add_to_waiting_key_with_no_delay_makes_it_ready() {
+    let mut s = default();
+    add(&mut s, "a", 10.0, 0, 0.0);
+    add(&mut s, "a", 0.0, 0, 1.0);
+    assert_eq!(s.stats(1.0).unwrap().depth, 1);
+    assert_eq!(pop(&mut s, 1.0).as_deref(), Some("a"));
+}
+
+#[test]
+fn merge_keeps_the_highest_priority() {
+    let mut s = default();
+    add(&mut s, "low", 0.0, 0, 0.0);
+    add(&mut s, "a", 0.0, 1, 0.0);
+    add(&mut s, "a", 0.0, -5, 0.0); // lower: ignored
+    add(&mut s, "low", 0.0, 3, 0.0); // raised above "a"
+    add(&mut s, "w", 1.0, 0, 0.0);
+    add(&mut s, "w", 1.0, 9, 0.0); // raised while waiting
+    assert_eq!(pop_all(&mut s, 1.0), ["w", "low", "a"]);
+}
+
+// ---- ready order -------------------------------------------------------------------------
+
+#[test]
+fn highest_priority_first_then_fifo_by_ready_time() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    add(&mut s, "b", 0.0, 1, 0.0);
+    add(&mut s, "c", 0.0, 0, 0.0);
+    add(&mut s, "d", 0.0, 1, 0.0);
+    add(&mut s, "init", 0.0, -100, 0.0);
+    assert_eq!(pop_all(&mut s, 0.0), ["b", "d", "a", "c", "init"]);
+}
+
+#[test]
+fn fifo_uses_the_time_a_waiting_key_became_ready_not_when_it_was_noticed() {
+    let mut s = default();
+    add(&mut s, "early", 5.0, 0, 0.0); // ready at 5
+    add(&mut s, "mid", 7.0, 0, 0.0); // ready at 7
+                                     // Nothing runs until 10, when "late" is added: the earlier ones were ready first.
+    add(&mut s, "late", 0.0, 0, 10.0);
+    assert_eq!(pop_all(&mut s, 10.0), ["early", "mid", "late"]);
+    let st = s.stats(10.0).unwrap();
+    // Queue durations 5, 3 and 0 seconds.
+    assert!((st.queue_duration.sum - 8.0).abs() < 1e-12);
+}
+
+#[test]
+fn raising_a_ready_key_keeps_its_age_in_the_new_level() {
+    let mut s = default();
+    add(&mut s, "old", 0.0, 0, 0.0);
+    add(&mut s, "hi", 0.0, 5, 1.0);
+    add(&mut s, "old", 0.0, 5, 2.0); // became ready at 0: ahead of "hi" (ready at 1)
+    assert_eq!(pop_all(&mut s, 2.0), ["old", "hi"]);
+}
+
+#[test]
+fn a_busy_key_does_not_block_a_ready_one_behind_it() {
+    let mut s = default();
+    add(&mut s, "busy", 0.0, 10, 0.0);
+    add(&mut s, "other", 0.0, 0, 0.0);
+    assert_eq!(pop(&mut s, 0.0).as_deref(), Some("busy"));
+    add(&mut s, "busy", 0.0, 10, 0.5); // dirty: not in the ready order
+    assert_eq!(pop(&mut s, 1.0).as_deref(), Some("other"));
+    assert_eq!(pop(&mut s, 1.0), None);
+}
+
+#[test]
+fn max_wait_lets_an_old_low_priority_key_overtake() {
+    let mut s = sched(Config {
+        max_wait: 10.0,
+        ..Config::default()
+    });
+    add(&mut s, "low", 0.0, -100, 0.0);
+    add(&mut s, "hi1", 0.0, 0, 5.0);
+    add(&mut s, "hi2", 0.0, 0, 5.0);
+    // At 10 "low" has waited exactly max_wait: not longer, so priority order still rules.
+    assert_eq!(pop(&mut s, 10.0).as_deref(), Some("hi1"));
+    assert_eq!(pop(&mut s, 10.5).as_deref(), Some("low"));
+    assert_eq!(pop(&mut s, 10.5).as_deref(), Some("hi2"));
+}
+
+#[test]
+fn max_wait_serves_overdue_keys_oldest_first() {
+    let mut s = sched(Config {
+        max_wait: 1.0,
+        ..Config::default()
+    });
+    add(&mut s, "a", 0.0, -2, 0.0);
+    add(&mut s, "b", 0.0, -1, 1.0);
+    add(&mut s, "fresh", 0.0, 5, 3.0);
+    assert_eq!(pop_all(&mut s, 3.0), ["a", "b", "fresh"]);
+}
+
+#[test]
+fn infinite_max_wait_is_pure_priority_order() {
+    let mut s = sched(Config {
+        max_wait: f64::INFINITY,
+        ..Config::default()
+    });
+    add(&mut s, "low", 0.0, -100, 0.0);
+    add(&mut s, "hi", 0.0, 0, 1e6);
+    assert_eq!(pop_all(&mut s, 1e7), ["hi", "low"]);
+}
+
+// ---- concurrency -------------------------------------------------------------------------
+
+#[test]
+fn concurrency_limit_caps_keys_in_flight() {
+    let mut s = sched(Config {
+        concurrency: 2,
+        ..Config::default()
+    });
+    for k in ["a", "b", "c", "d"] {
+        add(&mut s, k, 0.0, 0, 0.0);
+    }
+    assert_eq!(pop_all(&mut s, 0.0), ["a", "b"]);
+    assert_eq!(pop(&mut s, 0.0), None);
+    assert_eq!(s.in_flight(), 2);
+    done(&mut s, "a", 1.0);
+    assert_eq!(pop_all(&mut s, 1.0), ["c"]);
+    // A dirty key still holds its slot.
+    add(&mut s, "b", 0.0, 0, 1.0);
+    assert_eq!(pop(&mut s, 1.0), None);
+    done(&mut s, "c", 2.0);
+    assert_eq!(pop_all(&mut s, 2.0), ["d"]);
+}
+
+// ---- in flight, dirty, done --------------------------------------------------------------
+
+#[test]
+fn add_to_an_in_flight_key_produces_exactly_one_follow_up_after_done() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    assert_eq!(pop(&mut s, 0.0).as_deref(), Some("a"));
+    assert_eq!(s.len(), 0);
+    for i in 0..5 {
+        add(&mut s, "a", 0.0, 0, 0.1 * f64::from(i));
+    }
+    assert!(s.contains("a") && s.is_in_flight("a"));
+    assert_eq!(s.len(), 1);
+    assert_eq!(s.stats(1.0).unwrap().dirty, 1);
+    assert_eq!(pop(&mut s, 1.0), None, "never two hand-outs at once");
+    done(&mut s, "a", 2.0);
+    assert!(!s.is_in_flight("a"));
+    assert_eq!(pop(&mut s, 2.0).as_deref(), Some("a"));
+    assert_eq!(pop(&mut s, 2.0), None);
+    done(&mut s, "a", 3.0);
+    assert_eq!(s.len(), 0);
+    assert!(!s.contains("a"));
+    let c = s.stats(3.0).unwrap().counters;
+    assert_eq!((c.adds, c.merges, c.requeues, c.done), (6, 4, 1, 2));
+}
+
+#[test]
+fn a_follow_up_waits_for_its_own_ready_time() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    pop(&mut s, 0.0);
+    add(&mut s, "a", 10.0, 0, 1.0); // follow-up due at 11
+    done(&mut s, "a", 2.0);
+    assert_eq!(pop(&mut s, 10.9), None);
+    assert_eq!(s.next_ready_at(), Some(11.0));
+    assert_eq!(pop(&mut s, 11.0).as_deref(), Some("a"));
+}
+
+#[test]
+fn a_follow_up_counts_as_ready_from_done_and_goes_to_the_back() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    pop(&mut s, 0.0);
+    add(&mut s, "a", 0.0, 0, 1.0); // dirty since 1
+    add(&mut s, "b", 0.0, 0, 2.0);
+    done(&mut s, "a", 3.0);
+    assert_eq!(pop_all(&mut s, 3.0), ["b", "a"]);
+}
+
+#[test]
+fn a_requeue_merges_with_a_dirty_follow_up_by_earliest_wins() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    pop(&mut s, 0.0);
+    add(&mut s, "a", 30.0, 0, 0.0); // follow-up due at 30
+    s.done("a", Some(5.0), false, None, 1.0).unwrap(); // requeue due at 6: earlier wins
+    assert_eq!(s.next_ready_at(), Some(6.0));
+    assert_eq!(s.len(), 1);
+    pop(&mut s, 6.0);
+    add(&mut s, "a", 2.0, 0, 6.0); // follow-up due at 8
+    s.done("a", Some(100.0), false, None, 7.0).unwrap(); // later: follow-up wins
+    assert_eq!(s.next_ready_at(), Some(8.0));
+    s.check_consistency().unwrap();
+}
+
+#[test]
+fn done_with_requeue_after_waits_that_long_and_keeps_the_popped_priority() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 7, 0.0);
+    pop(&mut s, 0.0);
+    s.done("a", Some(5.0), false, None, 1.0).unwrap();
+    assert_eq!(s.next_ready_at(), Some(6.0));
+    add(&mut s, "b", 0.0, 6, 6.0);
+    assert_eq!(pop_all(&mut s, 6.0), ["a", "b"]);
+    // `priority` replaces it.
+    s.done("a", Some(0.0), false, Some(-1), 7.0).unwrap();
+    done(&mut s, "b", 7.0);
+    add(&mut s, "c", 0.0, 0, 7.0);
+    assert_eq!(pop_all(&mut s, 7.0), ["c", "a"]);
+}
+
+#[test]
+fn requeue_after_zero_is_ready_at_once() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    pop(&mut s, 0.0);
+    s.done("a", Some(0.0), false, None, 1.0).unwrap();
+    assert_eq!(pop(&mut s, 1.0).as_deref(), Some("a"));
+}
+
+#[test]
+fn follow_up_priority_is_the_higher_of_its_adds_and_the_requeue() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    pop(&mut s, 0.0);
+    add(&mut s, "a", 0.0, -100, 0.0);
+    add(&mut s, "a", 0.0, 3, 0.0);
+    done(&mut s, "a", 1.0);
+    add(&mut s, "b", 0.0, 2, 1.0);
+    assert_eq!(pop_all(&mut s, 1.0), ["a", "b"]);
+}
+
+#[test]
+fn done_for_a_key_not_in_flight_is_refused_and_changes_nothing() {
+    let mut s = default();
+    add(&mut s, "queued", 0.0, 0, 0.0);
+    let before = s.stats(0.0).unwrap();
+    for key in ["absent", "queued"] {
+        assert_eq!(
+            s.done(key, None, false, None, 5.0),
+            Err(Error::NotInFlight(key.into()))
+        );
+    }
+    s.check_consistency().unwrap();
+    assert_eq!(s.stats(0.0).unwrap(), before);
+}
+
+// ---- failures and backoff ----------------------------------------------------------------
+
+fn fail(s: &mut Scheduler, key: &str, now: f64) -> f64 {
+    add(s, key, 0.0, 0, now);
+    assert_eq!(pop(s, now).as_deref(), Some(key));
+    s.done(key, None, true, None, now).unwrap();
+    s.check_consistency().unwrap();
+    let at = s.next_ready_at().unwrap();
+    // Take it out again for the next round.
+    assert_eq!(pop(s, at).as_deref(), Some(key));
+    s.done(key, Some(0.0), true, None, at).unwrap();
+    at - now
+}
+
+#[test]
+fn backoff_grows_exponentially_with_jitter_bounds_and_caps() {
+    let mut s = sched(Config {
+        backoff_base: 1.0,
+        backoff_max: 60.0,
+        seed: 99,
+        ..Config::default()
+    });
+    add(&mut s, "a", 0.0, 0, 0.0);
+    let mut now = 0.0;
+    for n in 1..=10u32 {
+        assert_eq!(pop(&mut s, now).as_deref(), Some("a"));
+        s.done("a", None, true, None, now).unwrap();
+        assert_eq!(s.failures("a"), n);
+        let delay = s.next_ready_at().unwrap() - now;
+        let nominal = f64::from(1u32 << (n - 1));
+        if nominal * 0.8 >= 60.0 {
+            assert!(
+                (delay - 60.0).abs() < 1e-9,
+                "capped at backoff_max: {delay}"
+            );
+        } else {
+            assert!(
+                delay >= nominal * 0.8 - 1e-9 && delay <= (nominal * 1.2).min(60.0) + 1e-9,
+                "failure {n}: {delay}"
+            );
+        }
+        now += delay;
+    }
+    let c = s.stats(now).unwrap().counters;
+    assert_eq!((c.failures, c.retries, c.requeues), (10, 10, 10));
+}
+
+#[test]
+fn a_success_resets_the_backoff() {
+    let mut s = sched(Config {
+        backoff_base: 1.0,
+        seed: 5,
+        ..Config::default()
+    });
+    fail(&mut s, "a", 0.0);
+    assert_eq!(s.failures("a"), 2);
+    assert_eq!(pop(&mut s, 1e3).as_deref(), Some("a"));
+    done(&mut s, "a", 1e3);
+    assert_eq!(s.failures("a"), 0);
+    assert_eq!(s.len(), 0, "a success with no requeue drops the record");
+    let d = fail(&mut s, "a", 2e3);
+    assert!((0.8..=1.2).contains(&d), "first failure again: {d}");
+}
+
+#[test]
+fn forget_resets_the_failure_count() {
+    let mut s = sched(Config {
+        backoff_base: 1.0,
+        seed: 5,
+        ..Config::default()
+    });
+    for _ in 0..5 {
+        add(&mut s, "a", 0.0, 0, 0.0);
+        pop(&mut s, 1e4);
+        s.done("a", Some(0.0), true, None, 1e4).unwrap();
+    }
+    assert_eq!(s.failures("a"), 5);
+    s.forget("a");
+    s.forget("absent");
+    assert_eq!(s.failures("a"), 0);
+    pop(&mut s, 1e4);
+    s.done("a", None, true, None, 1e4).unwrap();
+    let d = s.next_ready_at().unwrap() - 1e4;
+    assert!((0.8..=1.2).contains(&d), "{d}");
+}
+
+#[test]
+fn a_failed_dirty_key_runs_its_follow_up_without_backoff() {
+    let mut s = sched(Config {
+        backoff_base: 10.0,
+        ..Config::default()
+    });
+    add(&mut s, "a", 0.0, 0, 0.0);
+    pop(&mut s, 0.0);
+    add(&mut s, "a", 0.0, 0, 0.5);
+    s.done("a", None, true, None, 1.0).unwrap();
+    assert_eq!(s.failures("a"), 1);
+    assert_eq!(pop(&mut s, 1.0).as_deref(), Some("a"));
+    assert_eq!(s.stats(1.0).unwrap().counters.retries, 0);
+}
+
+#[test]
+fn same_seed_gives_the_same_backoff_sequence() {
+    let run = |seed| {
+        let mut s = sched(Config {
+            seed,
+            ..Config::default()
+        });
+        (0..5)
+            .map(|i| fail(&mut s, "k", f64::from(i) * 1e3))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(3), run(3));
+    assert_ne!(run(3), run(4));
+}
+
+// ---- debounce ----------------------------------------------------------------------------
+
+fn debounced() -> Scheduler {
+    sched(Config {
+        debounce: 1.0,
+        debounce_max: Some(3.0),
+        ..Config::default()
+    })
+}
+
+#[test]
+fn debounce_postpones_with_a_trailing_edge() {
+    let mut s = debounced();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    assert_eq!(s.next_ready_at(), Some(1.0));
+    assert_eq!(pop(&mut s, 0.9), None);
+    add(&mut s, "a", 0.0, 0, 0.9);
+    assert_eq!(s.next_ready_at(), Some(1.9));
+    assert_eq!(pop(&mut s, 1.5), None);
+    assert_eq!(pop(&mut s, 1.9).as_deref(), Some("a"));
+}
+
+#[test]
+fn debounce_is_capped_by_debounce_max_from_the_first_add() {
+    let mut s = debounced();
+    let mut now = 0.0;
+    while now < 5.0 {
+        add(&mut s, "a", 0.0, 0, now);
+        if let Some(k) = pop(&mut s, now) {
+            assert_eq!(k, "a");
+            assert!(now >= 3.0, "capped at 3, served at {now}");
+            break;
+        }
+        now += 0.5;
+    }
+    assert_eq!(now, 3.0);
+}
+
+#[test]
+fn debounce_default_cap_is_ten_times_debounce() {
+    let s = sched(Config {
+        debounce: 0.5,
+        ..Config::default()
+    });
+    assert_eq!(s.config().debounce_max, Some(5.0));
+}
+
+#[test]
+fn explicit_delays_are_not_debounced_and_bound_the_batch() {
+    let mut s = debounced();
+    add(&mut s, "x", 2.0, 0, 0.0); // explicit: due at 2
+    add(&mut s, "x", 0.0, 0, 0.0); // debounced to 1: sooner, so a batch starts
+    assert_eq!(s.next_ready_at(), Some(1.0));
+    add(&mut s, "x", 0.0, 0, 0.8); // pushed to 1.8
+    add(&mut s, "x", 0.0, 0, 1.5); // pushed to 2.5, but never past the explicit 2
+    assert_eq!(s.next_ready_at(), Some(2.0));
+    let mut s = debounced();
+    add(&mut s, "y", 0.5, 0, 0.0); // explicit and sooner than the debounce time: it wins
+    add(&mut s, "y", 0.0, 0, 0.0);
+    assert_eq!(pop(&mut s, 0.5).as_deref(), Some("y"));
+}
+
+#[test]
+fn requeues_are_not_debounced() {
+    let mut s = debounced();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    assert_eq!(pop(&mut s, 1.0).as_deref(), Some("a"));
+    s.done("a", Some(0.0), false, None, 1.0).unwrap();
+    assert_eq!(pop(&mut s, 1.0).as_deref(), Some("a"));
+}
+
+#[test]
+fn adds_during_a_run_are_debounced_too() {
+    let mut s = debounced();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    pop(&mut s, 1.0);
+    add(&mut s, "a", 0.0, 0, 1.2); // follow-up due at 2.2
+    done(&mut s, "a", 1.5);
+    assert_eq!(pop(&mut s, 2.1), None);
+    assert_eq!(pop(&mut s, 2.2).as_deref(), Some("a"));
+}
+
+#[test]
+fn a_ready_key_is_not_pushed_back_by_debounce() {
+    let mut s = debounced();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    add(&mut s, "a", 0.0, 0, 1.5); // ready since 1: the batch has fired
+    assert_eq!(pop(&mut s, 1.5).as_deref(), Some("a"));
+}
+
+// ---- time, clamping, validation ----------------------------------------------------------
+
+#[test]
+fn huge_delays_are_clamped() {
+    let mut s = default();
+    add(&mut s, "inf", f64::INFINITY, 0, 0.0);
+    add(&mut s, "max", f64::MAX, 0, 0.0);
+    assert_eq!(s.next_ready_at(), Some(MAX_DELAY));
+    add(&mut s, "b", 0.0, 0, 0.0);
+    pop(&mut s, 0.0);
+    s.done("b", Some(1e300), false, None, 0.0).unwrap();
+    assert_eq!(pop_all(&mut s, MAX_DELAY), ["inf", "max", "b"]);
+}
+
+#[test]
+fn bad_delays_and_times_are_refused_without_change() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    pop(&mut s, 0.0);
+    let before = s.stats(0.0).unwrap();
+    assert!(matches!(
+        s.add("b", f64::NAN, 0, 0.0),
+        Err(Error::InvalidDelay { name: "after", .. })
+    ));
+    assert!(matches!(
+        s.add_many(["b", "c"], -1.0, 0, 0.0),
+        Err(Error::InvalidDelay { name: "after", .. })
+    ));
+    assert!(matches!(
+        s.done("a", Some(-0.5), false, None, 0.0),
+        Err(Error::InvalidDelay {
+            name: "requeue_after",
+            ..
+        })
+    ));
+    assert!(matches!(
+        s.add("b", 0.0, 0, f64::NAN),
+        Err(Error::InvalidTime(_))
+    ));
+    assert!(matches!(s.pop(f64::INFINITY), Err(Error::InvalidTime(_))));
+    assert!(s.is_in_flight("a"));
+    assert_eq!(s.stats(0.0).unwrap(), before);
+    s.check_consistency().unwrap();
+}
+
+#[test]
+fn time_never_goes_backwards() {
+    let mut s = default();
+    add(&mut s, "a", 5.0, 0, 10.0); // due at 15
+    assert_eq!(pop(&mut s, 1.0), None); // treated as 10
+    add(&mut s, "b", 0.0, 0, 3.0); // treated as 10: ready since 10
+    assert_eq!(s.next_ready_at(), Some(10.0));
+    assert_eq!(pop_all(&mut s, 15.0), ["b", "a"]);
+}
+
+#[test]
+fn config_is_validated() {
+    let bad = [
+        Config {
+            debounce: -1.0,
+            ..Config::default()
+        },
+        Config {
+            debounce: 2.0,
+            debounce_max: Some(1.0),
+            ..Config::default()
+        },
+        Config {
+            max_wait: f64::NAN,
+            ..Config::default()
+        },
+        Config {
+            backoff_base: f64::NAN,
+            ..Config::default()
+        },
+        Config {
+            backoff_max: -3.0,
+            ..Config::default()
+        },
+    ];
+    for c in bad {
+        assert!(matches!(
+            Scheduler::new(c),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
+}
+
+// ---- stats -------------------------------------------------------------------------------
+
+#[test]
+fn stats_report_counts_ages_and_running_time() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 0, 0.0);
+    add(&mut s, "b", 0.0, 0, 1.0);
+    add(&mut s, "c", 0.0, 0, 2.0);
+    add(&mut s, "w", 50.0, 0, 2.0);
+    assert_eq!(pop_all(&mut s, 4.0).len(), 3);
+    add(&mut s, "a", 0.0, 0, 4.0);
+    add(&mut s, "d", 0.0, 0, 5.0);
+    let st = s.stats(6.0).unwrap();
+    assert_eq!(
+        (st.depth, st.waiting, st.in_flight, st.dirty, st.len),
+        (1, 1, 3, 1, 3)
+    );
+    assert_eq!(st.oldest_ready_age, 1.0);
+    assert_eq!(st.longest_running, 2.0);
+    assert_eq!(st.unfinished_work, 6.0);
+    assert_eq!(st.queue_duration.count, 3);
+    assert_eq!(st.queue_duration.sum, 4.0 + 3.0 + 2.0);
+    assert_eq!(st.work_duration.count, 0);
+    done(&mut s, "b", 6.5);
+    let st = s.stats(6.5).unwrap();
+    assert_eq!(st.work_duration.count, 1);
+    assert_eq!(st.work_duration.sum, 2.5);
+    assert_eq!(st.work_duration.buckets[9], (10.0, 1));
+    assert_eq!(st.work_duration.buckets[8], (1.0, 0));
+}
+
+#[test]
+fn many_keys_stay_consistent() {
+    // A deterministic mixed workload, checked against the invariants at every step.
+    let mut s = sched(Config {
+        concurrency: 7,
+        debounce: 0.3,
+        max_wait: 2.0,
+        seed: 11,
+        ..Config::default()
+    });
+    let mut rng = SplitMix64::new(2024);
+    let mut running: Vec<String> = Vec::new();
+    let mut now = 0.0;
+    for _ in 0..20_000 {
+        now += rng.next_unit() * 0.05;
+        let k = format!("k{}", rng.next_u64() % 200);
+        match rng.next_u64() % 4 {
+            0 | 1 => {
+                let after = if rng.next_u64() % 2 == 0 {
+                    0.0
+                } else {
+                    rng.next_unit()
+                };
+                let prio = (rng.next_u64() % 3) as i64 - 1;
+                s.add(&k, after, prio, now).unwrap();
+            }
+            2 => {
+                if let Some(k) = s.pop(now).unwrap() {
+                    let k = k.to_owned();
+                    assert!(!running.contains(&k), "{k} handed out twice");
+                    running.push(k);
+                }
+            }
+            _ => {
+                if !running.is_empty() {
+                    let i = (rng.next_u64() % running.len() as u64) as usize;
+                    let k = running.swap_remove(i);
+                    let failed = rng.next_u64() % 3 == 0;
+                    s.done(&k, None, failed, None, now).unwrap();
+                }
+            }
+        }
+        assert!(s.in_flight() <= 7);
+        assert_eq!(s.in_flight(), running.len());
+    }
+    s.check_consistency().unwrap();
+}
