@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import threading
 import time
@@ -20,7 +21,7 @@ import pytest
 
 import fastctl
 from fastctl import Action, ObjectRef, ReconcileResult, Scheduler, Trigger
-from fastctl.applier import DEFAULT_CONCURRENCY, ReconcileTimeout, applier
+from fastctl.runner import DEFAULT_CONCURRENCY, ReconcileTimeout, applier
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -82,7 +83,7 @@ class Recorder:
             by_key[key].append((start, end))
         for key, spans in by_key.items():
             spans.sort()
-            for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            for (_, end), (start, _) in itertools.pairwise(spans):
                 assert start >= end, f"two reconciles of {key} overlapped"
 
 
@@ -125,8 +126,8 @@ async def run(
     return results
 
 
-async def wait_for(predicate: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
+async def wait_for(predicate: Any, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.001)
@@ -345,7 +346,7 @@ async def test_default_backoff_grows_and_resets_on_success() -> None:
     sched = Scheduler(backoff_base=0.02, backoff_max=10.0)
     await collect(applier(reconcile, None, None, store, feed, scheduler=sched))
     await stopper
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
     # Backoff after failures 1, 2, 3: 0.02, 0.04, 0.08 s, each with jitter in [0.8, 1.2].
     for gap, expected in zip(gaps[:3], [0.02, 0.04, 0.08], strict=True):
         assert gap >= expected * 0.8
@@ -486,7 +487,8 @@ async def test_ending_the_triggers_drains_gracefully_and_starts_nothing_new() ->
     # The four running ones finished; the six still queued were never begun.
     assert sorted(finished) == sorted(started)
     assert len(started) == 4
-    assert len(results) == 4 and all(r.ok for r in results)
+    assert len(results) == 4
+    assert all(r.ok for r in results)
     assert sched.in_flight == 0
 
 
@@ -513,7 +515,8 @@ async def test_two_appliers_reconcile_the_same_object_at_the_same_time() -> None
         run(reconcile_as("two"), store, [ref], 1),
     )
     assert both_inside.is_set()
-    assert first[0].ok and second[0].ok
+    assert first[0].ok
+    assert second[0].ok
 
 
 # -- readiness -------------------------------------------------------------------------------

@@ -4,6 +4,17 @@ The names exported here are the public contract (see docs/ and DESIGN.md).
 """
 
 from fastctl._core import Scheduler
+from fastctl.runner import DEFAULT_CONCURRENCY, ReconcileCancelled, ReconcileTimeout, applier
 from fastctl.types import Action, ObjectRef, ReconcileResult, Trigger
 
-__all__ = ["Action", "ObjectRef", "ReconcileResult", "Scheduler", "Trigger"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "Action",
+    "ObjectRef",
+    "ReconcileCancelled",
+    "ReconcileResult",
+    "ReconcileTimeout",
+    "Scheduler",
+    "Trigger",
+    "applier",
+]

@@ -1,4 +1,4 @@
-"""The applier: runs reconciles concurrently under the three rules, on the Rust scheduler.
+"""The applier (`fastctl.applier`): concurrent reconciles under the three rules.
 
 One asyncio driver owns a `fastctl.Scheduler`. A separate ingest task feeds triggers into it
 as they arrive (the scheduler de-duplicates them at once, so memory is bounded by the number
@@ -27,6 +27,7 @@ consumer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import math
@@ -49,7 +50,7 @@ __all__ = [
     "applier",
 ]
 
-log = logging.getLogger("fastctl.applier")
+log = logging.getLogger("fastctl.runner")
 
 DEFAULT_CONCURRENCY = 32
 """Reconciles run at once by default.
@@ -288,9 +289,7 @@ class _Driver:
             if _cancelling():
                 raise  # the applier is being cancelled: the driver cleans up
             error = ReconcileCancelled(key)
-        self.completed.append(
-            _Outcome(key, ref, obj, returned, error, time.monotonic() - started)
-        )
+        self.completed.append(_Outcome(key, ref, obj, returned, error, time.monotonic() - started))
         self.wake()
 
     async def _run_in_thread(self, obj: Any) -> Any:
@@ -303,10 +302,8 @@ class _Driver:
             return await fut
         done, _ = await asyncio.wait({fut}, timeout=self.timeout)
         if not done:
-            try:
+            with contextlib.suppress(Exception):
                 await asyncio.shield(fut)
-            except Exception:
-                pass
             raise TimeoutError
         return fut.result()
 
