@@ -1,4 +1,41 @@
 """Testing support: a real local Kubernetes control plane (etcd + kube-apiserver).
 
-The full API lands with issue 4; this placeholder keeps the pytest entry point importable.
+```python
+async with fastctl.testing.ControlPlane() as cp:   # real etcd + kube-apiserver on loopback
+    cp.kubeconfig        # pathlib.Path of an admin kubeconfig
+    cp.server            # "https://127.0.0.1:<port>"
+    await cp.restart_apiserver()                    # etcd kept: for fault tests
+```
+
+With pytest, the plugin (``fastctl.testing.pytest_plugin``, registered by the package's
+entry point) gives the session fixture ``control_plane`` and the per-test ``namespace``.
+See docs/control-plane.md. Importing this package does not import `cryptography`; starting a
+control plane does (``pip install 'fastctl[testing]'``).
 """
+
+from fastctl.testing.binaries import (
+    ETCD_VERSION,
+    K8S_VERSION,
+    Binaries,
+    BinariesNotFoundError,
+    BuildError,
+    ControlPlaneError,
+    build_binaries,
+    ensure_binaries,
+    find_binaries,
+)
+from fastctl.testing.control_plane import ControlPlane, StartupError
+
+__all__ = [
+    "ETCD_VERSION",
+    "K8S_VERSION",
+    "Binaries",
+    "BinariesNotFoundError",
+    "BuildError",
+    "ControlPlane",
+    "ControlPlaneError",
+    "StartupError",
+    "build_binaries",
+    "ensure_binaries",
+    "find_binaries",
+]
