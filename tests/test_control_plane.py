@@ -5,6 +5,12 @@ clear errors, and no orphan processes."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,7 +21,15 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from fastctl.testing import ControlPlane
+from fastctl.testing import (
+    BinariesNotFoundError,
+    BuildError,
+    ControlPlane,
+    StartupError,
+    build_binaries,
+)
+from fastctl.testing import control_plane as control_plane_module
+from fastctl.testing._process import ProcessRecord, leftover_processes
 
 pytestmark = pytest.mark.kube
 
@@ -234,3 +248,314 @@ async def test_restricted_user_is_denied_until_bound(
                 namespace, _configmap("nope", {})
             )
         assert still_denied.value.status == 403
+
+
+# -- faults: restarts ---------------------------------------------------------------------
+
+
+async def _watch_events(v1: client.CoreV1Api, namespace: str, resource_version: str) -> list[Any]:
+    """The events of a short ConfigMap watch from `resource_version`."""
+    async with watch.Watch() as w:
+        return [
+            event
+            async for event in w.stream(
+                v1.list_namespaced_config_map,
+                namespace,
+                resource_version=resource_version,
+                timeout_seconds=2,
+                _request_timeout=10,
+            )
+        ]
+
+
+async def test_restart_apiserver_keeps_objects_and_clients_reconnect(
+    control_plane: ControlPlane, api: ApiClient, namespace: str
+) -> None:
+    v1 = client.CoreV1Api(api)
+    before = await v1.create_namespaced_config_map(namespace, _configmap("kept", {"a": "1"}))
+    etcd_pid = control_plane.pids["etcd"]
+    apiserver_pid = control_plane.pids["kube-apiserver"]
+
+    await control_plane.restart_apiserver()
+
+    assert control_plane.pids["etcd"] == etcd_pid
+    assert control_plane.pids["kube-apiserver"] != apiserver_pid
+    # The same client (its pooled connections died with the old server) just works again.
+    got = await v1.read_namespaced_config_map("kept", namespace)
+    assert got.metadata.uid == before.metadata.uid
+    assert got.data == {"a": "1"}
+    # The new server's watch cache starts at the current resourceVersion: a watch from an
+    # older one is answered 410 Gone, and the client must list again (what watchers do).
+    with pytest.raises(ApiException) as gone:
+        await _watch_events(v1, namespace, before.metadata.resource_version)
+    assert gone.value.status == 410
+    relisted = await v1.list_namespaced_config_map(namespace)
+    assert [cm.metadata.uid for cm in relisted.items] == [before.metadata.uid]
+    await v1.patch_namespaced_config_map("kept", namespace, {"data": {"a": "2"}})
+    events = await _watch_events(v1, namespace, relisted.metadata.resource_version)
+    assert [(e["type"], e["object"].data) for e in events] == [("MODIFIED", {"a": "2"})]
+
+
+async def test_stop_and_start_apiserver(control_plane: ControlPlane, api: ApiClient) -> None:
+    await control_plane.stop_apiserver()
+    try:
+        assert "kube-apiserver" not in control_plane.pids
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.to_thread(control_plane.api_request, "GET", "/readyz", timeout=2)
+    finally:
+        await control_plane.start_apiserver()
+    assert (await client.VersionApi(api).get_code()).git_version.startswith("v1.")
+
+
+# -- several control planes, ports ---------------------------------------------------------
+
+
+async def test_two_control_planes_at_once(control_plane: ControlPlane, namespace: str) -> None:
+    async with ControlPlane() as other:
+        assert other.server != control_plane.server
+        assert other.etcd_url != control_plane.etcd_url
+        assert other.directory != control_plane.directory
+        async with await _client(other.kubeconfig) as api_other:
+            v1_other = client.CoreV1Api(api_other)
+            await v1_other.create_namespaced_config_map("default", _configmap("only-here", {}))
+            async with await _client(control_plane.kubeconfig) as api_main:
+                with pytest.raises(ApiException) as missing:
+                    await client.CoreV1Api(api_main).read_namespaced_config_map(
+                        "only-here", "default"
+                    )
+                assert missing.value.status == 404
+    assert not other.running
+    assert not other.pids
+
+
+def _listening_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+def test_preferred_ports_in_use_are_replaced() -> None:
+    with _listening_socket() as busy_api, _listening_socket() as busy_etcd:
+        taken = {busy_api.getsockname()[1], busy_etcd.getsockname()[1]}
+        with ControlPlane(
+            apiserver_port=busy_api.getsockname()[1], etcd_port=busy_etcd.getsockname()[1]
+        ) as cp:
+            assert cp.port not in taken
+            assert int(cp.etcd_url.rsplit(":", 1)[1]) not in taken
+            assert cp.api_request("GET", "/readyz")[0] == 200
+
+
+def test_port_taken_between_pick_and_bind_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race no port picker can exclude: another process binds the port after we chose
+    it. The server dies of "address already in use" and the start retries another port."""
+    real_pick = control_plane_module._pick_port
+    calls = 0
+    with _listening_socket() as busy:
+        busy_port = busy.getsockname()[1]
+
+        def pick(preferred: int | None = None) -> int:
+            nonlocal calls
+            calls += 1
+            # 1st: etcd's first try, 3rd: kube-apiserver's first try.
+            return busy_port if calls in (1, 3) else real_pick(preferred)
+
+        monkeypatch.setattr(control_plane_module, "_pick_port", pick)
+        with ControlPlane() as cp:
+            assert calls == 4
+            assert cp.port != busy_port
+            assert "address already in use" in cp.etcd_log.read_text()
+            assert "address already in use" in cp.apiserver_log.read_text()
+            assert cp.api_request("GET", "/api/v1/namespaces/default")[0] == 200
+
+
+# -- clear errors ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_binaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An environment with no binaries anywhere and no Go: an empty cache, no
+    KUBEBUILDER_ASSETS, and a PATH with nothing on it."""
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("FASTCTL_CACHE_DIR", str(tmp_path / "cache"))
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    monkeypatch.setenv("PATH", str(empty_bin))
+    return empty_bin
+
+
+def test_no_go_and_no_binaries_says_how_to_get_them(no_binaries: Path) -> None:
+    with pytest.raises(BinariesNotFoundError) as error:
+        ControlPlane().start()
+    message = str(error.value)
+    assert "fastctl control-plane build" in message
+    assert "KUBEBUILDER_ASSETS" in message
+    assert "Go is not on PATH" in message
+
+
+def test_incomplete_kubebuilder_assets_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "etcd").write_text("#!/bin/sh\n")
+    (assets / "etcd").chmod(0o755)
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
+    with pytest.raises(BinariesNotFoundError, match=r"KUBEBUILDER_ASSETS=.* has no kube-apiserver"):
+        ControlPlane().start()
+
+
+def test_kubebuilder_assets_are_used(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(control_plane.binaries.directory))
+    monkeypatch.setenv("FASTCTL_CACHE_DIR", str(tmp_path / "empty-cache"))
+    with ControlPlane() as cp:
+        assert cp.binaries.source == "KUBEBUILDER_ASSETS"
+
+
+FAKE_GO = """#!/bin/sh
+# A `go` that answers what the build asks before compiling, then fails to compile.
+case "$1 $2" in
+  "env GOCACHE") echo "{work}/gocache" ;;
+  "mod download") echo '{{"GoMod": "{work}/kubernetes.mod"}}' ;;
+  "version ") echo "go version go1.26.0 fake" ;;
+  build*) echo "compile: fake-go: undefined: something" >&2; exit 2 ;;
+  *) echo "unexpected: $*" >&2; exit 1 ;;
+esac
+"""
+
+KUBERNETES_MOD = """module k8s.io/kubernetes
+
+go 1.26.0
+
+require (
+\tk8s.io/api v0.0.0
+)
+
+replace k8s.io/api => ./staging/src/k8s.io/api
+"""
+
+
+def test_failing_build_points_to_the_log(no_binaries: Path, tmp_path: Path) -> None:
+    (tmp_path / "kubernetes.mod").write_text(KUBERNETES_MOD)
+    go = no_binaries / "go"
+    go.write_text(FAKE_GO.format(work=tmp_path))
+    go.chmod(0o755)
+    with pytest.raises(BuildError) as error:
+        build_binaries(progress=None)
+    assert error.value.log is not None
+    assert str(error.value.log) in str(error.value)
+    assert "fake-go: undefined: something" in error.value.log.read_text()
+    assert "fake-go: undefined: something" in str(error.value)  # the tail is in the message
+    wrapper = (error.value.log.parent / "build-v1.36.3-v3.6.8" / "k8s" / "go.mod").read_text()
+    assert "replace k8s.io/api => k8s.io/api v0.36.3" in wrapper
+    # The same through ControlPlane: Go is there, so it tries to build, and says where it failed.
+    with pytest.raises(BuildError, match="see the build log"):
+        ControlPlane().start()
+
+
+def test_startup_failure_shows_the_log_tail(control_plane: ControlPlane) -> None:
+    before = set(leftover_processes())
+    with pytest.raises(StartupError) as error:
+        ControlPlane(apiserver_args=["--no-such-flag=1"]).start()
+    message = str(error.value)
+    assert "kube-apiserver exited" in message
+    assert "unknown flag: --no-such-flag" in message
+    assert set(leftover_processes()) == before  # its etcd was stopped too
+
+
+def test_plugin_fails_not_skips_without_binaries(no_binaries: Path, tmp_path: Path) -> None:
+    (tmp_path / "test_inner.py").write_text(
+        "def test_needs_api(namespace):\n    pass\n\n\ndef test_plain():\n    pass\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 passed, 1 error" in result.stdout, result.stdout
+    assert "skipped" not in result.stdout
+    assert "fastctl control-plane build" in result.stdout
+
+
+# -- no orphans ------------------------------------------------------------------------------
+
+
+CHILD = """
+import asyncio, json, sys, time
+from fastctl.testing import ControlPlane
+from fastctl.testing._process import started_processes
+
+def report(cp):
+    records = [[r.pid, r.name, r.start_ticks] for r in started_processes()]
+    print(json.dumps({"records": records, "directory": str(cp.directory)}), flush=True)
+
+async def run_async():
+    async with ControlPlane() as cp:
+        report(cp)
+        await asyncio.sleep(600)
+
+def run_blocking():
+    cp = ControlPlane().start()
+    report(cp)
+    time.sleep(600)
+
+asyncio.run(run_async()) if sys.argv[1] == "async" else run_blocking()
+"""
+
+
+def _start_child(mode: str) -> tuple[subprocess.Popen[str], list[ProcessRecord], Path]:
+    """A Python process that starts a control plane (``async with`` or blocking `start`),
+    reports the server processes, and sleeps."""
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, mode], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, "the child exited before its control plane was up"
+    state = json.loads(line)
+    records = [ProcessRecord(pid, name, ticks) for pid, name, ticks in state["records"]]
+    assert [record.name for record in records] == ["etcd", "kube-apiserver"]
+    assert all(record.alive() for record in records)
+    return proc, records, Path(state["directory"])
+
+
+def _wait_gone(records: list[ProcessRecord], timeout: float = 20) -> list[ProcessRecord]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [record for record in records if record.alive()]
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return alive
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+def test_sigkill_of_the_owner_kills_the_servers() -> None:
+    proc, records, directory = _start_child("async")
+    proc.kill()
+    proc.wait()
+    assert _wait_gone(records) == []
+    # The directory cannot be cleaned by a dead process; the next start removes it.
+    assert directory.exists()
+    with ControlPlane():
+        assert not directory.exists()
+
+
+def test_ctrl_c_stops_the_servers_and_cleans_up() -> None:
+    proc, records, directory = _start_child("async")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) != 0
+    assert _wait_gone(records, timeout=1) == []  # stopped before the owner exited
+    assert not directory.exists()
+
+
+def test_sigterm_of_a_blocking_owner_kills_the_servers() -> None:
+    proc, records, _ = _start_child("blocking")
+    proc.terminate()
+    proc.wait()
+    assert _wait_gone(records) == []

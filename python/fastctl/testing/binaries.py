@@ -53,6 +53,11 @@ K8S_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.8"
 """The etcd release envtest pairs with Kubernetes v1.36."""
 
+_RECIPE = 2
+"""Bumped whenever the way binaries are built changes, so stale caches are rebuilt
+(2: kube-apiserver and kubectl report their real version instead of v0.0.0-master)."""
+_STAMP = "fastctl-build.json"
+
 _REQUIRED = ("etcd", "kube-apiserver")
 _ALL = (*_REQUIRED, "kubectl")
 
@@ -110,6 +115,15 @@ def _missing(directory: Path, names: Sequence[str] = _REQUIRED) -> list[str]:
     return [name for name in names if not _is_executable(directory / name)]
 
 
+def _cache_current(directory: Path) -> bool:
+    """The cache holds all binaries, built by the current recipe."""
+    try:
+        stamp = json.loads((directory / _STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp.get("recipe") == _RECIPE and not _missing(directory, _ALL)
+
+
 def cache_root() -> Path:
     """``$FASTCTL_CACHE_DIR``, else ``$XDG_CACHE_HOME/fastctl/control-plane``, else
     ``~/.cache/fastctl/control-plane``: outside any repository, shared by all checkouts."""
@@ -151,11 +165,12 @@ def find_binaries(directory: str | os.PathLike[str] | None = None) -> Binaries:
             )
         return Binaries(path, "KUBEBUILDER_ASSETS")
     path = cache_dir()
-    if not _missing(path):
+    if _cache_current(path):
         return Binaries(path, "cache")
+    state = "was built by an older fastctl" if not _missing(path) else "is empty"
     raise BinariesNotFoundError(
-        f"no etcd/kube-apiserver binaries: KUBEBUILDER_ASSETS is not set and {path} is "
-        f"empty; {HOW_TO_GET}"
+        f"no etcd/kube-apiserver binaries: KUBEBUILDER_ASSETS is not set and {path} {state}; "
+        f"{HOW_TO_GET}"
     )
 
 
@@ -302,8 +317,12 @@ def _go_output(argv: Sequence[str], env: dict[str, str], cwd: Path, log: Path) -
 def staging_modules(kubernetes_go_mod: str) -> list[str]:
     """The modules k8s.io/kubernetes requires at v0.0.0 and replaces with ./staging/...:
     exactly those the wrapper module must redirect to their published versions."""
-    at_zero = set(re.findall(r"^\s*(k8s\.io/\S+)\s+v0\.0\.0\b", kubernetes_go_mod, re.M))
-    replaced = set(re.findall(r"^\s*(k8s\.io/\S+)\s*=>\s*\./staging/", kubernetes_go_mod, re.M))
+    at_zero = set(
+        re.findall(r"^\s*(?:require\s+)?(k8s\.io/\S+)\s+v0\.0\.0\b", kubernetes_go_mod, re.M)
+    )
+    replaced = set(
+        re.findall(r"^\s*(?:replace\s+)?(k8s\.io/\S+)\s*=>\s*\./staging/", kubernetes_go_mod, re.M)
+    )
     return sorted(at_zero & replaced)
 
 
@@ -324,12 +343,12 @@ def build_binaries(
     log; the times and peak memory go to ``build-times.txt`` beside the binaries."""
     say = progress or (lambda _message: None)
     dest = cache_dir(k8s_version, etcd_version)
-    if not force and not _missing(dest, _ALL):
+    if not force and _cache_current(dest):
         say(f"control-plane-build: cached in {dest}")
         return Binaries(dest, "cache")
     with _build_lock(say):
         # Another process may have finished the same build while we waited for the lock.
-        if not force and not _missing(dest, _ALL):
+        if not force and _cache_current(dest):
             say(f"control-plane-build: cached in {dest}")
             return Binaries(dest, "cache")
         return _build_locked(dest, k8s_version, etcd_version, say)
@@ -407,7 +426,7 @@ def _build_locked(
         f"require go.etcd.io/etcd/server/v3 {etcd_version}\n"
     )
 
-    build = [go, "build", "-trimpath", "-ldflags=-s -w", "-o"]
+    build = [go, "build", "-trimpath", _ldflags(k8s_version, info.get("Info")), "-o"]
     steps = [
         (f"etcd {etcd_version}", work / "etcd", "etcd", "go.etcd.io/etcd/server/v3"),
         (
@@ -439,11 +458,35 @@ def _build_locked(
     (dest / "build-times.txt").write_text("\n".join(report) + "\n")
     for line in report:
         say(line)
+    (dest / _STAMP).write_text(
+        json.dumps({"recipe": _RECIPE, "kubernetes": k8s_version, "etcd": etcd_version}) + "\n"
+    )
     missing = _missing(dest, _ALL)
     if missing:
         raise BuildError(f"the build left no {', '.join(missing)} in {dest}; log: {log}", log)
     say(f"control-plane-build: done in {total:.0f} s: {dest}")
     return Binaries(dest, "built")
+
+
+def _ldflags(k8s_version: str, info_file: str | None) -> str:
+    """Strip symbols, and stamp the version the release build scripts would (hack/lib/
+    version.sh): without it the server reports ``v0.0.0-master+$Format:%H$`` and clients that
+    check the server version (kubectl's skew warning, feature detection) are misled."""
+    release_time = "1970-01-01T00:00:00Z"
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        release_time = json.loads(Path(info_file or "").read_text())["Time"]
+    major, minor = k8s_version.removeprefix("v").split(".")[:2]
+    values = {
+        "gitVersion": k8s_version,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "buildDate": release_time,
+    }
+    flags = ["-s", "-w"]
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {package}.{name}={value}" for name, value in values.items()]
+    return "-ldflags=" + " ".join(flags)
 
 
 def _du_mib(path: Path) -> int:
