@@ -36,16 +36,17 @@
 mod backoff;
 mod queues;
 mod record;
+mod running;
 mod stats;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 pub use backoff::SplitMix64;
 use queues::{Ready, Waiting};
 use record::{Records, State};
+use running::Running;
 use stats::Histogram;
 pub use stats::{Counters, HistogramSnapshot, Stats, BUCKETS};
 
@@ -219,9 +220,8 @@ pub struct Scheduler {
     records: Records,
     waiting: Waiting,
     ready: Ready,
-    /// In-flight keys by (pop sequence, slot), so the first is the longest running; the value
-    /// is the follow-up of a dirty key.
-    running: BTreeMap<(u64, u32), Option<FollowUp>>,
+    /// In-flight keys in pop order, with the follow-ups of dirty ones.
+    running: Running<FollowUp>,
     dirty: usize,
     next_seq: u64,
     /// The latest `now` seen; every waiting key's ready time is later than this.
@@ -273,7 +273,7 @@ impl Scheduler {
             records: Records::default(),
             waiting: Waiting::default(),
             ready: Ready::default(),
-            running: BTreeMap::new(),
+            running: Running::default(),
             dirty: 0,
             next_seq: 0,
             clock: f64::NEG_INFINITY,
@@ -373,12 +373,13 @@ impl Scheduler {
                     schedule: Schedule::merge_add(None, after, now, &self.cfg),
                     priority,
                 };
-                self.running.insert((rec.seq, idx), Some(follow_up));
+                if let Some(slot) = self.running.follow_up_mut(idx) {
+                    *slot = Some(follow_up);
+                }
             }
             State::RunningDirty => {
                 self.counters.merges += 1;
-                let slot = self.running.get_mut(&(rec.seq, idx));
-                if let Some(Some(f)) = slot {
+                if let Some(Some(f)) = self.running.follow_up_mut(idx) {
                     f.schedule = Schedule::merge_add(Some(f.schedule), after, now, &self.cfg);
                     f.priority = f.priority.max(priority);
                 } else {
@@ -419,18 +420,20 @@ impl Scheduler {
             return None;
         }
         // Anti-starvation: the oldest ready key goes first once it has waited past max_wait.
-        let (priority, seq, idx) = match self.ready.oldest() {
-            Some(e) if now - self.records.get(e.2).at > self.cfg.max_wait => e,
-            _ => self.ready.first()?,
+        let (_, _, idx) = match self.ready.oldest() {
+            Some(e) if now - self.records.get(e.2).at > self.cfg.max_wait => {
+                self.ready.remove(e.0, e.1, e.2);
+                e
+            }
+            _ => self.ready.pop_first()?,
         };
-        self.ready.remove(priority, seq, idx);
         let seq = self.bump_seq();
         let rec = self.records.get_mut(idx);
         self.queue_duration.observe(now - rec.at);
         rec.state = State::Running;
         rec.at = now;
         rec.seq = seq;
-        self.running.insert((seq, idx), None);
+        self.running.insert(seq, idx);
         self.counters.pops += 1;
         Some(idx)
     }
@@ -468,7 +471,7 @@ impl Scheduler {
         };
         let now = self.tick(now);
         let rec = self.records.get_mut(idx);
-        let follow_up = self.running.remove(&(rec.seq, idx)).flatten();
+        let follow_up = self.running.remove(idx);
         if follow_up.is_some() {
             self.dirty -= 1;
         }
@@ -596,7 +599,7 @@ impl Scheduler {
             .map_or(0.0, |(_, _, idx)| now - self.records.get(idx).at);
         let mut longest_running = 0.0;
         let mut unfinished_work = 0.0;
-        for (i, &(_, idx)) in self.running.keys().enumerate() {
+        for (i, (_, idx)) in self.running.iter().enumerate() {
             let running = now - self.records.get(idx).at;
             if i == 0 {
                 longest_running = running;
@@ -704,9 +707,9 @@ impl Scheduler {
                 ));
             }
         }
-        for (&(s, idx), follow_up) in &self.running {
+        for (idx, s, dirty) in self.running.entries() {
             let rec = self.records.get(idx);
-            let expected = if follow_up.is_some() {
+            let expected = if dirty {
                 State::RunningDirty
             } else {
                 State::Running
@@ -718,6 +721,7 @@ impl Scheduler {
                 ));
             }
         }
+        self.running.check()?;
         for idx in self.records.slots() {
             let rec = self.records.get(idx);
             match rec.state {

@@ -2,7 +2,7 @@
 //! and age. In-flight keys are in neither, so no operation ever steps over a busy key.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 /// A finite, non-NaN time (the scheduler validates every time it accepts), ordered totally.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,14 +67,59 @@ impl Waiting {
 /// Ready keys in serving order: highest priority first, then by sequence number, which the
 /// scheduler hands out in the order keys become ready, so it is FIFO by ready time.
 ///
-/// For the `max_wait` rule it also needs the oldest ready key of any priority. Rather than a
-/// second per-key index, `heads` holds the first (oldest) entry of each non-empty priority
-/// level: the oldest key overall is the first of those. It costs one entry per distinct
-/// priority, not per key.
+/// Each priority level is a FIFO deque: a newly ready key always has the highest sequence
+/// number yet, so it is appended, and the next key is taken from the front, both O(1). The
+/// one exception, a ready key raised from a lower priority (it keeps its older sequence
+/// number, and so its age), goes into the level's small ordered `late` set instead. A key
+/// removed from the middle of a deque (such a raise, or the `max_wait` rule) is left there
+/// as a tombstone, recorded in `removed` and dropped when it reaches the front or when
+/// tombstones outnumber live entries, so every operation stays O(log n) amortised.
+///
+/// For the `max_wait` rule `heads` orders the first (oldest) entry of each level by age: the
+/// oldest ready key overall is the first head. That costs one entry per distinct priority,
+/// not per key.
 #[derive(Debug, Default)]
 pub struct Ready {
-    order: BTreeSet<(Reverse<i64>, u64, u32)>,
-    heads: BTreeMap<(u64, i64), u32>,
+    levels: BTreeMap<Reverse<i64>, Level>,
+    heads: BTreeSet<(u64, i64)>,
+    len: usize,
+}
+
+/// One priority level.
+#[derive(Debug, Default)]
+struct Level {
+    /// Entries (sequence, slot) in increasing sequence order, tombstones included.
+    fifo: VecDeque<(u64, u32)>,
+    /// Sequence numbers of the tombstones in `fifo`.
+    removed: HashSet<u64>,
+    /// Entries inserted behind the tail's sequence number.
+    late: BTreeSet<(u64, u32)>,
+    /// Live entries (fifo without tombstones, plus late).
+    len: usize,
+}
+
+impl Level {
+    /// The oldest live entry.
+    fn head(&self) -> Option<(u64, u32)> {
+        // The front of `fifo` is never a tombstone (see `drop_tombstones`).
+        match (self.fifo.front(), self.late.first()) {
+            (Some(&f), Some(&l)) => Some(f.min(l)),
+            (f, l) => f.or(l).copied(),
+        }
+    }
+
+    fn drop_tombstones(&mut self) {
+        while let Some(&(seq, _)) = self.fifo.front() {
+            if !self.removed.remove(&seq) {
+                break;
+            }
+            self.fifo.pop_front();
+        }
+        if self.removed.len() > 32 && self.removed.len() * 2 > self.fifo.len() {
+            let removed = std::mem::take(&mut self.removed);
+            self.fifo.retain(|(seq, _)| !removed.contains(seq));
+        }
+    }
 }
 
 /// A ready entry: (priority, sequence, slot).
@@ -82,72 +127,131 @@ pub type Entry = (i64, u64, u32);
 
 impl Ready {
     pub fn insert(&mut self, priority: i64, seq: u64, idx: u32) {
-        match self.level_head(priority) {
+        let level = self.levels.entry(Reverse(priority)).or_default();
+        let old_head = level.head();
+        if level.fifo.back().is_none_or(|&(tail, _)| tail < seq) {
+            level.fifo.push_back((seq, idx));
+        } else {
+            level.late.insert((seq, idx));
+        }
+        level.len += 1;
+        self.len += 1;
+        match old_head {
             None => {
-                self.heads.insert((seq, priority), idx);
+                self.heads.insert((seq, priority));
             }
-            Some((_, head_seq, _)) if seq < head_seq => {
+            Some((head_seq, _)) if seq < head_seq => {
                 self.heads.remove(&(head_seq, priority));
-                self.heads.insert((seq, priority), idx);
+                self.heads.insert((seq, priority));
             }
             Some(_) => {}
         }
-        self.order.insert((Reverse(priority), seq, idx));
     }
 
     pub fn remove(&mut self, priority: i64, seq: u64, idx: u32) {
-        let removed = self.order.remove(&(Reverse(priority), seq, idx));
-        debug_assert!(removed, "ready entry missing");
-        if self.heads.remove(&(seq, priority)).is_some() {
-            if let Some((_, next_seq, next_idx)) = self.level_head(priority) {
-                self.heads.insert((next_seq, priority), next_idx);
+        let Some(level) = self.levels.get_mut(&Reverse(priority)) else {
+            debug_assert!(false, "ready level missing");
+            return;
+        };
+        let old_head = level.head();
+        if !level.late.remove(&(seq, idx)) {
+            if level.fifo.front() == Some(&(seq, idx)) {
+                level.fifo.pop_front();
+            } else {
+                level.removed.insert(seq);
+            }
+            level.drop_tombstones();
+        }
+        level.len -= 1;
+        self.len -= 1;
+        if old_head == Some((seq, idx)) {
+            self.heads.remove(&(seq, priority));
+            match level.head() {
+                Some((next, _)) => {
+                    self.heads.insert((next, priority));
+                }
+                None => {
+                    self.levels.remove(&Reverse(priority));
+                }
             }
         }
     }
 
-    /// The oldest entry of one priority level.
-    fn level_head(&self, priority: i64) -> Option<Entry> {
-        self.order
-            .range((Reverse(priority), 0, 0)..)
-            .next()
-            .filter(|e| e.0 .0 == priority)
-            .map(|&(Reverse(p), s, i)| (p, s, i))
+    /// Remove and return the next key in priority order.
+    pub fn pop_first(&mut self) -> Option<Entry> {
+        let (&Reverse(priority), level) = self.levels.iter().next()?;
+        let (seq, idx) = level.head()?;
+        self.remove(priority, seq, idx);
+        Some((priority, seq, idx))
     }
 
     /// The next key in priority order.
+    #[cfg(test)]
     pub fn first(&self) -> Option<Entry> {
-        self.order.first().map(|&(Reverse(p), s, i)| (p, s, i))
+        let (&Reverse(priority), level) = self.levels.iter().next()?;
+        level.head().map(|(s, i)| (priority, s, i))
     }
 
     /// The key that has been ready the longest, of any priority.
     pub fn oldest(&self) -> Option<Entry> {
-        self.heads.first_key_value().map(|(&(s, p), &i)| (p, s, i))
+        let &(seq, priority) = self.heads.first()?;
+        let (_, idx) = self.levels.get(&Reverse(priority))?.head()?;
+        Some((priority, seq, idx))
     }
 
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.len
     }
 
-    /// Entries in serving order (ignoring `max_wait`).
+    /// Live entries, level by level from the highest priority, each level in age order.
     pub fn iter(&self) -> impl Iterator<Item = Entry> + '_ {
-        self.order.iter().map(|&(Reverse(p), s, i)| (p, s, i))
+        self.levels.iter().flat_map(|(&Reverse(p), level)| {
+            let mut live: Vec<(u64, u32)> = level
+                .fifo
+                .iter()
+                .filter(|(s, _)| !level.removed.contains(s))
+                .chain(level.late.iter())
+                .copied()
+                .collect();
+            live.sort_unstable();
+            live.into_iter().map(move |(s, i)| (p, s, i))
+        })
     }
 
-    /// Check that `heads` holds exactly the first entry of each priority level.
+    /// Check the level bookkeeping and `heads` against the entries.
     pub fn check_heads(&self) -> Result<(), String> {
-        let mut expected = BTreeMap::new();
-        let mut last = None;
-        for (p, s, i) in self.iter() {
-            if last != Some(p) {
-                expected.insert((s, p), i);
-                last = Some(p);
+        let mut heads = BTreeSet::new();
+        let mut total = 0;
+        for (&Reverse(p), level) in &self.levels {
+            let live = level.fifo.len() - level.removed.len() + level.late.len();
+            if live != level.len || live == 0 {
+                return Err(format!("ready level {p} counts {} of {live}", level.len));
             }
+            if level
+                .fifo
+                .front()
+                .is_some_and(|(s, _)| level.removed.contains(s))
+            {
+                return Err(format!("ready level {p} starts with a tombstone"));
+            }
+            if !level
+                .fifo
+                .iter()
+                .zip(level.fifo.iter().skip(1))
+                .all(|(a, b)| a.0 < b.0)
+            {
+                return Err(format!("ready level {p} is out of order"));
+            }
+            heads.insert((level.head().map_or(0, |h| h.0), p));
+            total += live;
         }
-        if expected == self.heads {
-            Ok(())
-        } else {
-            Err("ready level heads are stale".into())
+        if heads != self.heads {
+            return Err("ready level heads are stale".into());
         }
+        if total != self.len {
+            return Err("ready length is stale".into());
+        }
+        Ok(())
     }
 }
 
@@ -174,7 +278,8 @@ mod tests {
         r.remove(-100, 4, 13);
         assert_eq!(r.first(), None);
         assert_eq!(r.oldest(), None);
-        assert!(r.heads.is_empty());
+        assert!(r.heads.is_empty() && r.levels.is_empty());
+        r.check_heads().unwrap();
     }
 
     #[test]
@@ -190,6 +295,41 @@ mod tests {
         r.remove(1, 6, 2);
         assert_eq!(r.oldest(), Some((1, 5, 1)));
         assert_eq!(r.heads.len(), 1);
+        r.check_heads().unwrap();
+    }
+
+    #[test]
+    fn pop_first_serves_priority_order_and_keeps_heads() {
+        let mut r = Ready::default();
+        for (p, s) in [(0, 1), (2, 2), (0, 3), (2, 4), (1, 5)] {
+            r.insert(p, s, s as u32);
+        }
+        let mut got = Vec::new();
+        while let Some((p, s, _)) = r.pop_first() {
+            r.check_heads().unwrap();
+            got.push((p, s));
+        }
+        assert_eq!(got, [(2, 2), (2, 4), (1, 5), (0, 1), (0, 3)]);
+        assert!(r.heads.is_empty() && r.levels.is_empty());
+    }
+
+    #[test]
+    fn tombstones_are_skipped_and_compacted() {
+        let mut r = Ready::default();
+        for s in 0..1000u64 {
+            r.insert(0, s, s as u32);
+        }
+        // Remove three of every four entries from the middle: tombstones.
+        for s in (1..1000u64).filter(|s| s % 4 != 0) {
+            r.remove(0, s, s as u32);
+            r.check_heads().unwrap();
+        }
+        assert_eq!(r.len(), 250);
+        let level = &r.levels[&Reverse(0)];
+        assert!(level.fifo.len() < 600, "compacted: {}", level.fifo.len());
+        let got: Vec<u64> = std::iter::from_fn(|| r.pop_first().map(|e| e.1)).collect();
+        assert_eq!(got, (0..1000).step_by(4).collect::<Vec<_>>());
+        assert!(r.levels.is_empty() && r.heads.is_empty());
     }
 
     #[test]

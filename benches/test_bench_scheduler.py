@@ -1,0 +1,237 @@
+"""Scheduler core benchmarks: the Rust `fastctl.Scheduler` beside the pure-Python model
+(`fastctl._model.ModelScheduler`) on the same workloads, plus resident memory per queued key.
+
+Run (results in docs/benchmarks.md, "Scheduler core (issue 2)")::
+
+    .venv/bin/python -m pytest benches/test_bench_scheduler.py --benchmark-only \\
+        --benchmark-json=/tmp/bench-scheduler.json
+    .venv/bin/python benches/test_bench_scheduler.py /tmp/bench-scheduler.json
+
+Each benchmark round runs a batch of operations and `extra_info["items"]` says how many, so
+the summary (the second command) reports medians per item and the Rust/model ratio. Memory is
+measured in a fresh subprocess per case, as the growth of resident memory (VmRSS) while 1M
+keys are queued, and printed and kept in `extra_info`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from fastctl import Scheduler
+from fastctl._model import ModelScheduler
+
+IMPLS: dict[str, Callable[..., Any]] = {"rust": Scheduler, "model": ModelScheduler}
+BATCH = 10_000  # operations per benchmark round
+
+
+def keys(n: int) -> list[str]:
+    """Realistic keys: "namespace/name", 20-30 characters."""
+    return [f"namespace-{i % 97:02d}/object-{i:08d}" for i in range(n)]
+
+
+def rounds_for(impl: str, size: int) -> int:
+    if impl == "model":
+        return 3 if size >= 1_000_000 else 5
+    return 10
+
+
+@pytest.fixture(params=list(IMPLS))
+def impl(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.mark.parametrize("size", [1_000, 100_000, 1_000_000], ids=lambda n: f"{n}keys")
+def test_cycle(benchmark: Any, impl: str, size: int) -> None:
+    """add + pop + done, one key at a time, with `size` keys queued throughout (a new key is
+    added as the oldest is popped and finished). Default clock, as the applier calls it."""
+    s = IMPLS[impl]()
+    pool = keys(2 * size)
+    s.add_many(pool[:size])
+    state = {"i": 0}
+
+    def run() -> None:
+        add, pop, done = s.add, s.pop, s.done
+        i = state["i"]
+        for j in range(i, i + BATCH):
+            add(pool[(size + j) % (2 * size)])
+            done(pop())
+        state["i"] = i + BATCH
+
+    benchmark.group = f"cycle {size} keys"
+    benchmark.extra_info["items"] = BATCH
+    benchmark.pedantic(run, rounds=rounds_for(impl, size), iterations=1, warmup_rounds=1)
+    assert len(s) == size
+
+
+@pytest.mark.parametrize("order", ["sequential", "random"])
+def test_merge_add(benchmark: Any, impl: str, order: str) -> None:
+    """add of a key that is already queued (the de-duplication path), 100k keys queued,
+    touched in key order or in a scattered order (which is cache-miss bound)."""
+    size = 100_000
+    s = IMPLS[impl]()
+    pool = keys(size)
+    s.add_many(pool)
+    stride = 1 if order == "sequential" else 7919
+    touched = [pool[(j * stride) % size] for j in range(size)]
+    state = {"i": 0}
+
+    def run() -> None:
+        add = s.add
+        i = state["i"]
+        for key in touched[i : i + BATCH]:
+            add(key)
+        state["i"] = (i + BATCH) % size
+
+    benchmark.group = f"merge add, {order} (100k queued)"
+    benchmark.extra_info["items"] = BATCH
+    benchmark.pedantic(run, rounds=rounds_for(impl, size), iterations=1, warmup_rounds=1)
+    assert len(s) == size
+
+
+def test_delayed_cycle(benchmark: Any, impl: str) -> None:
+    """add with a delay + pop + done with explicit times: ~100k keys waiting, and every pop
+    first promotes the one that has become due."""
+    size = 100_000
+    s = IMPLS[impl]()
+    pool = keys(2 * size)
+    step = 2.0**-10  # dyadic: every time and ready time is exact
+    delay = size * step
+    for i in range(size):
+        s.add(pool[i], after=delay, now=i * step)
+    state = {"i": size}
+
+    def run() -> None:
+        add, pop, done = s.add, s.pop, s.done
+        i = state["i"]
+        for j in range(i, i + BATCH):
+            now = j * step
+            add(pool[j % (2 * size)], after=delay, now=now)
+            key = pop(now=now)
+            done(key, now=now)
+        state["i"] = i + BATCH
+
+    benchmark.group = "delayed add+pop+done (100k waiting)"
+    benchmark.extra_info["items"] = BATCH
+    benchmark.pedantic(run, rounds=rounds_for(impl, size), iterations=1, warmup_rounds=1)
+
+
+@pytest.mark.parametrize("batch", [100, 1_000], ids=lambda n: f"batch{n}")
+def test_batch_cycle(benchmark: Any, impl: str, batch: int) -> None:
+    """add_many + pop_many + done per key, in batches, with 100k keys queued."""
+    size = 100_000
+    s = IMPLS[impl]()
+    pool = keys(2 * size)
+    s.add_many(pool[:size])
+    chunks = [pool[i : i + batch] for i in range(0, 2 * size, batch)]
+    state = {"i": size // batch}
+
+    def run() -> None:
+        add_many, pop_many, done = s.add_many, s.pop_many, s.done
+        i = state["i"]
+        for j in range(i, i + BATCH // batch):
+            add_many(chunks[j % len(chunks)])
+            for key in pop_many(batch):
+                done(key)
+        state["i"] = i + BATCH // batch
+
+    benchmark.group = f"batched cycle, {batch} per batch (100k queued)"
+    benchmark.extra_info["items"] = BATCH
+    benchmark.pedantic(run, rounds=rounds_for(impl, size), iterations=1, warmup_rounds=1)
+    assert len(s) == size
+
+
+MEMORY_SCRIPT = textwrap.dedent(
+    """
+    import gc, json, sys
+    from fastctl import Scheduler
+    from fastctl._model import ModelScheduler
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    impl, n, delayed = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+    keys = [f"namespace-{i % 97:02d}/object-{i:08d}" for i in range(n)]
+    s = {"rust": Scheduler, "model": ModelScheduler}[impl]()
+    gc.collect()
+    before = rss()
+    for i in range(0, n, 10_000):  # chunks: no large temporary argument lists
+        s.add_many(keys[i : i + 10_000], after=60.0 if delayed else 0.0, now=0.0)
+    gc.collect()
+    after = rss()
+    assert len(s) == n
+    print(json.dumps({"bytes_per_key": (after - before) / n, "key_chars": len(keys[-1])}))
+    """
+)
+
+
+def measure_memory(impl: str, n: int, delayed: bool) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_SCRIPT, impl, str(n), "1" if delayed else "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    result: dict[str, float] = json.loads(out.stdout)
+    return result
+
+
+@pytest.mark.parametrize("state", ["ready", "waiting"])
+def test_memory_per_key_1m(benchmark: Any, impl: str, state: str) -> None:
+    """Resident memory per queued key with 1M keys (the keys' own Python strings excluded:
+    they exist before the measurement starts)."""
+    result = measure_memory(impl, 1_000_000, delayed=state == "waiting")
+    benchmark.group = "memory per key (1M keys)"
+    benchmark.extra_info.update(result)
+    benchmark.extra_info["memory"] = True
+    print(f"\n{impl} {state}: {result['bytes_per_key']:.0f} bytes/key")
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    if impl == "rust":
+        assert result["bytes_per_key"] <= 200
+
+
+def summarize(path: str) -> str:
+    """A markdown table of per-item medians and Rust/model ratios from a --benchmark-json."""
+    with open(path) as f:
+        data = json.load(f)
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for b in data["benchmarks"]:
+        name = b["name"].split("[")[0].removeprefix("test_")
+        params = {k: v for k, v in b["params"].items() if k != "impl"}
+        case = name + "".join(f" {v}" for v in params.values())
+        rows.setdefault(case, {})[b["params"]["impl"]] = b
+    lines = [
+        "| case | Rust median | model median | model / Rust |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for case, by_impl in rows.items():
+        cells = []
+        values = {}
+        for impl in ("rust", "model"):
+            b = by_impl.get(impl)
+            if b is None:
+                cells.append("—")
+                continue
+            if b["extra_info"].get("memory"):
+                values[impl] = b["extra_info"]["bytes_per_key"]
+                cells.append(f"{values[impl]:.0f} B/key")
+            else:
+                per_item = statistics.median(b["stats"]["data"]) / b["extra_info"]["items"]
+                values[impl] = per_item
+                cells.append(f"{per_item * 1e9:.0f} ns/item")
+        ratio = f"{values['model'] / values['rust']:.1f}x" if len(values) == 2 else "—"
+        lines.append(f"| {case} | {cells[0]} | {cells[1]} | {ratio} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(summarize(sys.argv[1]))
