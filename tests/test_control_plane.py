@@ -559,3 +559,82 @@ def test_sigterm_of_a_blocking_owner_kills_the_servers() -> None:
     proc.terminate()
     proc.wait()
     assert _wait_gone(records) == []
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def _fastctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fastctl.cli", *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_cli_up_env_down(tmp_path: Path, control_plane: ControlPlane) -> None:
+    env = {"FASTCTL_RUN_DIR": str(tmp_path / "run")}
+    up = _fastctl("control-plane", "up", "--name", "cli-test", env=env)
+    assert up.returncode == 0, up.stderr
+    assert up.stdout.startswith("export KUBECONFIG=")
+    kubeconfig = up.stdout.strip().removeprefix("export KUBECONFIG=")
+    try:
+        assert _fastctl("control-plane", "env", "--name", "cli-test", env=env).stdout == up.stdout
+        again = _fastctl("control-plane", "up", "--name", "cli-test", env=env)
+        assert again.returncode == 0
+        assert "already up" in again.stderr
+        kubectl = control_plane.binaries.kubectl
+        assert kubectl is not None
+        got = subprocess.run(
+            [str(kubectl), "--kubeconfig", kubeconfig, "get", "namespace", "default", "-o", "name"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert got.stdout.strip() == "namespace/default", got.stderr
+        state = json.loads((tmp_path / "run" / "cli-test" / "state.json").read_text())
+        supervisor = ProcessRecord(state["pid"], "supervisor", state["start_ticks"])
+    finally:
+        down = _fastctl("control-plane", "down", "--name", "cli-test", env=env)
+    assert down.returncode == 0, down.stderr
+    assert not supervisor.alive()
+    gone = _fastctl("control-plane", "env", "--name", "cli-test", env=env)
+    assert gone.returncode == 1
+    assert gone.stderr.strip() == (
+        "fastctl: error: control plane 'cli-test' is not running; "
+        "start it with `fastctl control-plane up`"
+    )
+
+
+def test_cli_errors_are_one_line(no_binaries: Path, tmp_path: Path) -> None:
+    env = {"FASTCTL_RUN_DIR": str(tmp_path / "run"), "PATH": str(no_binaries)}
+    for args in (("control-plane", "up"), ("control-plane", "build")):
+        result = _fastctl(*args, env=env)
+        assert result.returncode == 1
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith("fastctl: error: ")
+        assert "KUBEBUILDER_ASSETS" in lines[0]
+        assert "Traceback" not in result.stderr
+
+
+def test_cli_up_reports_a_failed_start(
+    control_plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "etcd").symlink_to(control_plane.binaries.etcd)
+    fake = assets / "kube-apiserver"
+    fake.write_text("#!/bin/sh\necho 'E0101 fake-apiserver: cannot start' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    env = {"FASTCTL_RUN_DIR": str(tmp_path / "run"), "KUBEBUILDER_ASSETS": str(assets)}
+    result = _fastctl("control-plane", "up", "--name", "broken", env=env)
+    assert result.returncode == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("fastctl: error: control plane 'broken' did not start: ")
+    assert "kube-apiserver exited with code 3" in error
+    log = tmp_path / "run" / "broken" / "data" / "kube-apiserver.log"
+    assert "fake-apiserver: cannot start" in log.read_text()
+    assert not (tmp_path / "run" / "broken" / "state.json").exists()

@@ -211,8 +211,6 @@ class ControlPlane:
     - `start_timeout`: seconds to wait for each server (kube-apiserver takes ~10-60 s on
       2 cores, more when the machine is busy).
     - `apiserver_args` / `etcd_args`: extra flags, appended (so they override the defaults).
-    - `tie_to_parent`: let the kernel kill the servers if this process dies (Linux). Only the
-      detached ``fastctl control-plane up`` supervisor has a reason to change it.
     """
 
     def __init__(
@@ -226,7 +224,6 @@ class ControlPlane:
         build: bool = True,
         apiserver_args: Sequence[str] = (),
         etcd_args: Sequence[str] = (),
-        tie_to_parent: bool = True,
     ) -> None:
         self._binaries_arg = binaries
         self._directory_arg = Path(directory) if directory is not None else None
@@ -236,7 +233,6 @@ class ControlPlane:
         self._build = build
         self._apiserver_args = list(apiserver_args)
         self._etcd_args = list(etcd_args)
-        self._tie_to_parent = tie_to_parent
 
         self._binaries: Binaries | None = None
         self._directory: Path | None = None
@@ -530,7 +526,7 @@ class ControlPlane:
                 *self._etcd_args,
             ]
             log, offset = self._open_log("etcd")
-            self._etcd = _process.spawn("etcd", argv, log, tie_to_parent=self._tie_to_parent)
+            self._etcd = _process.spawn("etcd", argv, log)
             self._etcd_port = port
             outcome = yield from self._wait(
                 "etcd", self._etcd, self.etcd_log, offset, functools.partial(_etcd_healthy, url)
@@ -579,9 +575,7 @@ class ControlPlane:
             else:
                 port = _pick_port(self._apiserver_port_hint if attempt == 0 else None)
             log, offset = self._open_log("kube-apiserver")
-            self._apiserver = _process.spawn(
-                "kube-apiserver", self._apiserver_argv(port), log, tie_to_parent=self._tie_to_parent
-            )
+            self._apiserver = _process.spawn("kube-apiserver", self._apiserver_argv(port), log)
             self._apiserver_port = port
             outcome = yield from self._wait(
                 "kube-apiserver", self._apiserver, self.apiserver_log, offset, self._api_ready
