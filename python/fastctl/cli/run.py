@@ -1,0 +1,190 @@
+"""``fastctl run module:attr``: run an operator's controllers (like ``kopf run``).
+
+`attr` names one of:
+
+- a callable ``attr(client, **options)`` (sync or async) that returns a `Controller`, an
+  iterable of them, or a `Manager`; it receives the `ApiClient` built from ``--kubeconfig``,
+  and ``namespace=``/``concurrency=`` when the options are given and its signature takes
+  them (``fastctl.demo.widgets:make_controller`` is such a factory);
+- a `Controller`, an iterable of Controllers, or a `Manager`, already built.
+
+Controllers are run in a `Manager`, so every operator gets ``/metrics``, ``/healthz``,
+``/readyz``, graceful shutdown on SIGTERM/SIGINT and, with ``--leader-elect``, leader
+election. A Manager returned by `attr` is run as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import logging
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from fastctl.cli import CliError, Subcommands
+
+__all__ = ["load_target", "register"]
+
+
+def register(subcommands: Subcommands) -> None:
+    parser = subcommands.add_parser(
+        "run",
+        help="run an operator's controllers (module:attr)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("target", metavar="module:attr", help="what to run (see above)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube)")
+    parser.add_argument("--namespace", help="watch one namespace (default: all)")
+    parser.add_argument("--concurrency", type=int, help="reconciles at once per controller")
+    parser.add_argument(
+        "--leader-elect",
+        nargs="?",
+        const="",
+        metavar="LEASE",
+        help="leader election on a Lease (name default: the module name)",
+    )
+    parser.add_argument(
+        "--lease-namespace", default="default", help="namespace of the Lease (default: default)"
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, default=8080, help="/metrics, /healthz, /readyz (0: off)"
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    parser.set_defaults(handler=handle)
+
+
+def configure_logging(level: str) -> None:
+    """Structured one-line logs naming the object being reconciled."""
+    from fastctl.log import ObjectContextFilter
+
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise CliError(f"--log-level {level!r} is not one of DEBUG, INFO, WARNING, ERROR")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(ObjectContextFilter())
+    handler.setFormatter(
+        logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s object=%(fastctl_object)s %(message)s"
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric)
+
+
+def load_target(spec: str) -> Any:
+    """Import ``module:attr`` (``module`` may also be a path to a .py file)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(f"expected module:attr, got {spec!r}")
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.exists():
+            raise CliError(f"cannot import {module_name}: no such file")
+        sys.path.insert(0, str(path.parent.resolve()))
+        module_name = path.stem
+    else:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise CliError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from None
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise CliError(f"{module_name} has no attribute {attr!r}") from None
+    return target
+
+
+def handle(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    target = load_target(args.target)
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise CliError(f"--metrics-port {args.metrics_port} is not a port number")
+    return asyncio.run(_run(target, args))
+
+
+async def _run(target: Any, args: argparse.Namespace) -> int:
+    from fastctl.client import KubeconfigError, load_client
+    from fastctl.controller import Controller
+    from fastctl.health import PortInUse
+    from fastctl.leader import LeaderElection
+    from fastctl.manager import LeadershipLost, Manager
+
+    try:
+        client = await load_client(args.kubeconfig)
+    except KubeconfigError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        built = await _build(target, client, args)
+        if isinstance(built, Manager):
+            manager = built
+        else:
+            controllers = [built] if isinstance(built, Controller) else _controllers(built)
+            lease = args.leader_elect
+            election = None
+            if lease is not None:
+                name = lease or args.target.partition(":")[0].replace(".", "-").replace("_", "-")
+                election = LeaderElection(name, namespace=args.lease_namespace)
+            manager = Manager(
+                client,
+                leader_election=election,
+                metrics_port=args.metrics_port or None,
+            )
+            for ctl in controllers:
+                manager.add(ctl)
+        try:
+            await manager.run()
+        except PortInUse as exc:
+            raise CliError(str(exc)) from None
+        except LeadershipLost as exc:
+            raise CliError(str(exc), code=3) from None
+    finally:
+        await client.close()
+    return 0
+
+
+async def _build(target: Any, client: Any, args: argparse.Namespace) -> Any:
+    from fastctl.controller import Controller
+    from fastctl.manager import Manager
+
+    if isinstance(target, Controller | Manager):
+        return target
+    if callable(target):
+        options: dict[str, Any] = {}
+        try:
+            params = inspect.signature(target).parameters
+        except (TypeError, ValueError):
+            params = {}  # type: ignore[assignment]
+        for name in ("namespace", "concurrency"):
+            value = getattr(args, name)
+            if value is not None and name in params:
+                options[name] = value
+        result = target(client, **options)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+    if isinstance(target, Iterable):
+        return target
+    raise CliError(
+        f"{args.target} is a {type(target).__name__}: expected a Controller, Controllers, "
+        "a Manager, or a function of the client that returns one"
+    )
+
+
+def _controllers(built: Any) -> list[Any]:
+    from fastctl.controller import Controller
+
+    items = list(built) if isinstance(built, Iterable) else [built]
+    if not items or not all(isinstance(c, Controller) for c in items):
+        raise CliError(
+            f"expected Controllers or a Manager, got {type(built).__name__}: {built!r:.80}"
+        )
+    return items
