@@ -27,7 +27,7 @@ from fastctl._core import Scheduler
 from fastctl.channel import Channel, ChannelClosed
 from fastctl.metrics import ReconcileCounters
 from fastctl.resource import ResolvedResource, Resource
-from fastctl.runner import DEFAULT_CONCURRENCY, ErrorPolicy, Reconcile, applier
+from fastctl.runner import DEFAULT_CONCURRENCY, ErrorPolicy, Reconcile, SchedulerLike, applier
 from fastctl.shared_watch import SharedWatch
 from fastctl.store import Store, reflector
 from fastctl.types import ObjectRef, ReconcileResult, Trigger
@@ -86,6 +86,7 @@ class Controller:
         label_selector: str | None = None,
         name: str | None = None,
         executor: Executor | None = None,
+        scheduler: SchedulerLike | None = None,
     ) -> None:
         if not isinstance(resource, Resource):
             raise TypeError(f"resource must be a fastctl.Resource, got {type(resource).__name__}")
@@ -102,7 +103,11 @@ class Controller:
         self.label_selector = label_selector
         self._name = name or f"{resource.kind.lower()}"
         self.executor = executor
-        self.scheduler = Scheduler(concurrency=concurrency, debounce=debounce)
+        self.scheduler: SchedulerLike = (
+            scheduler
+            if scheduler is not None
+            else Scheduler(concurrency=concurrency, debounce=debounce)
+        )
         self.store = Store()
         self._counters = ReconcileCounters()
         self._relations: list[_Relation] = []

@@ -36,9 +36,12 @@ from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastctl._core import Scheduler
+
+if TYPE_CHECKING:
+    from fastctl._core import SchedulerStats
 from fastctl.log import current_object
 from fastctl.types import Action, ObjectRef, ReconcileResult, Trigger
 
@@ -89,6 +92,8 @@ class SchedulerLike(Protocol):
     def next_ready_at(self) -> float | None: ...
     @property
     def in_flight(self) -> int: ...
+    def __len__(self) -> int: ...
+    def stats(self) -> SchedulerStats: ...
 
 
 class _ReadyAware(Protocol):
