@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -148,6 +149,48 @@ def test_batch_cycle(benchmark: Any, impl: str, batch: int) -> None:
     assert len(s) == size
 
 
+def cycle_runner(impl: str, size: int) -> Callable[[], None]:
+    """The `test_cycle` workload as a callable running BATCH cycles per call."""
+    s = IMPLS[impl]()
+    pool = keys(2 * size)
+    s.add_many(pool[:size])
+    state = {"i": 0}
+
+    def run() -> None:
+        add, pop, done = s.add, s.pop, s.done
+        i = state["i"]
+        for j in range(i, i + BATCH):
+            add(pool[(size + j) % (2 * size)])
+            done(pop())
+        state["i"] = i + BATCH
+
+    return run
+
+
+@pytest.mark.parametrize("size", [1_000, 100_000, 1_000_000], ids=lambda n: f"{n}keys")
+def test_paired_cycle_ratio(benchmark: Any, size: int) -> None:
+    """The model/Rust ratio of `test_cycle` measured with alternating rounds (Rust, model,
+    Rust, model, ...), so that a change in machine load hits both sides alike."""
+    rust, model = cycle_runner("rust", size), cycle_runner("model", size)
+    rust(), model()  # warm up
+    times: dict[str, list[float]] = {"rust": [], "model": []}
+    for _ in range(7):
+        for name, run in (("rust", rust), ("model", model)):
+            start = time.perf_counter()
+            run()
+            times[name].append((time.perf_counter() - start) / BATCH)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    benchmark.group = "paired model/Rust ratio, add+pop+done"
+    benchmark.extra_info.update(
+        paired=True,
+        rust_ns=medians["rust"] * 1e9,
+        model_ns=medians["model"] * 1e9,
+        ratio=medians["model"] / medians["rust"],
+    )
+    print(f"\n{size} keys: model/Rust = {medians['model'] / medians['rust']:.1f}x")
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+
+
 MEMORY_SCRIPT = textwrap.dedent(
     """
     import gc, json, sys
@@ -204,8 +247,16 @@ def summarize(path: str) -> str:
     with open(path) as f:
         data = json.load(f)
     rows: dict[str, dict[str, dict[str, Any]]] = {}
+    paired = []
     for b in data["benchmarks"]:
         name = b["name"].split("[")[0].removeprefix("test_")
+        if b["extra_info"].get("paired"):
+            e = b["extra_info"]
+            paired.append(
+                f"| cycle {b['params']['size']} keys, alternating rounds | "
+                f"{e['rust_ns']:.0f} ns/item | {e['model_ns']:.0f} ns/item | {e['ratio']:.1f}x |"
+            )
+            continue
         params = {k: v for k, v in b["params"].items() if k != "impl"}
         case = name + "".join(f" {v}" for v in params.values())
         rows.setdefault(case, {})[b["params"]["impl"]] = b
@@ -230,7 +281,7 @@ def summarize(path: str) -> str:
                 cells.append(f"{per_item * 1e9:.0f} ns/item")
         ratio = f"{values['model'] / values['rust']:.1f}x" if len(values) == 2 else "—"
         lines.append(f"| {case} | {cells[0]} | {cells[1]} | {ratio} |")
-    return "\n".join(lines)
+    return "\n".join(lines + paired)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@
 //! gives FIFO order inside a priority with no time comparisons.
 
 mod backoff;
+mod index;
 mod queues;
 mod record;
 mod running;

@@ -1,12 +1,12 @@
 //! The one record per key: a slab of fixed-size records addressed by `u32`, and a hash index
 //! from key to slot.
 //!
-//! The index is a `hashbrown::HashTable<u32>` that stores only slot numbers and hashes the key
-//! kept in the record, so each key's text is stored once and an index entry costs 4 bytes
-//! (plus one control byte) instead of a second copy of the key. The ordered queues refer to
-//! records by slot number too, which keeps their entries small and `Copy`.
+//! The index (`super::index`) stores only slot numbers and a hash tag and compares the key
+//! kept in the record, so each key's text is stored once. The ordered queues refer to records
+//! by slot number too, which keeps their entries small and `Copy`.
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use super::index::{advise_huge_pages, Index, MAX_SLOT};
+use hashbrown::DefaultHashBuilder;
 use std::hash::BuildHasher;
 
 /// Where a key is in its life cycle. Absent keys have no record at all.
@@ -50,7 +50,7 @@ pub struct Record {
 pub struct Records {
     slots: Vec<Record>,
     free: Vec<u32>,
-    index: HashTable<u32>,
+    index: Index,
     hasher: DefaultHashBuilder,
 }
 
@@ -63,9 +63,7 @@ impl Records {
     pub fn find(&self, key: &str) -> Option<u32> {
         let hash = self.hasher.hash_one(key);
         let slots = &self.slots;
-        self.index
-            .find(hash, |&i| &*slots[i as usize].key == key)
-            .copied()
+        self.index.find(hash, |i| &*slots[i as usize].key == key)
     }
 
     /// A new record for `key` (which must not have one), in state `Free` until the caller
@@ -87,25 +85,27 @@ impl Records {
                 i
             }
             None => {
-                let i = u32::try_from(self.slots.len()).map_err(|_| TooManyKeys)?;
+                let i = u32::try_from(self.slots.len())
+                    .ok()
+                    .filter(|&i| i <= MAX_SLOT)
+                    .ok_or(TooManyKeys)?;
+                let capacity = self.slots.capacity();
                 self.slots.push(record);
+                if self.slots.capacity() != capacity {
+                    let bytes = self.slots.capacity() * std::mem::size_of::<Record>();
+                    advise_huge_pages(self.slots.as_ptr().cast(), bytes);
+                }
                 i
             }
         };
-        let hash = self.hasher.hash_one(key);
-        let (slots, hasher) = (&self.slots, &self.hasher);
-        self.index
-            .insert_unique(hash, idx, |&i| hasher.hash_one(&*slots[i as usize].key));
+        self.index.insert(self.hasher.hash_one(key), idx);
         Ok(idx)
     }
 
     /// Drop the record in `idx`: the key becomes absent and the slot is reused later.
     pub fn remove(&mut self, idx: u32) {
         let slot = &mut self.slots[idx as usize];
-        let hash = self.hasher.hash_one(&*slot.key);
-        if let Ok(entry) = self.index.find_entry(hash, |&i| i == idx) {
-            entry.remove();
-        }
+        self.index.remove(self.hasher.hash_one(&*slot.key), idx);
         slot.key = Box::default();
         slot.state = State::Free;
         self.free.push(idx);

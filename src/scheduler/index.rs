@@ -1,0 +1,243 @@
+//! The key → slot index: an open-addressing hash table with linear probing whose entries
+//! are single `u64`s, `(32-bit hash tag << 32) | (slot + 1)`, and 0 for an empty entry.
+//!
+//! Why not `hashbrown`: with many keys the scheduler is bound by cache misses, and a
+//! `hashbrown` lookup touches two distant places (the control bytes and the bucket), while
+//! here the tag that filters candidates and the slot number share one 8-byte entry, so a
+//! lookup costs one miss in the table (plus the record, to compare the key). The table keeps
+//! its load at most 1/2, so probe runs stay within a cache line or two, and deletes shift
+//! the following entries back instead of leaving tombstones, so lookups never slow down.
+//! The home position of an entry is derived from its tag, so growing the table and shifting
+//! entries never needs the keys themselves.
+
+/// Where an entry's probe run starts and what it is filtered by: the high 32 bits of the
+/// key's 64-bit hash.
+fn tag_of(hash: u64) -> u32 {
+    (hash >> 32) as u32
+}
+
+fn entry(tag: u32, slot: u32) -> u64 {
+    (u64::from(tag) << 32) | (u64::from(slot) + 1)
+}
+
+fn entry_tag(e: u64) -> u32 {
+    (e >> 32) as u32
+}
+
+fn entry_slot(e: u64) -> u32 {
+    (e as u32) - 1
+}
+
+/// The largest slot number an entry can hold (`slot + 1` must fit in 32 bits).
+pub const MAX_SLOT: u32 = u32::MAX - 1;
+
+#[derive(Debug, Default)]
+pub struct Index {
+    entries: Vec<u64>,
+    len: usize,
+}
+
+impl Index {
+    fn mask(&self) -> usize {
+        self.entries.len() - 1
+    }
+
+    fn home(&self, tag: u32) -> usize {
+        tag as usize & self.mask()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The slot whose key matches, among the entries with this hash; `is_key(slot)` compares
+    /// the key stored in that slot's record.
+    pub fn find(&self, hash: u64, mut is_key: impl FnMut(u32) -> bool) -> Option<u32> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let tag = tag_of(hash);
+        let mask = self.mask();
+        let mut i = self.home(tag);
+        loop {
+            let e = self.entries[i];
+            if e == 0 {
+                return None;
+            }
+            if entry_tag(e) == tag && is_key(entry_slot(e)) {
+                return Some(entry_slot(e));
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Add `slot` under `hash` (its key must not be in the index yet).
+    pub fn insert(&mut self, hash: u64, slot: u32) {
+        debug_assert!(slot <= MAX_SLOT);
+        if (self.len + 1) * 2 > self.entries.len() {
+            self.grow();
+        }
+        self.place(entry(tag_of(hash), slot));
+        self.len += 1;
+    }
+
+    fn place(&mut self, e: u64) {
+        let mask = self.mask();
+        let mut i = self.home(entry_tag(e));
+        while self.entries[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.entries[i] = e;
+    }
+
+    fn grow(&mut self) {
+        let capacity = (self.entries.len() * 2).max(16);
+        let old = std::mem::replace(&mut self.entries, vec![0; capacity]);
+        advise_huge_pages(self.entries.as_ptr().cast(), capacity * 8);
+        for e in old.into_iter().filter(|&e| e != 0) {
+            self.place(e);
+        }
+    }
+
+    /// Remove the entry of `slot`, filed under `hash`.
+    pub fn remove(&mut self, hash: u64, slot: u32) {
+        if self.entries.is_empty() {
+            return;
+        }
+        let target = entry(tag_of(hash), slot);
+        let mask = self.mask();
+        let mut i = self.home(tag_of(hash));
+        loop {
+            match self.entries[i] {
+                0 => {
+                    debug_assert!(false, "index entry missing");
+                    return;
+                }
+                e if e == target => break,
+                _ => i = (i + 1) & mask,
+            }
+        }
+        self.len -= 1;
+        // Backward-shift deletion: move later entries of the run into the hole when their
+        // home position allows it, so no run is ever broken by an empty entry.
+        loop {
+            self.entries[i] = 0;
+            let mut j = i;
+            loop {
+                j = (j + 1) & mask;
+                let e = self.entries[j];
+                if e == 0 {
+                    return;
+                }
+                let home = self.home(entry_tag(e));
+                // `e` may move to `i` unless its home lies cyclically in (i, j].
+                let stays = if i <= j {
+                    i < home && home <= j
+                } else {
+                    i < home || home <= j
+                };
+                if !stays {
+                    self.entries[i] = e;
+                    i = j;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Bytes allocated by the table.
+    #[cfg(test)]
+    pub fn allocated(&self) -> usize {
+        self.entries.capacity() * 8
+    }
+}
+
+/// Ask Linux to back a large allocation (`bytes` from `start`) with transparent huge pages:
+/// lookups are random, so with 4 KiB pages nearly every one would also miss the TLB. Only a
+/// hint, harmless if the kernel ignores it.
+#[cfg(target_os = "linux")]
+pub fn advise_huge_pages(start: *const u8, bytes: usize) {
+    const HUGE: usize = 2 << 20;
+    if bytes < 2 * HUGE {
+        return;
+    }
+    let start = start as usize;
+    let aligned = (start + HUGE - 1) & !(HUGE - 1);
+    let end = (start + bytes) & !(HUGE - 1);
+    if end > aligned {
+        // SAFETY: [aligned, end) lies inside one live allocation (the caller's); madvise
+        // only changes how the kernel backs those pages, never their contents.
+        unsafe {
+            libc::madvise(
+                aligned as *mut libc::c_void,
+                end - aligned,
+                libc::MADV_HUGEPAGE,
+            );
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn advise_huge_pages(_start: *const u8, _bytes: usize) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::SplitMix64;
+    use std::collections::HashMap;
+
+    /// A model: key id → slot, with each key's hash chosen by the test (so collisions and
+    /// long runs are easy to provoke).
+    fn check(index: &Index, model: &HashMap<u64, u32>, hashes: &HashMap<u64, u64>) {
+        assert_eq!(index.len(), model.len());
+        for (&k, &slot) in model {
+            let found = index.find(hashes[&k], |s| model.get(&k) == Some(&s));
+            assert_eq!(found, Some(slot), "key {k}");
+        }
+    }
+
+    #[test]
+    fn insert_find_remove_against_a_model() {
+        let mut rng = SplitMix64::new(9);
+        let mut index = Index::default();
+        let mut model: HashMap<u64, u32> = HashMap::new();
+        let mut hashes: HashMap<u64, u64> = HashMap::new();
+        let mut next_slot = 0u32;
+        for step in 0..20_000u64 {
+            let k = rng.next_u64() % 500;
+            // Few distinct tags: many collisions and long probe runs that wrap around.
+            let hash = *hashes
+                .entry(k)
+                .or_insert_with(|| (rng.next_u64() % 64) << 32 | rng.next_u64() >> 32);
+            if let Some(slot) = model.remove(&k) {
+                index.remove(hash, slot);
+                assert_eq!(index.find(hash, |s| s == slot), None);
+            } else {
+                model.insert(k, next_slot);
+                index.insert(hash, next_slot);
+                next_slot += 1;
+            }
+            if step % 997 == 0 {
+                check(&index, &model, &hashes);
+            }
+        }
+        check(&index, &model, &hashes);
+    }
+
+    #[test]
+    fn load_stays_at_most_half() {
+        let mut index = Index::default();
+        for slot in 0..100_000u32 {
+            index.insert(u64::from(slot).wrapping_mul(0x9E37_79B9_7F4A_7C15), slot);
+        }
+        assert!(index.allocated() / 8 >= 2 * index.len());
+        assert!(index.allocated() <= 100_000 * 8 * 4);
+    }
+
+    #[test]
+    fn empty_index_finds_nothing() {
+        let mut index = Index::default();
+        assert_eq!(index.find(42, |_| true), None);
+        index.remove(42, 0);
+    }
+}
