@@ -34,7 +34,7 @@ def test_resource_needs_a_kind_and_keyword_options() -> None:
     with pytest.raises(ValueError, match="kind"):
         Resource("v1", "")
     with pytest.raises(TypeError):
-        Resource("v1", "ConfigMap", "configmaps")  # type: ignore[misc]
+        Resource("v1", "ConfigMap", "configmaps")  # type: ignore[call-arg]
 
 
 def test_paths() -> None:

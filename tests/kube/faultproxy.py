@@ -1,0 +1,213 @@
+"""A fault-injecting HTTP proxy in front of the real kube-apiserver (toxiproxy in spirit).
+
+The watcher is tested against the real API server; some failures, though, cannot be
+produced by the server on demand: a TCP connection that goes silent without closing, a
+corrupt line in a watch stream, a burst of 429s or 503s. The proxy terminates plain HTTP
+from the client under test, forwards every request to kube-apiserver over TLS as the admin,
+and streams the answers back line by line, so it can:
+
+- record every request (`requests`: method and path with query) for assertions;
+- `freeze` the streams open right now (they stop forwarding but stay open: a dead peer);
+- `cut` the streams open right now (the client sees the connection drop);
+- `inject` a line into the open watch streams, before the next real line;
+- `fail` the next requests matching a predicate with a given status and Status body;
+- be `down` (every request answered 503) while a test changes the world behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+__all__ = ["FaultProxy", "admin_ssl_context"]
+
+_HOP_HEADERS = ("content-type", "retry-after", "audit-id", "warning")
+
+
+@dataclass(eq=False)
+class _Stream:
+    request: web.Request
+    frozen: bool = False
+    injected: list[bytes] = field(default_factory=list)
+
+
+@dataclass
+class _Failure:
+    status: int
+    remaining: int
+    match: Callable[[str, str], bool]
+    retry_after: int | None
+
+
+class FaultProxy:
+    """Plain HTTP on 127.0.0.1 in front of `upstream` (an ``https://`` API server)."""
+
+    def __init__(self, upstream: str, ssl_context: ssl.SSLContext) -> None:
+        self.upstream = upstream.rstrip("/")
+        self._ssl = ssl_context
+        self.requests: list[tuple[str, str]] = []
+        self.down = False
+        self._streams: set[_Stream] = set()
+        self._failures: list[_Failure] = []
+        self._closing = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=self._ssl), read_bufsize=2**21
+        )
+        app = web.Application(client_max_size=2**26)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+        return self.url
+
+    async def close(self) -> None:
+        self._closing.set()
+        self.cut()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def freeze(self) -> int:
+        """Stop forwarding on every open stream without closing it; returns how many."""
+        for stream in self._streams:
+            stream.frozen = True
+        return len(self._streams)
+
+    def cut(self) -> int:
+        """Drop every open stream's client connection; returns how many."""
+        streams = list(self._streams)
+        for stream in streams:
+            transport = stream.request.transport
+            if transport is not None:
+                transport.abort()
+        return len(streams)
+
+    def inject(self, line: bytes) -> int:
+        """Send `line` on every open watch stream before its next real line."""
+        watches = [s for s in self._streams if "watch=" in s.request.query_string]
+        for stream in watches:
+            stream.injected.append(line)
+        return len(watches)
+
+    def fail(
+        self,
+        status: int,
+        *,
+        times: int = 1,
+        match: Callable[[str, str], bool] = lambda method, path: True,
+        retry_after: int | None = None,
+    ) -> None:
+        """Answer the next `times` requests that `match` (method, path) with `status`."""
+        self._failures.append(_Failure(status, times, match, retry_after))
+
+    def watches(self) -> list[str]:
+        """The paths (with queries) of the watch requests seen so far."""
+        return [path for method, path in self.requests if "watch=" in path]
+
+    def lists(self) -> list[str]:
+        """The paths of the plain (non-watch) GETs of collections seen so far."""
+        return [p for m, p in self.requests if m == "GET" and "watch=" not in p]
+
+    # -- the proxy ------------------------------------------------------------------------
+
+    def _failure(self, method: str, path: str) -> _Failure | None:
+        for failure in self._failures:
+            if failure.remaining > 0 and failure.match(method, path):
+                failure.remaining -= 1
+                return failure
+        return None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        method, path = request.method, request.path_qs
+        self.requests.append((method, path))
+        if self.down:
+            return _status_response(503, "ServiceUnavailable", "proxy is down", None)
+        failure = self._failure(method, path)
+        if failure is not None:
+            return _status_response(
+                failure.status, "Injected", "injected by FaultProxy", failure.retry_after
+            )
+        assert self._session is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type",)}
+        headers["Accept"] = request.headers.get("Accept", "application/json")
+        body = await request.read()
+        try:
+            upstream = await self._session.request(
+                method,
+                self.upstream + path,
+                data=body or None,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            )
+        except (aiohttp.ClientError, OSError) as exc:
+            return _status_response(502, "BadGateway", f"upstream: {exc}", None)
+        stream = _Stream(request)
+        async with upstream:
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for name in _HOP_HEADERS:
+                if name in upstream.headers:
+                    response.headers[name] = upstream.headers[name]
+            await response.prepare(request)
+            self._streams.add(stream)
+            try:
+                while True:
+                    line = await upstream.content.readline(max_line_length=2**26)
+                    if not line:
+                        break
+                    if stream.frozen:
+                        await self._closing.wait()  # a dead peer: silent, but open
+                        return response
+                    while stream.injected:
+                        await response.write(stream.injected.pop(0))
+                    await response.write(line)
+                await response.write_eof()
+            except (aiohttp.ClientError, ConnectionError, OSError):
+                if request.transport is not None:
+                    request.transport.abort()
+            finally:
+                self._streams.discard(stream)
+        return response
+
+
+def _status_response(
+    status: int, reason: str, message: str, retry_after: int | None
+) -> web.Response:
+    body: dict[str, object] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "reason": reason,
+        "message": message,
+        "code": status,
+    }
+    headers = {}
+    if retry_after is not None:
+        body["details"] = {"retryAfterSeconds": retry_after}
+        headers["Retry-After"] = str(retry_after)
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )
+
+
+def admin_ssl_context(ca_file: str, cert_file: str, key_file: str) -> ssl.SSLContext:
+    """TLS as the control plane's admin (client certificate in ``system:masters``)."""
+    context = ssl.create_default_context(cafile=ca_file)
+    context.load_cert_chain(cert_file, key_file)
+    return context

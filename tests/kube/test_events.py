@@ -1,0 +1,87 @@
+"""The Event recorder against the real server: creation, series folding, cluster scope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from fastctl._http import request_json
+from fastctl.events import Recorder
+from fastctl.resource import Resource
+
+from .conftest import make_configmap
+
+pytestmark = pytest.mark.kube
+
+CONTROLLER = "kubelayer.fastctl.dev/test-controller"
+
+
+async def events_in(client: ApiClient, namespace: str) -> list[dict[str, Any]]:
+    doc = await request_json(client, "GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    items: list[dict[str, Any]] = doc["items"]
+    return items
+
+
+async def test_publish_and_fold_repeats(client: ApiClient, namespace: str) -> None:
+    cm = await make_configmap(client, namespace, "subject")
+    rec = Recorder(client, CONTROLLER, "pod-1")
+    first = await rec.publish(cm, reason="Rendered", note="3 children up to date", action="Apply")
+    assert first["reason"] == "Rendered"
+    assert first["regarding"]["uid"] == cm["metadata"]["uid"]
+    assert first["regarding"]["kind"] == "ConfigMap"
+    assert first["reportingController"] == CONTROLLER
+    assert first["reportingInstance"] == "pod-1"
+    assert first["type"] == "Normal"
+
+    again = await rec.publish(cm, reason="Rendered", note="3 children up to date", action="Apply")
+    third = await rec.publish(cm, reason="Rendered", note="3 children up to date", action="Apply")
+    assert again["metadata"]["name"] == first["metadata"]["name"]
+    assert third["series"]["count"] == 3
+
+    warning = await rec.publish(cm, type="Warning", reason="Failed", note="x" * 5000)
+    assert warning["type"] == "Warning"
+    assert warning["action"] == "Failed"  # action defaults to the reason
+    assert len(warning["note"].encode()) <= 1024
+
+    stored = await events_in(client, namespace)
+    assert len(stored) == 2
+    by_reason = {e["reason"]: e for e in stored}
+    assert by_reason["Rendered"]["series"]["count"] == 3
+    assert by_reason["Rendered"]["note"] == "3 children up to date"
+
+
+async def test_expired_series_starts_a_new_event(client: ApiClient, namespace: str) -> None:
+    cm = await make_configmap(client, namespace, "subject")
+    rec = Recorder(client, CONTROLLER, "pod-1")
+    first = await rec.publish(cm, reason="Tick")
+    await request_json(
+        client,
+        "DELETE",
+        f"/apis/events.k8s.io/v1/namespaces/{namespace}/events/{first['metadata']['name']}",
+    )
+    second = await rec.publish(cm, reason="Tick")  # the PATCH 404s: a fresh event instead
+    assert second["metadata"]["name"] != first["metadata"]["name"]
+    assert "series" not in second
+
+
+async def test_cluster_scoped_objects_report_to_default(client: ApiClient, namespace: str) -> None:
+    ns = await request_json(client, "GET", f"/api/v1/namespaces/{namespace}")
+    ns.setdefault("apiVersion", "v1")
+    ns.setdefault("kind", "Namespace")
+    rec = Recorder(client, CONTROLLER, "pod-1")
+    event = await rec.publish(ns, reason="Seen", note=f"namespace {namespace}")
+    assert event["metadata"]["namespace"] == "default"
+    assert event["regarding"]["name"] == namespace
+    await Resource("v1", "Namespace").resolve(client)  # (and the regarding kind is real)
+
+
+async def test_bad_arguments(client: ApiClient) -> None:
+    rec = Recorder(client, CONTROLLER)
+    with pytest.raises(ValueError, match="reason"):
+        await rec.publish({"kind": "ConfigMap", "metadata": {"name": "x"}}, reason="")
+    with pytest.raises(ValueError, match="type"):
+        await rec.publish({"kind": "ConfigMap", "metadata": {"name": "x"}}, reason="R", type="Info")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="kind"):
+        await rec.publish({"metadata": {"name": "x"}}, reason="R")
