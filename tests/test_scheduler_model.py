@@ -168,11 +168,12 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         if rust.concurrency:
             assert rust.in_flight <= rust.concurrency
         rust._check_consistency()
+        model._check_consistency()
 
 
 SchedulerAgreesWithModel.TestCase.settings = settings(
     max_examples=2000,
-    stateful_step_count=40,
+    stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

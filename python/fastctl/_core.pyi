@@ -8,6 +8,9 @@ __version__: Final[str]
 MAX_DELAY: Final[float]
 """Longest accepted delay in seconds (180 days); longer delays, and infinity, are clamped."""
 
+# Histogram and SchedulerStats exist only for type checkers (import them under
+# `if TYPE_CHECKING:`); at run time `stats()` returns plain dicts of this shape.
+
 class Histogram(TypedDict):
     """A duration histogram: ``buckets`` are ``(upper_bound, cumulative_count)`` pairs, ending
     with ``(inf, count)``."""

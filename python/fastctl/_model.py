@@ -458,6 +458,16 @@ class ModelScheduler:
             "work_duration": self._work_duration.snapshot(),
         }
 
+    def _check_consistency(self) -> None:
+        """Check that the state counts match the records (O(n)); raises AssertionError."""
+        states = [rec.state for rec in self._records.values()]
+        dirty = sum(rec.follow_up is not None for rec in self._running.values())
+        assert states.count("ready") == self._counts["ready"], "ready count"
+        assert states.count("waiting") == self._counts["waiting"], "waiting count"
+        assert states.count("running") == len(self._running), "in-flight count"
+        assert dirty == self._counts["dirty"], "dirty count"
+        assert all(self._records[k] is rec for k, rec in self._running.items()), "in flight"
+
     def __repr__(self) -> str:
         return (
             f"<ModelScheduler len={len(self)} in_flight={self.in_flight} "
