@@ -51,6 +51,9 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--lease-namespace", default="default", help="namespace of the Lease (default: default)"
     )
+    parser.add_argument("--lease-duration", type=float, default=15.0, help="seconds (15)")
+    parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (10)")
+    parser.add_argument("--retry-period", type=float, default=2.0, help="seconds (2)")
     parser.add_argument(
         "--metrics-port", type=int, default=8080, help="/metrics, /healthz, /readyz (0: off)"
     )
@@ -114,7 +117,7 @@ def handle(args: argparse.Namespace) -> int:
 async def _run(target: Any, args: argparse.Namespace) -> int:
     from fastctl.client import KubeconfigError, load_client
     from fastctl.controller import Controller
-    from fastctl.health import PortInUse
+    from fastctl.health import HealthServerError
     from fastctl.leader import LeaderElection
     from fastctl.manager import LeadershipLost, Manager
 
@@ -132,7 +135,16 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
             election = None
             if lease is not None:
                 name = lease or args.target.partition(":")[0].replace(".", "-").replace("_", "-")
-                election = LeaderElection(name, namespace=args.lease_namespace)
+                try:
+                    election = LeaderElection(
+                        name,
+                        namespace=args.lease_namespace,
+                        lease_duration=args.lease_duration,
+                        renew_deadline=args.renew_deadline,
+                        retry_period=args.retry_period,
+                    )
+                except ValueError as exc:
+                    raise CliError(f"--leader-elect: {exc}") from None
             manager = Manager(
                 client,
                 leader_election=election,
@@ -142,7 +154,7 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
                 manager.add(ctl)
         try:
             await manager.run()
-        except PortInUse as exc:
+        except HealthServerError as exc:
             raise CliError(str(exc)) from None
         except LeadershipLost as exc:
             raise CliError(str(exc), code=3) from None

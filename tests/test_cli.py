@@ -1,0 +1,88 @@
+"""The ``fastctl`` command line as a user runs it: a subprocess, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastctl.testing.control_plane import ControlPlane
+
+FASTCTL = [sys.executable, "-m", "fastctl.cli"]
+
+
+def fastctl(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*FASTCTL, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env},
+        check=False,
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("fastctl: error:")]
+    assert len(errors) == 1, proc.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+def test_unimportable_target() -> None:
+    proc = fastctl("run", "no_such_module_xyz:controllers")
+    assert_one_line_error(proc, "cannot import no_such_module_xyz", "ModuleNotFoundError")
+
+
+def test_missing_attribute() -> None:
+    proc = fastctl("run", "fastctl.demo.widgets:nope")
+    assert_one_line_error(proc, "has no attribute 'nope'")
+
+
+def test_target_without_attr() -> None:
+    proc = fastctl("run", "fastctl.demo.widgets")
+    assert_one_line_error(proc, "expected module:attr")
+
+
+def test_unreadable_kubeconfig(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    proc = fastctl("run", "fastctl.demo.widgets:make_controller", "--kubeconfig", str(missing))
+    assert_one_line_error(proc, "cannot read kubeconfig", str(missing))
+
+
+def test_invalid_kubeconfig(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("this: is: not: a kubeconfig")
+    proc = fastctl("run", "fastctl.demo.widgets:make_controller", "--kubeconfig", str(bad))
+    assert_one_line_error(proc, "invalid kubeconfig", str(bad))
+
+
+@pytest.mark.kube
+def test_metrics_port_in_use(control_plane: ControlPlane) -> None:
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = fastctl(
+            "run",
+            "fastctl.demo.widgets:make_controller",
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+            "--metrics-port",
+            str(port),
+        )
+    assert_one_line_error(proc, str(port), "in use")
+
+
+@pytest.mark.kube
+def test_demo_runs_to_completion_with_small_n() -> None:
+    proc = fastctl("demo", "--objects", "20", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "summary: 20 Widgets ready" in proc.stdout
+    assert "0 errors" in proc.stdout
