@@ -561,6 +561,38 @@ def test_sigterm_of_a_blocking_owner_kills_the_servers() -> None:
     assert _wait_gone(records) == []
 
 
+def test_plugin_kills_and_reports_a_control_plane_left_running(tmp_path: Path) -> None:
+    (tmp_path / "test_leak.py").write_text(
+        "from fastctl.testing import ControlPlane\n"
+        "LEAKED = []\n\n\n"
+        "def test_forgets_to_stop():\n"
+        "    LEAKED.append(ControlPlane().start())\n"
+        "    print('PIDS', sorted(LEAKED[0].pids.values()))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
+    assert "control plane processes outlived the session" in result.stdout
+    pids = json.loads(result.stdout.split("PIDS ", 1)[1].splitlines()[0])
+    assert len(pids) == 2
+    assert _wait_gone([ProcessRecord(pid, "leaked", None) for pid in pids], timeout=5) == []
+
+
+def test_check_no_orphans_script_sees_running_servers(control_plane: ControlPlane) -> None:
+    result = subprocess.run(
+        [str(REPO / "scripts" / "check-no-orphans")], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    for pid in control_plane.pids.values():
+        assert f"pid {pid} " in result.stderr
+
+
 # -- the command line ------------------------------------------------------------------------
 
 
