@@ -484,6 +484,23 @@ def test_plugin_fails_not_skips_without_binaries(no_binaries: Path, tmp_path: Pa
     assert "fastctl control-plane build" in result.stdout
 
 
+def test_pytest_works_without_cryptography(tmp_path: Path) -> None:
+    """Without the ``testing`` extra the plugin still loads; only a control plane fails."""
+    (tmp_path / "test_inner.py").write_text(
+        "def test_needs_api(control_plane):\n    pass\n\n\ndef test_plain():\n    pass\n"
+    )
+    code = (
+        "import sys; sys.modules['cryptography'] = None; import pytest; "
+        f"sys.exit(pytest.main(['-p', 'no:cacheprovider', '-rA', {str(tmp_path)!r}]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 passed, 1 error" in result.stdout, result.stdout
+    assert "pip install 'fastctl[testing]'" in result.stdout
+
+
 # -- no orphans ------------------------------------------------------------------------------
 
 

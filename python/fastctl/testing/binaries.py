@@ -63,7 +63,7 @@ _ALL = (*_REQUIRED, "kubectl")
 
 HOW_TO_GET = (
     "get them with `fastctl control-plane build` (or scripts/control-plane-build in a "
-    "checkout; needs Go >= 1.26 and the Go module proxy, ~4-25 minutes on 2 cores), or set "
+    "checkout; needs Go >= 1.26 and the Go module proxy, ~4 minutes on 2 cores), or set "
     "KUBEBUILDER_ASSETS to a directory with etcd and kube-apiserver (e.g. from setup-envtest)"
 )
 
@@ -181,7 +181,8 @@ def go_available() -> bool:
 def ensure_binaries(
     *, build: bool = True, progress: Callable[[str], None] | None = None
 ) -> Binaries:
-    """`find_binaries`, else (when `build` and Go is on PATH) `build_binaries`."""
+    """`find_binaries`, else (when `build` and Go is on PATH) `build_binaries`, reporting
+    progress to `progress` (default: stderr; a silent multi-minute build looks like a hang)."""
     try:
         return find_binaries()
     except BinariesNotFoundError as exc:
@@ -191,7 +192,7 @@ def ensure_binaries(
             raise BinariesNotFoundError(
                 f"{exc} (Go is not on PATH, so none can be built)"
             ) from None
-    return build_binaries(progress=progress)
+    return build_binaries(progress=progress or _stderr)
 
 
 def _stderr(message: str) -> None:
@@ -388,7 +389,7 @@ def _build_locked(
     log.write_text("")
     say(f"control-plane-build: building kubernetes {k8s_version} and etcd {etcd_version}")
     say(f"control-plane-build: into {dest}")
-    say(f"control-plane-build: log in {log} (a cold build takes ~4-25 minutes on 2 cores)")
+    say(f"control-plane-build: log in {log} (a cold build takes ~4 minutes on 2 cores)")
 
     env = dict(os.environ)
     env.update(CGO_ENABLED="0", GOTOOLCHAIN="local")

@@ -256,7 +256,8 @@ class ControlPlane:
 
     @property
     def running(self) -> bool:
-        return self._started
+        """True from the end of a successful start until `stop`."""
+        return self._kubeconfig is not None
 
     @property
     def directory(self) -> Path:
