@@ -256,3 +256,43 @@ def parse_metrics(text: str) -> dict[str, float]:
 def test_leader_election_config_is_exported() -> None:
     config = LeaderElection("x", namespace="y")
     assert config.lease_duration > config.renew_deadline > config.retry_period
+
+
+async def test_controllers_of_one_manager_share_one_watch_and_cache(
+    control_plane: ControlPlane, api: ApiClient, namespace: str
+) -> None:
+    await create_configmaps(api, namespace, ["shared"])
+    seen: dict[str, set[str]] = {"first": set(), "second": set()}
+    both = asyncio.Event()
+
+    def reconciler(name: str) -> Any:
+        async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+            seen[name].add(obj["metadata"]["name"])
+            if all(seen.values()):
+                both.set()
+            await asyncio.wait_for(both.wait(), 30)  # rule 3: both inside at the same time
+
+        return reconcile
+
+    cm = Resource("v1", "ConfigMap")
+    first = Controller(api, cm, reconciler("first"), namespace=namespace, name="first")
+    second = Controller(api, cm, reconciler("second"), namespace=namespace, name="second")
+    mgr = Manager(api, metrics_port=None).add(first).add(second)
+    task = asyncio.create_task(mgr.run())
+    try:
+        await asyncio.wait_for(both.wait(), 60)
+        assert first.store is second.store
+        assert len(first.store) == 1
+    finally:
+        mgr.shutdown()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_two_controllers_with_one_name_are_refused(api: ApiClient) -> None:
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        return None
+
+    cm = Resource("v1", "ConfigMap")
+    mgr = Manager(api, metrics_port=None).add(Controller(api, cm, reconcile))
+    with pytest.raises(ValueError, match="two controllers named 'configmap'"):
+        mgr.add(Controller(api, cm, reconcile))

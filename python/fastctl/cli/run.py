@@ -58,12 +58,15 @@ def register(subcommands: Subcommands) -> None:
         "--metrics-port", type=int, default=8080, help="/metrics, /healthz, /readyz (0: off)"
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument(
+        "--log-format", choices=("text", "json"), default="text", help="text or JSON lines"
+    )
     parser.set_defaults(handler=handle)
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, fmt: str = "text") -> None:
     """Structured one-line logs naming the object being reconciled."""
-    from fastctl.log import ObjectContextFilter
+    from fastctl.log import JsonFormatter, ObjectContextFilter
 
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
@@ -71,7 +74,9 @@ def configure_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ObjectContextFilter())
     handler.setFormatter(
-        logging.Formatter(
+        JsonFormatter()
+        if fmt == "json"
+        else logging.Formatter(
             "%(asctime)s %(levelname)s %(name)s object=%(fastctl_object)s %(message)s"
         )
     )
@@ -107,7 +112,7 @@ def load_target(spec: str) -> Any:
 
 
 def handle(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     target = load_target(args.target)
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         raise CliError(f"--metrics-port {args.metrics_port} is not a port number")
