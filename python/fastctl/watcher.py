@@ -289,8 +289,8 @@ class _Watcher:
     # -- list -------------------------------------------------------------------------
 
     async def _list(self) -> AsyncIterator[WatchEvent]:
-        """A paginated list, framed INIT ... INIT_DONE; sets `rv` when complete."""
-        yield WatchEvent(EventKind.INIT)
+        """A paginated list, framed INIT ... INIT_DONE; sets `rv` when complete. INIT comes
+        with the first page, so a list that is refused (403, 5xx) emits nothing."""
         cont: str | None = None
         while True:
             query = {
@@ -308,7 +308,12 @@ class _Watcher:
                         self.paginate = False
                         raise _Gone(f"list continue token expired ({err.message})")
                     raise err
-            doc = orjson.loads(data)
+            try:
+                doc = orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                raise WatchStreamError(f"malformed list response: {exc}") from None
+            if cont is None:
+                yield WatchEvent(EventKind.INIT)
             api_version, kind = self.resource.api_version, self.resource.kind
             for obj in doc.get("items") or ():
                 obj.setdefault("apiVersion", api_version)

@@ -303,7 +303,9 @@ async def test_429_and_5xx_back_off_and_retry(
     assert events.names(EventKind.INIT_APPLY) == ["a"]
 
 
+@pytest.mark.parametrize("streaming", [None, False], ids=["streaming-list", "paginated"])
 async def test_forbidden_is_a_clear_error_and_is_retried(
+    streaming: bool | None,
     client: ApiClient,
     user_client: Callable[[str], Awaitable[ApiClient]],
     namespace: str,
@@ -315,9 +317,16 @@ async def test_forbidden_is_a_clear_error_and_is_retried(
     restricted = await user_client("restricted-watcher")
     errors: list[BaseException] = []
     events = collect(
-        watcher(restricted, CM, namespace=namespace, backoff=FAST, on_error=errors.append)
+        watcher(
+            restricted,
+            CM,
+            namespace=namespace,
+            streaming_list=streaming,
+            backoff=FAST,
+            on_error=errors.append,
+        )
     )
-    await events.wait_for(lambda _: errors, timeout=20)
+    await events.wait_for(lambda _: len(errors) >= 2, timeout=20)  # retried
     err = errors[0]
     assert isinstance(err, ApiError)
     assert err.status == 403
