@@ -63,8 +63,10 @@ class Controller:
     """Reconciles every object of one primary `resource` (see DESIGN.md, "Kubernetes layer").
 
     ``reconcile(obj, ctx)`` gets the parsed JSON object (a dict) as it is in the cache when
-    the reconcile starts, and returns `Action` or ``None``. The builder methods return the
-    controller, so they chain::
+    the reconcile starts, and returns `Action` or ``None``. The cache drops
+    ``metadata.managedFields`` (`strip_managed_fields`, on by default): reconcilers rarely
+    read it, server-side apply does not need it, and it is about half of a typical object.
+    The builder methods return the controller, so they chain::
 
         ctl = Controller(client, Resource("example.com/v1", "Widget"), reconcile)
         ctl.owns(Resource("v1", "ConfigMap"))
@@ -87,6 +89,7 @@ class Controller:
         name: str | None = None,
         executor: Executor | None = None,
         scheduler: SchedulerLike | None = None,
+        strip_managed_fields: bool = True,
     ) -> None:
         if not isinstance(resource, Resource):
             raise TypeError(f"resource must be a fastctl.Resource, got {type(resource).__name__}")
@@ -103,6 +106,7 @@ class Controller:
         self.label_selector = label_selector
         self._name = name or f"{resource.kind.lower()}"
         self.executor = executor
+        self.strip_managed_fields = strip_managed_fields
         self.scheduler: SchedulerLike = (
             scheduler
             if scheduler is not None
@@ -295,7 +299,13 @@ class Controller:
             resource,
             namespace=self.namespace,
             label_selector=self.label_selector if resource == self.resource else None,
+            strip_managed_fields=self.strip_managed_fields,
+            on_error=self._on_watch_error,
         )
+
+    def _on_watch_error(self, exc: BaseException) -> None:
+        """The watcher retries by itself; count what it retried, for metrics."""
+        self._counters.watch_errors += 1
 
     async def _watch_primary(self, triggers: Channel[ObjectRef | Trigger]) -> None:
         events = self._events(self.resource)

@@ -21,10 +21,12 @@ import contextlib
 import logging
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from fastctl.controller import Controller
 from fastctl.health import HealthServer
@@ -72,6 +74,8 @@ class Manager:
         self._stop = asyncio.Event()
         self._running = False
         self._failed: str | None = None
+        self._elector_client: ApiClient | None = None
+        self.registry.register(_LeaderCollector(self))
 
     def _alive(self) -> bool:
         """/healthz: false once a controller, watch or the elector has died."""
@@ -160,7 +164,10 @@ class Manager:
                 )
             lost: asyncio.Task[None] | None = None
             if self.leader_election is not None:
-                self.elector = LeaderElector(self.client, self.leader_election)
+                # Its own client, so renewals never queue behind watches for a connection
+                # of the shared pool (each watch holds one for its whole life).
+                self._elector_client = ApiClient(self.client.configuration)
+                self.elector = LeaderElector(self._elector_client, self.leader_election)
                 tasks[loop.create_task(self.elector.run())] = "leader election"
                 lost = loop.create_task(self._follow_leadership())
                 tasks[lost] = "leadership"
@@ -219,13 +226,35 @@ class Manager:
         for watch in shared:
             await watch.stop()
         if self.elector is not None:
-            with contextlib.suppress(Exception):
-                await self.elector.release()
+            await self.elector.release()
+        if self._elector_client is not None:
+            await self._elector_client.close()
         if self.health is not None:
             await self.health.stop()
+
+
+class _LeaderCollector(Collector):
+    """``leader_election_master_status{name}``: 1 while this replica leads (the gauge
+    client-go's leader election exports)."""
+
+    def __init__(self, manager: Manager) -> None:
+        self._manager = manager
+
+    def collect(self) -> Iterator[Metric]:
+        config = self._manager.leader_election
+        if config is None:
+            return
+        gauge = GaugeMetricFamily(
+            "leader_election_master_status",
+            "1 if this replica is the leader of the lease, else 0",
+            labels=["name"],
+        )
+        elector = self._manager.elector
+        gauge.add_metric([config.name], 1.0 if elector is not None and elector.is_leader else 0.0)
+        yield gauge
 
 
 def _watch_factory(
     client: ApiClient, resource: Resource, namespace: str | None
 ) -> Callable[[], AsyncIterator[WatchEvent]]:
-    return lambda: watcher(client, resource, namespace=namespace)
+    return lambda: watcher(client, resource, namespace=namespace, strip_managed_fields=True)

@@ -41,6 +41,7 @@ class ReconcileCounters:
     error: int = 0
     requeue: int = 0
     requeue_after: int = 0
+    watch_errors: int = 0
 
     def count(self, *, error: bool, requeue_after: float | None) -> None:
         if error:
@@ -129,6 +130,11 @@ class FastctlCollector(Collector):
             "Maximum number of concurrent reconciles per controller (0: unbounded)",
             labels=["controller"],
         )
+        watch_errors = CounterMetricFamily(
+            "fastctl_watch_errors",
+            "List/watch errors the controller's watches retried (connection, 5xx, 403, 410)",
+            labels=["controller"],
+        )
         active = GaugeMetricFamily(
             "controller_runtime_active_workers",
             "Number of currently used workers per controller",
@@ -159,6 +165,7 @@ class FastctlCollector(Collector):
             )
             max_concurrent.add_metric([name], source.concurrency)
             active.add_metric([name], stats["in_flight"])
+            watch_errors.add_metric([name], counters.watch_errors)
         yield from (
             depth,
             delayed,
@@ -173,4 +180,5 @@ class FastctlCollector(Collector):
             reconcile_time,
             max_concurrent,
             active,
+            watch_errors,
         )
