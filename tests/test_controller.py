@@ -385,3 +385,19 @@ async def test_shutdown_drains_running_reconciles(api: ApiClient, namespace: str
 def test_api_error_names_the_request() -> None:
     err = ApiError(404, "NotFound", 'configmaps "x" not found', method="GET", path="/api/v1/x")
     assert str(err) == 'GET /api/v1/x: 404 NotFound: configmaps "x" not found'
+
+
+async def test_a_failing_trigger_source_stops_the_controller_with_its_error(
+    api: ApiClient, namespace: str
+) -> None:
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        return None
+
+    async def broken() -> AsyncIterator[None]:
+        await asyncio.sleep(0.5)
+        raise RuntimeError("the resync source broke")
+        yield  # pragma: no cover - makes this an async generator
+
+    ctl = Controller(api, CONFIGMAP, reconcile, namespace=namespace).reconcile_all_on(broken())
+    with pytest.raises(RuntimeError, match="the resync source broke"):
+        await asyncio.wait_for(ctl.run(handle_signals=False), 60)

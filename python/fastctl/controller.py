@@ -260,7 +260,12 @@ class Controller:
                     )
                 )
             for source in self._resync_sources:
-                tasks.append(loop.create_task(self._resync(source, triggers)))
+                tasks.append(
+                    loop.create_task(self._resync(source, triggers), name=f"{self.name}:resync")
+                )
+            failures: list[BaseException] = []
+            for task in tasks:
+                task.add_done_callback(lambda t: _stop_on_failure(t, triggers, failures))
             counters = self._counters
             async for result in applier(
                 self.reconcile,
@@ -277,18 +282,16 @@ class Controller:
                     error=result.error is not None, requeue_after=result.action.requeue_after
                 )
                 yield result
-                self._raise_if_watch_failed(tasks)
+            if failures:
+                # A trigger source died (a fatal watch error such as a bad selector, or a
+                # reconcile_all_on iterable that raised): the applier has drained; say why.
+                raise failures[0]
         finally:
             triggers.close()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self._running = False
-
-    def _raise_if_watch_failed(self, tasks: list[asyncio.Task[None]]) -> None:
-        for task in tasks:
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
 
     def _events(self, resource: Resource) -> AsyncIterator[WatchEvent]:
         source = self._event_sources.get(resource)
@@ -384,6 +387,22 @@ class Controller:
                     await triggers.put(Trigger(ref, reason="reconcile_all_on"))
         except ChannelClosed:
             return
+
+
+def _stop_on_failure(
+    task: asyncio.Task[None],
+    triggers: Channel[ObjectRef | Trigger],
+    failures: list[BaseException],
+) -> None:
+    """A trigger source that fails ends the controller (gracefully) instead of leaving it
+    running deaf to changes."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("%s failed: %r; stopping the controller", task.get_name(), exc)
+        failures.append(exc)
+        triggers.close()
 
 
 class GatedStore(Mapping[ObjectRef, Any]):
