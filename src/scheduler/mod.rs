@@ -751,6 +751,7 @@ impl Scheduler {
         if self.records.len() != waiting + ready + running + dirty {
             return Err("index length differs from live records".into());
         }
+        self.waiting.check()?;
         self.ready.check_heads()
     }
 }

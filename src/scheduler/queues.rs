@@ -1,8 +1,15 @@
 //! The two ordered queues of queued keys: waiting keys by ready time, ready keys by priority
 //! and age. In-flight keys are in neither, so no operation ever steps over a busy key.
+//!
+//! Both are built on `Sorted`, an ordered queue tuned for keys that mostly arrive in
+//! increasing order: ready keys are appended in the order they become ready, and waiting keys
+//! mostly have ready times later than all before them (a controller's requeue delay is
+//! usually one constant).
 
+use hashbrown::HashSet;
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::hash::{Hash, Hasher};
 
 /// A finite, non-NaN time (the scheduler validates every time it accepts), ordered totally.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -22,86 +29,66 @@ impl Ord for Time {
     }
 }
 
-/// Waiting keys ordered by (ready time, sequence): the first entry is the next to be due.
-#[derive(Debug, Default)]
-pub struct Waiting {
-    order: BTreeSet<(Time, u64, u32)>,
+impl Hash for Time {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Equal under total_cmp means equal bits.
+        self.0.to_bits().hash(state);
+    }
 }
 
-impl Waiting {
-    pub fn insert(&mut self, at: f64, seq: u64, idx: u32) {
-        self.order.insert((Time(at), seq, idx));
-    }
+/// Entries `(K, slot)` in `K` order, with `K` unique.
+///
+/// An entry whose `K` is above the last one appended goes to the back of a deque, O(1), and
+/// the first entry is the front of that deque or the first of the small ordered `late` set
+/// that takes the others. An entry removed from the middle of the deque stays there as a
+/// tombstone, listed in `removed`, until it reaches the front or tombstones outnumber the
+/// rest (then the deque is compacted), so every operation is O(log n) amortised.
+#[derive(Debug)]
+struct Sorted<K> {
+    /// Entries in increasing `K` order, tombstones included; the front is never a tombstone.
+    fifo: VecDeque<(K, u32)>,
+    /// The `K` of each tombstone in `fifo`.
+    removed: HashSet<K>,
+    /// Entries that arrived below the back of `fifo`.
+    late: BTreeSet<(K, u32)>,
+    /// Live entries.
+    len: usize,
+}
 
-    pub fn remove(&mut self, at: f64, seq: u64, idx: u32) {
-        let removed = self.order.remove(&(Time(at), seq, idx));
-        debug_assert!(removed, "waiting entry missing");
-    }
-
-    /// The earliest ready time, if any key is waiting.
-    pub fn first_at(&self) -> Option<f64> {
-        self.order.first().map(|e| e.0 .0)
-    }
-
-    /// Remove and return the first key if it is due at `now`.
-    pub fn pop_due(&mut self, now: f64) -> Option<(f64, u32)> {
-        match self.order.first() {
-            Some(&(at, _, idx)) if at.0 <= now => {
-                self.order.pop_first();
-                Some((at.0, idx))
-            }
-            _ => None,
+impl<K> Default for Sorted<K> {
+    fn default() -> Self {
+        Self {
+            fifo: VecDeque::new(),
+            removed: HashSet::default(),
+            late: BTreeSet::new(),
+            len: 0,
         }
     }
+}
 
-    pub fn len(&self) -> usize {
-        self.order.len()
+impl<K: Ord + Copy + Hash> Sorted<K> {
+    fn insert(&mut self, k: K, idx: u32) {
+        if self.fifo.back().is_none_or(|&(tail, _)| tail < k) {
+            self.fifo.push_back((k, idx));
+        } else {
+            self.late.insert((k, idx));
+        }
+        self.len += 1;
     }
 
-    /// Entries in order, as (ready time, sequence, slot).
-    pub fn iter(&self) -> impl Iterator<Item = (f64, u64, u32)> + '_ {
-        self.order.iter().map(|&(at, s, i)| (at.0, s, i))
+    fn remove(&mut self, k: K, idx: u32) {
+        if !self.late.remove(&(k, idx)) {
+            if self.fifo.front() == Some(&(k, idx)) {
+                self.fifo.pop_front();
+            } else {
+                self.removed.insert(k);
+            }
+            self.drop_tombstones();
+        }
+        self.len -= 1;
     }
-}
 
-/// Ready keys in serving order: highest priority first, then by sequence number, which the
-/// scheduler hands out in the order keys become ready, so it is FIFO by ready time.
-///
-/// Each priority level is a FIFO deque: a newly ready key always has the highest sequence
-/// number yet, so it is appended, and the next key is taken from the front, both O(1). The
-/// one exception, a ready key raised from a lower priority (it keeps its older sequence
-/// number, and so its age), goes into the level's small ordered `late` set instead. A key
-/// removed from the middle of a deque (such a raise, or the `max_wait` rule) is left there
-/// as a tombstone, recorded in `removed` and dropped when it reaches the front or when
-/// tombstones outnumber live entries, so every operation stays O(log n) amortised.
-///
-/// For the `max_wait` rule `heads` orders the first (oldest) entry of each level by age: the
-/// oldest ready key overall is the first head. That costs one entry per distinct priority,
-/// not per key.
-#[derive(Debug, Default)]
-pub struct Ready {
-    levels: BTreeMap<Reverse<i64>, Level>,
-    heads: BTreeSet<(u64, i64)>,
-    len: usize,
-}
-
-/// One priority level.
-#[derive(Debug, Default)]
-struct Level {
-    /// Entries (sequence, slot) in increasing sequence order, tombstones included.
-    fifo: VecDeque<(u64, u32)>,
-    /// Sequence numbers of the tombstones in `fifo`.
-    removed: HashSet<u64>,
-    /// Entries inserted behind the tail's sequence number.
-    late: BTreeSet<(u64, u32)>,
-    /// Live entries (fifo without tombstones, plus late).
-    len: usize,
-}
-
-impl Level {
-    /// The oldest live entry.
-    fn head(&self) -> Option<(u64, u32)> {
-        // The front of `fifo` is never a tombstone (see `drop_tombstones`).
+    fn first(&self) -> Option<(K, u32)> {
         match (self.fifo.front(), self.late.first()) {
             (Some(&f), Some(&l)) => Some(f.min(l)),
             (f, l) => f.or(l).copied(),
@@ -109,17 +96,118 @@ impl Level {
     }
 
     fn drop_tombstones(&mut self) {
-        while let Some(&(seq, _)) = self.fifo.front() {
-            if !self.removed.remove(&seq) {
+        while let Some(&(k, _)) = self.fifo.front() {
+            if !self.removed.remove(&k) {
                 break;
             }
             self.fifo.pop_front();
         }
         if self.removed.len() > 32 && self.removed.len() * 2 > self.fifo.len() {
             let removed = std::mem::take(&mut self.removed);
-            self.fifo.retain(|(seq, _)| !removed.contains(seq));
+            self.fifo.retain(|(k, _)| !removed.contains(k));
         }
     }
+
+    /// Live entries in order (O(n log n); for checks).
+    fn entries(&self) -> Vec<(K, u32)> {
+        let mut live: Vec<(K, u32)> = self
+            .fifo
+            .iter()
+            .filter(|(k, _)| !self.removed.contains(k))
+            .chain(self.late.iter())
+            .copied()
+            .collect();
+        live.sort_unstable();
+        live
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.fifo.len() - self.removed.len() + self.late.len() != self.len {
+            return Err("queue length is stale".into());
+        }
+        if self
+            .fifo
+            .front()
+            .is_some_and(|(k, _)| self.removed.contains(k))
+        {
+            return Err("queue starts with a tombstone".into());
+        }
+        if !self
+            .fifo
+            .iter()
+            .zip(self.fifo.iter().skip(1))
+            .all(|(a, b)| a.0 < b.0)
+        {
+            return Err("queue is out of order".into());
+        }
+        Ok(())
+    }
+}
+
+/// Waiting keys ordered by (ready time, sequence): the first entry is the next to be due.
+#[derive(Debug, Default)]
+pub struct Waiting {
+    order: Sorted<(Time, u64)>,
+}
+
+impl Waiting {
+    pub fn insert(&mut self, at: f64, seq: u64, idx: u32) {
+        self.order.insert((Time(at), seq), idx);
+    }
+
+    pub fn remove(&mut self, at: f64, seq: u64, idx: u32) {
+        self.order.remove((Time(at), seq), idx);
+    }
+
+    /// The earliest ready time, if any key is waiting.
+    pub fn first_at(&self) -> Option<f64> {
+        self.order.first().map(|((at, _), _)| at.0)
+    }
+
+    /// Remove and return the first key if it is due at `now`.
+    pub fn pop_due(&mut self, now: f64) -> Option<(f64, u32)> {
+        match self.order.first() {
+            Some(((at, seq), idx)) if at.0 <= now => {
+                self.order.remove((at, seq), idx);
+                Some((at.0, idx))
+            }
+            _ => None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len
+    }
+
+    /// Entries in order, as (ready time, sequence, slot).
+    pub fn iter(&self) -> impl Iterator<Item = (f64, u64, u32)> {
+        self.order
+            .entries()
+            .into_iter()
+            .map(|((at, s), i)| (at.0, s, i))
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        self.order.check()
+    }
+}
+
+/// Ready keys in serving order: highest priority first, then by sequence number, which the
+/// scheduler hands out in the order keys become ready, so it is FIFO by ready time.
+///
+/// Each priority level is a `Sorted` queue by sequence number: a newly ready key always has
+/// the highest sequence number yet, so it is appended, and the next key is taken from the
+/// front, both O(1). The exception, a ready key raised from a lower priority (it keeps its
+/// older sequence number, and so its age), lands in the level's ordered `late` set.
+///
+/// For the `max_wait` rule `heads` orders the first (oldest) entry of each level by age: the
+/// oldest ready key overall is the first head. That costs one entry per distinct priority,
+/// not per key.
+#[derive(Debug, Default)]
+pub struct Ready {
+    levels: BTreeMap<Reverse<i64>, Sorted<u64>>,
+    heads: BTreeSet<(u64, i64)>,
+    len: usize,
 }
 
 /// A ready entry: (priority, sequence, slot).
@@ -128,13 +216,8 @@ pub type Entry = (i64, u64, u32);
 impl Ready {
     pub fn insert(&mut self, priority: i64, seq: u64, idx: u32) {
         let level = self.levels.entry(Reverse(priority)).or_default();
-        let old_head = level.head();
-        if level.fifo.back().is_none_or(|&(tail, _)| tail < seq) {
-            level.fifo.push_back((seq, idx));
-        } else {
-            level.late.insert((seq, idx));
-        }
-        level.len += 1;
+        let old_head = level.first();
+        level.insert(seq, idx);
         self.len += 1;
         match old_head {
             None => {
@@ -153,20 +236,12 @@ impl Ready {
             debug_assert!(false, "ready level missing");
             return;
         };
-        let old_head = level.head();
-        if !level.late.remove(&(seq, idx)) {
-            if level.fifo.front() == Some(&(seq, idx)) {
-                level.fifo.pop_front();
-            } else {
-                level.removed.insert(seq);
-            }
-            level.drop_tombstones();
-        }
-        level.len -= 1;
+        let old_head = level.first();
+        level.remove(seq, idx);
         self.len -= 1;
         if old_head == Some((seq, idx)) {
             self.heads.remove(&(seq, priority));
-            match level.head() {
+            match level.first() {
                 Some((next, _)) => {
                     self.heads.insert((next, priority));
                 }
@@ -180,7 +255,7 @@ impl Ready {
     /// Remove and return the next key in priority order.
     pub fn pop_first(&mut self) -> Option<Entry> {
         let (&Reverse(priority), level) = self.levels.iter().next()?;
-        let (seq, idx) = level.head()?;
+        let (seq, idx) = level.first()?;
         self.remove(priority, seq, idx);
         Some((priority, seq, idx))
     }
@@ -189,13 +264,13 @@ impl Ready {
     #[cfg(test)]
     pub fn first(&self) -> Option<Entry> {
         let (&Reverse(priority), level) = self.levels.iter().next()?;
-        level.head().map(|(s, i)| (priority, s, i))
+        level.first().map(|(s, i)| (priority, s, i))
     }
 
     /// The key that has been ready the longest, of any priority.
     pub fn oldest(&self) -> Option<Entry> {
         let &(seq, priority) = self.heads.first()?;
-        let (_, idx) = self.levels.get(&Reverse(priority))?.head()?;
+        let (_, idx) = self.levels.get(&Reverse(priority))?.first()?;
         Some((priority, seq, idx))
     }
 
@@ -206,44 +281,21 @@ impl Ready {
     /// Live entries, level by level from the highest priority, each level in age order.
     pub fn iter(&self) -> impl Iterator<Item = Entry> + '_ {
         self.levels.iter().flat_map(|(&Reverse(p), level)| {
-            let mut live: Vec<(u64, u32)> = level
-                .fifo
-                .iter()
-                .filter(|(s, _)| !level.removed.contains(s))
-                .chain(level.late.iter())
-                .copied()
-                .collect();
-            live.sort_unstable();
-            live.into_iter().map(move |(s, i)| (p, s, i))
+            level.entries().into_iter().map(move |(s, i)| (p, s, i))
         })
     }
 
-    /// Check the level bookkeeping and `heads` against the entries.
+    /// Check the levels and `heads` against the entries.
     pub fn check_heads(&self) -> Result<(), String> {
         let mut heads = BTreeSet::new();
         let mut total = 0;
         for (&Reverse(p), level) in &self.levels {
-            let live = level.fifo.len() - level.removed.len() + level.late.len();
-            if live != level.len || live == 0 {
-                return Err(format!("ready level {p} counts {} of {live}", level.len));
-            }
-            if level
-                .fifo
-                .front()
-                .is_some_and(|(s, _)| level.removed.contains(s))
-            {
-                return Err(format!("ready level {p} starts with a tombstone"));
-            }
-            if !level
-                .fifo
-                .iter()
-                .zip(level.fifo.iter().skip(1))
-                .all(|(a, b)| a.0 < b.0)
-            {
-                return Err(format!("ready level {p} is out of order"));
-            }
-            heads.insert((level.head().map_or(0, |h| h.0), p));
-            total += live;
+            level.check().map_err(|e| format!("ready level {p}: {e}"))?;
+            match level.first() {
+                Some((head, _)) => heads.insert((head, p)),
+                None => return Err(format!("ready level {p} is empty")),
+            };
+            total += level.len;
         }
         if heads != self.heads {
             return Err("ready level heads are stale".into());
@@ -345,5 +397,37 @@ mod tests {
         assert_eq!(w.pop_due(4.0), None);
         w.remove(5.0, 1, 1);
         assert_eq!(w.len(), 0);
+        w.check().unwrap();
+    }
+
+    #[test]
+    fn waiting_handles_out_of_order_times_and_removals() {
+        let mut w = Waiting::default();
+        let mut rng = crate::scheduler::SplitMix64::new(5);
+        let mut model = BTreeSet::new();
+        for seq in 0..5_000u64 {
+            // Mostly increasing times, sometimes earlier ones, sometimes removals.
+            let at = seq as f64 - if rng.next_u64() % 4 == 0 { 50.0 } else { 0.0 };
+            w.insert(at, seq, seq as u32);
+            model.insert((Time(at), seq, seq as u32));
+            if rng.next_u64() % 3 == 0 {
+                let victim = *model
+                    .iter()
+                    .nth((rng.next_u64() % model.len() as u64) as usize)
+                    .unwrap();
+                model.remove(&victim);
+                w.remove(victim.0 .0, victim.1, victim.2);
+            }
+            w.check().unwrap();
+            assert_eq!(w.first_at(), model.first().map(|e| e.0 .0));
+        }
+        let got: Vec<_> = w.iter().collect();
+        let want: Vec<_> = model.iter().map(|&(t, s, i)| (t.0, s, i)).collect();
+        assert_eq!(got, want);
+        let mut popped = 0;
+        while w.pop_due(f64::MAX).is_some() {
+            popped += 1;
+        }
+        assert_eq!(popped, want.len());
     }
 }
