@@ -63,7 +63,7 @@ _ALL = (*_REQUIRED, "kubectl")
 
 HOW_TO_GET = (
     "get them with `fastctl control-plane build` (or scripts/control-plane-build in a "
-    "checkout; needs Go >= 1.26 and the Go module proxy, ~4 minutes on 2 cores), or set "
+    "checkout; needs Go >= 1.26 and the Go module proxy, 4-15 minutes on 2 cores), or set "
     "KUBEBUILDER_ASSETS to a directory with etcd and kube-apiserver (e.g. from setup-envtest)"
 )
 
@@ -389,7 +389,7 @@ def _build_locked(
     log.write_text("")
     say(f"control-plane-build: building kubernetes {k8s_version} and etcd {etcd_version}")
     say(f"control-plane-build: into {dest}")
-    say(f"control-plane-build: log in {log} (a cold build takes ~4 minutes on 2 cores)")
+    say(f"control-plane-build: log in {log} (a cold build takes 4-15 minutes on 2 cores)")
 
     env = dict(os.environ)
     env.update(CGO_ENABLED="0", GOTOOLCHAIN="local")

@@ -208,8 +208,8 @@ class ControlPlane:
     - `directory`: where certificates, logs and etcd data go; default: a fresh temporary
       directory, deleted by `stop` (a given directory is left in place).
     - `apiserver_port` / `etcd_port`: preferred ports; a port in use is replaced by a free one.
-    - `start_timeout`: seconds to wait for each server (kube-apiserver takes ~10-60 s on
-      2 cores, more when the machine is busy).
+    - `start_timeout`: seconds to wait for each server to be ready (a start takes ~3 s on
+      an idle 2-core machine; the generous default covers a machine busy compiling).
     - `apiserver_args` / `etcd_args`: extra flags, appended (so they override the defaults).
     """
 
