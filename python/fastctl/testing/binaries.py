@@ -527,6 +527,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if assets and not args.force and not _missing(Path(assets)):
         _stderr(f"control-plane-build: using KUBEBUILDER_ASSETS={assets}")
         return 0
+    if assets:
+        _stderr(
+            f"control-plane-build: warning: KUBEBUILDER_ASSETS={assets} lacks "
+            f"{', '.join(_missing(Path(assets)))}; the cache is used only when it is unset"
+        )
     try:
         build_binaries(force=args.force)
     except ControlPlaneError as exc:
