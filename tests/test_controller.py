@@ -11,11 +11,11 @@ from typing import Any
 
 import orjson
 import pytest
-from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action, ObjectRef
 from fastctl._http import ApiError, request_json
+from fastctl.client import load_client
 from fastctl.controller import Controller
 from fastctl.resource import Resource, ResourceNotFound
 from fastctl.testing.control_plane import ControlPlane
@@ -24,21 +24,6 @@ pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
 CONFIGMAP = Resource("v1", "ConfigMap")
 SECRET = Resource("v1", "Secret")
-
-
-async def client_for(kubeconfig: str) -> ApiClient:
-    cfg = Configuration()
-    await kube_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    return ApiClient(cfg)
-
-
-@pytest.fixture
-async def api(control_plane: ControlPlane) -> AsyncIterator[ApiClient]:
-    client = await client_for(str(control_plane.kubeconfig))
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 def cm_path(namespace: str, name: str | None = None) -> str:
@@ -304,13 +289,13 @@ async def test_forbidden_by_rbac_is_a_clear_error_and_is_retried(
     control_plane: ControlPlane, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     kubeconfig = control_plane.user_kubeconfig("restricted-user")
-    client = await client_for(str(kubeconfig))
+    client = await load_client(kubeconfig)
     seen: list[str] = []
 
     async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
         seen.append(obj["metadata"]["name"])
 
-    admin = await client_for(str(control_plane.kubeconfig))
+    admin = await load_client(control_plane.kubeconfig)
     try:
         await create_cm(admin, namespace, "visible", {})
         ctl = Controller(client, CONFIGMAP, reconcile, namespace=namespace)

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +20,12 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action, Controller, LeaderElection, Manager, Resource
 from fastctl._http import request_json
-from fastctl.client import load_client
 from fastctl.testing.control_plane import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
 OPERATOR = str(Path(__file__).parent / "operators" / "recording.py") + ":make"
 LEASE = ("--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.3")
-
-
-@pytest.fixture
-async def api(control_plane: ControlPlane) -> AsyncIterator[ApiClient]:
-    client = await load_client(control_plane.kubeconfig)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 async def create_configmaps(api: ApiClient, namespace: str, names: list[str]) -> None:

@@ -10,30 +10,19 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client import ApiClient
 
 from fastctl._http import ApiError, request_json
 from fastctl.apply import create, get, patch
 from fastctl.controller import Controller
 from fastctl.demo import widgets
-from fastctl.testing.control_plane import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
 
-@pytest.fixture
-async def api(control_plane: ControlPlane) -> AsyncIterator[ApiClient]:
-    cfg = Configuration()
-    await kube_config.load_kube_config(
-        config_file=str(control_plane.kubeconfig), client_configuration=cfg
-    )
-    client = ApiClient(cfg)
-    await widgets.install_crd(client)
-    try:
-        yield client
-    finally:
-        await client.close()
+@pytest.fixture(autouse=True)
+async def widget_crd(api: ApiClient) -> None:
+    await widgets.install_crd(api)
 
 
 async def until(check: Callable[[], Any], limit: float = 60.0, what: str = "") -> Any:
