@@ -252,7 +252,7 @@ class _Driver:
             if not keys:
                 return
             for key in keys:
-                ref = ObjectRef.from_key(key)
+                ref = ObjectRef._from_trusted_key(key)
                 obj = store.get(ref)
                 if obj is None:
                     # Gone from the cache: nothing to reconcile. A later trigger (the object
