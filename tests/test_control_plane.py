@@ -552,6 +552,7 @@ def _wait_gone(records: list[ProcessRecord], timeout: float = 20) -> list[Proces
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+@pytest.mark.timeout(180)  # a regression here would hang on a pipe
 def test_sigkill_of_the_owner_kills_the_servers() -> None:
     proc, records, directory = _start_child("async")
     proc.kill()
@@ -563,6 +564,7 @@ def test_sigkill_of_the_owner_kills_the_servers() -> None:
         assert not directory.exists()
 
 
+@pytest.mark.timeout(180)  # a regression here would hang on a pipe
 def test_ctrl_c_stops_the_servers_and_cleans_up() -> None:
     proc, records, directory = _start_child("async")
     proc.send_signal(signal.SIGINT)
@@ -571,6 +573,7 @@ def test_ctrl_c_stops_the_servers_and_cleans_up() -> None:
     assert not directory.exists()
 
 
+@pytest.mark.timeout(180)  # a regression here would hang on a pipe
 def test_sigterm_of_a_blocking_owner_kills_the_servers() -> None:
     proc, records, _ = _start_child("blocking")
     proc.terminate()
@@ -599,6 +602,39 @@ def test_plugin_kills_and_reports_a_control_plane_left_running(tmp_path: Path) -
     pids = json.loads(result.stdout.split("PIDS ", 1)[1].splitlines()[0])
     assert len(pids) == 2
     assert _wait_gone([ProcessRecord(pid, "leaked", None) for pid in pids], timeout=5) == []
+
+
+@pytest.mark.timeout(180)  # a regression here would hang on a pipe
+def test_ctrl_c_of_a_pytest_session_after_a_failure_stops_the_servers(tmp_path: Path) -> None:
+    (tmp_path / "test_inner.py").write_text(
+        "import json, time\n"
+        "from fastctl.testing._process import started_processes\n\n\n"
+        "def test_fails(control_plane):\n"
+        "    assert False\n\n\n"
+        "def test_waits(control_plane):\n"
+        "    records = [[r.pid, r.name, r.start_ticks] for r in started_processes()]\n"
+        "    print('STATE', json.dumps([records, str(control_plane.directory)]), flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", str(tmp_path)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # "STATE" follows pytest's "test_inner.py F" on its line
+        if "STATE " in line:
+            break
+    else:
+        raise AssertionError("the inner session never reached its sleeping test")
+    raw, directory = json.loads(line.partition("STATE ")[2])
+    records = [ProcessRecord(pid, name, ticks) for pid, name, ticks in raw]
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert _wait_gone(records, timeout=1) == []  # stopped by the fixture, not by the kernel
+    assert not Path(directory).exists()
 
 
 def test_check_no_orphans_script_sees_running_servers(control_plane: ControlPlane) -> None:
