@@ -465,13 +465,17 @@ def test_startup_failure_shows_the_log_tail(control_plane: ControlPlane) -> None
     assert set(leftover_processes()) == before  # its etcd was stopped too
 
 
+def _inner_session(tmp_path: Path, source: str, *pytest_args: str) -> list[str]:
+    """Write `source` as a test module in `tmp_path`; the argv of a pytest session on it."""
+    (tmp_path / "test_inner.py").write_text(source)
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args, str(tmp_path)]
+
+
 def test_plugin_fails_not_skips_without_binaries(no_binaries: Path, tmp_path: Path) -> None:
-    (tmp_path / "test_inner.py").write_text(
-        "def test_needs_api(namespace):\n    pass\n\n\ndef test_plain():\n    pass\n"
-    )
+    source = "def test_needs_api(namespace):\n    pass\n\n\ndef test_plain():\n    pass\n"
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
+        _inner_session(tmp_path, source, "-rA"),
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -582,7 +586,7 @@ def test_sigterm_of_a_blocking_owner_kills_the_servers() -> None:
 
 
 def test_plugin_kills_and_reports_a_control_plane_left_running(tmp_path: Path) -> None:
-    (tmp_path / "test_leak.py").write_text(
+    source = (
         "from fastctl.testing import ControlPlane\n"
         "LEAKED = []\n\n\n"
         "def test_forgets_to_stop():\n"
@@ -590,7 +594,7 @@ def test_plugin_kills_and_reports_a_control_plane_left_running(tmp_path: Path) -
         "    print('PIDS', sorted(LEAKED[0].pids.values()))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", str(tmp_path)],
+        _inner_session(tmp_path, source, "-s"),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -606,7 +610,7 @@ def test_plugin_kills_and_reports_a_control_plane_left_running(tmp_path: Path) -
 
 @pytest.mark.timeout(180)  # a regression here would hang on a pipe
 def test_ctrl_c_of_a_pytest_session_after_a_failure_stops_the_servers(tmp_path: Path) -> None:
-    (tmp_path / "test_inner.py").write_text(
+    source = (
         "import json, time\n"
         "from fastctl.testing._process import started_processes\n\n\n"
         "def test_fails(control_plane):\n"
@@ -617,10 +621,7 @@ def test_ctrl_c_of_a_pytest_session_after_a_failure_stops_the_servers(tmp_path: 
         "    time.sleep(600)\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", str(tmp_path)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        text=True,
+        _inner_session(tmp_path, source, "-s"), cwd=tmp_path, stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     for line in proc.stdout:  # "STATE" follows pytest's "test_inner.py F" on its line
