@@ -43,6 +43,10 @@ from fastctl.testing import ControlPlane
 FAST: dict[str, Any] = {"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.25}
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
+SLACK = 0.5
+"""Scheduling latency allowed on a loaded, shared machine. Only liveness bounds (how soon
+something happens) get it; safety bounds (never before the lease expired) never do."""
+
 
 # -- configuration ---------------------------------------------------------------------
 
@@ -329,20 +333,21 @@ async def test_a_partitioned_leader_stops_at_its_deadline_while_its_request_hang
         lost_after = time.monotonic() - cut_at
         assert not a.is_leader
         # The last renewal that got through was sent at most a retry period before the cut.
-        assert lost_after <= a.config.renew_deadline + 0.05
+        assert lost_after <= a.config.renew_deadline + SLACK
         assert lost_after >= a.config.renew_deadline - a.config.retry_period - 0.05
 
 
 async def test_a_leader_that_sees_another_holder_stops_at_once() -> None:
     store = _Store()
-    a = _fake_elector(store, "a", renew_deadline=0.8)
+    a = _fake_elector(store, "a", lease_duration=4.0, renew_deadline=3.0)
     async with _running(a):
         await asyncio.wait_for(a.wait_leading(), 2)
         assert store.lease is not None
         store.put({**store.lease, "spec": next_record(None, "x", 1, micro_time()).to_spec()})
         taken_at = time.monotonic()
-        await asyncio.wait_for(a.wait_lost(), 2)
-        assert time.monotonic() - taken_at < 0.3  # next renewal, not the renew deadline
+        await asyncio.wait_for(a.wait_lost(), 4)
+        # At its next renewal (0.05 s), not at its renew deadline (3 s).
+        assert time.monotonic() - taken_at < 0.05 + SLACK
         assert a.leader == "x"
 
 
@@ -358,7 +363,7 @@ async def test_release_makes_run_return_and_hands_over_within_a_retry() -> None:
             assert await a.release()
             await asyncio.wait_for(a_task, 1)
             await asyncio.wait_for(b.wait_leading(), 1)
-            assert time.monotonic() - released_at < 0.3
+            assert time.monotonic() - released_at < 0.05 + SLACK
     assert store.lease is not None
     assert store.lease["spec"]["holderIdentity"] == "b"
     assert store.lease["spec"]["leaseTransitions"] == 1
@@ -374,7 +379,7 @@ async def test_release_does_not_wait_for_a_renewal_that_hangs() -> None:
         await asyncio.sleep(0.2)  # a renewal is now hanging, holding the write lock
         started = time.monotonic()
         assert await a.release()
-        assert time.monotonic() - started < 0.1
+        assert time.monotonic() - started < SLACK  # not the 2 s renew deadline
     assert store.lease is not None
     assert store.lease["spec"]["holderIdentity"] == ""
 
@@ -561,7 +566,7 @@ async def test_a_killed_leader_is_replaced_after_the_lease_duration(
     # b waits a full lease duration from the moment it saw a's last renewal, which it can
     # only have seen after a sent it; it wakes at the expiry, so not much later.
     assert b_led_at >= last_renewal_sent + config.lease_duration
-    assert b_led_at - killed_at <= config.lease_duration + 1.2 * config.retry_period + 1.0
+    assert b_led_at - killed_at <= config.lease_duration + 1.2 * config.retry_period + 2 * SLACK
     spec = (await _lease(await clients(), namespace))["spec"]
     assert spec["holderIdentity"] == "b"
     assert spec["leaseTransitions"] == 1
@@ -580,7 +585,7 @@ async def test_release_lets_a_successor_take_over_within_a_retry_period(
         await asyncio.wait_for(a_run, 2)  # release() ends run()
         await asyncio.wait_for(b.wait_leading(), 5)
         took = time.monotonic() - released_at
-    assert took < a.config.retry_period * 1.2 + 0.5
+    assert took < a.config.retry_period * 1.2 + 2 * SLACK
     spec = (await _lease(await clients(), namespace))["spec"]
     assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)
     assert terms.of("a")[0][1] <= terms.of("b")[0][0]
@@ -654,7 +659,7 @@ async def test_a_partitioned_leader_stops_before_the_lease_can_expire_for_others
     config = a.config
     # a counts from its last renewal that got through, which was sent before the freeze.
     # (The slack here and below is for a loaded machine waking this test late.)
-    assert a_lost_at - frozen_at <= config.renew_deadline + 0.3
+    assert a_lost_at - frozen_at <= config.renew_deadline + SLACK
     # b counts a full lease duration from when it saw that renewal (or a later one), which
     # it can only have seen after a sent it...
     assert b_led_at >= until - config.renew_deadline + config.lease_duration
@@ -684,7 +689,7 @@ async def test_a_leader_whose_lease_is_taken_reports_the_loss_at_its_next_renewa
         taken_at = time.monotonic()
         await asyncio.wait_for(a.wait_lost(), 5)
         noticed = time.monotonic() - taken_at
-        assert noticed < a.config.retry_period + 0.5  # its next renewal, not its deadline
+        assert noticed < a.config.retry_period + SLACK  # its next renewal, not its deadline
         assert a.leader == "intruder"
         # The intruder never renews: a takes the lease back once it expired on a's clock.
         assert await asyncio.wait_for(a.wait_leading(), 10) == 2
@@ -704,7 +709,7 @@ async def test_a_stopped_api_server_ends_leadership_within_the_renew_deadline(
         stopping_at = time.monotonic()
         stop = asyncio.create_task(control_plane.stop_apiserver())
         await asyncio.wait_for(a.wait_lost(), 5)
-        assert time.monotonic() - stopping_at <= a.config.renew_deadline + 0.3
+        assert time.monotonic() - stopping_at <= a.config.renew_deadline + SLACK
         await stop
         await control_plane.start_apiserver()
         # Someone leads again once the server is back (a, whose lease it still is, or b).
