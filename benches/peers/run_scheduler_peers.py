@@ -12,7 +12,9 @@ the same workloads here, and writes benches/peers/results/scheduler-peers.{json,
 docs/img/peers-*.png. `--quick` is a smoke run on small sizes into a temporary directory.
 
 Workloads (keys are "namespace-NN/object-NNNNNNNN" strings everywhere; every figure is the
-median over repetitions, each on a fresh queue, after one warm-up repetition):
+median over repetitions, each on a fresh queue, after one warm-up repetition; the Go program
+forces a GC before each repetition so that none pays for the previous one's garbage, which
+reference counting frees at once here):
 
 - cycle: add N distinct keys, then get (pop) and done each one; wall ns per key, N = 1k,
   100k, 1M.
@@ -27,11 +29,11 @@ median over repetitions, each on a fresh queue, after one warm-up repetition):
 - contended: W workers drain W x 1000 queued keys, each getting a key, sleeping 1 ms and
   finishing it (W = 10, 100, 1000; the headline case is 1M keys and 1000 workers); wall
   time and keys/s against the ideal of 1 s. Go uses W goroutines. fastctl is driven by W
-  asyncio tasks (`await asyncio.sleep(0.001)`) and, separately, by W OS threads
-  (`time.sleep(0.001)`, which releases the GIL); the model is not thread-safe, so it runs
-  the asyncio variant only. Python's per-item cost here is the event loop's (or the GIL
-  hand-offs'), not the scheduler's: these rows compare what a Python controller can do with
-  what a Go one can, not the queues' locks.
+  asyncio tasks (`await asyncio.sleep(0.001)`) and, separately, by 10 and 100 OS threads
+  (`time.sleep(0.001)`, which releases the GIL; `--thread-workers` sets the counts); the
+  model is not thread-safe, so it runs the asyncio variant only. Python's per-item cost
+  here is the event loop's (or the GIL hand-offs'), not the scheduler's: these rows compare
+  what a Python controller can do with what a Go one can, not the queues' locks.
 
 Rows "fastctl" call `add`/`pop`/`done` once per key from Python, so they include the cost
 of a Python call into the extension; "fastctl batched" uses `add_many`/`pop_many(1000)`.
@@ -74,6 +76,9 @@ MERGE_N = 100_000
 DELAYED_N = 100_000
 MAX_DELAY = 1.0
 WORKERS = (10, 100, 1000)
+# OS threads driving fastctl in the contended case. 1000 threads work, but CPython's GIL
+# hand-offs make that case take ~40 s (about 24k keys/s) and flood the machine's run queue.
+THREAD_WORKERS = (10, 100)
 PER_WORKER = 1000
 WORK = 0.001
 MERGE_STRIDE = 7919  # a prime that does not divide MERGE_N: a scattered permutation
@@ -267,7 +272,7 @@ def python_cases(impl: str, opts: argparse.Namespace) -> list[Case]:
         modes = ["asyncio"] if impl == "fastctl-model" else ["asyncio", "threads"]
         for mode in modes:
             drive = contended_asyncio if mode == "asyncio" else contended_threads
-            for w in opts.workers:
+            for w in opts.workers if mode == "asyncio" else opts.thread_workers:
                 ckeys = make_keys(w * opts.per_worker)
                 cases.append(
                     Case(
@@ -288,13 +293,39 @@ def python_cases(impl: str, opts: argparse.Namespace) -> list[Case]:
     return cases
 
 
+def machine_busy() -> float:
+    """CPU seconds all processes have used since boot ("cpu" line of /proc/stat, less idle
+    and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def start_others() -> Callable[[], float]:
+    """Start measuring the share of the machine's CPU time other processes use; the function
+    returned gives that share (0 to 1) since the start. It tells which figures were taken on
+    a busy machine."""
+    busy0, own0, t0 = machine_busy(), time.process_time(), time.perf_counter()
+    ncpu = os.cpu_count() or 1
+
+    def others() -> float:
+        used = (machine_busy() - busy0) - (time.process_time() - own0)
+        return max(0.0, used / ((time.perf_counter() - t0) * ncpu))
+
+    return others
+
+
 def measure(impl: str, case: Case) -> dict[str, Any]:
     print(f"{impl} {case.workload} n={case.n} {case.params} ...", file=sys.stderr, flush=True)
+    # One full collection per case, before the warm-up: a repetition leaves no garbage
+    # (reference counting frees its queue), and a collection before every repetition would
+    # walk every key of every case and start each one with cold caches.
+    gc.collect()
     if case.warmup:
         case.run()
     samples: list[Sample] = []
+    others = start_others()
     for _ in range(case.reps):
-        gc.collect()
         samples.append(case.run())
     walls = [s.wall_ns / case.n for s in samples]
     cpus = [s.cpu_ns / case.n for s in samples]
@@ -313,6 +344,7 @@ def measure(impl: str, case: Case) -> dict[str, Any]:
         "metric": case.metric,
         "metrics": True,  # fastctl.Scheduler always keeps its counters and histograms
         "params": case.params,
+        "others_cpu": others(),
     }
     if samples[0].phases:
         result["phase_ns_per_item"] = {
@@ -397,6 +429,14 @@ def find(
     return None
 
 
+BUSY = 0.25  # other processes' share of the CPU above which a figure is marked
+BUSY_MARK = "°"
+
+
+def busy_mark(r: dict[str, Any]) -> str:
+    return BUSY_MARK if r["others_cpu"] > BUSY else ""
+
+
 def fmt_ns(ns: float) -> str:
     return f"{ns / 1000:.2f} µs" if ns >= 10_000 else f"{ns:,.0f} ns"
 
@@ -421,7 +461,7 @@ def per_item_table(results: list[dict[str, Any]], impls: list[str], go_metrics: 
         cells = []
         for impl in impls:
             r = find(results, impl, workload, n, go_metrics=go_metrics)
-            cells.append(fmt_ns(r["ns_per_item"]) if r else "—")
+            cells.append(fmt_ns(r["ns_per_item"]) + busy_mark(r) if r else "—")
         rust = find(results, "fastctl", workload, n)
         ratio = f"{rust['ns_per_item'] / cr['ns_per_item']:.2f}" if rust else "—"
         name = workload + (" (CPU)" if workload == "delayed" else "")
@@ -458,9 +498,16 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         p = r["params"]
         lines.append(
             f"| {LABELS[r['impl']]} | {p['mode']} | {p['workers']:,} | {fmt_n(r['n'])} "
-            f"| {r['wall_s']:.2f} s | {r['items_per_s']:,.0f} | {p['ideal_s']:.2f} s "
+            f"| {r['wall_s']:.2f} s{busy_mark(r)} | {r['items_per_s']:,.0f} | {p['ideal_s']:.2f} s "
             f"| {r['wall_s'] / p['ideal_s']:.2f} |"
         )
+    others = sorted(r["others_cpu"] for r in results)
+    lines += [
+        "",
+        f"Other processes used a median {statistics.median(others):.0%} and at most "
+        f"{others[-1]:.0%} of the machine's CPU time during a case; {BUSY_MARK} marks the "
+        f"figures taken while they used more than {BUSY:.0%}.",
+    ]
     lines += [
         "",
         f"Machine: {meta['machine']}; load average {meta['loadavg_start']} at the start, "
@@ -582,12 +629,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=0, help="repetitions per case (0: defaults)")
     p.add_argument("--no-go-metrics", action="store_true", help="skip the metrics-on Go run")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument(
+        "--thread-workers",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        default=THREAD_WORKERS,
+        help="thread counts for the threaded contended case (default %(default)s)",
+    )
     opts = p.parse_args(argv)
     opts.sizes, opts.merge_n, opts.delayed_n = SIZES, MERGE_N, DELAYED_N
     opts.max_delay, opts.workers, opts.per_worker = MAX_DELAY, WORKERS, PER_WORKER
     if opts.quick:
         opts.sizes, opts.merge_n, opts.delayed_n = (1000, 10_000), 10_000, 10_000
         opts.max_delay, opts.workers, opts.per_worker = 0.1, (10, 100), 100
+        opts.thread_workers = (10,)
         opts.reps = opts.reps or 3
         tmp = Path(tempfile.mkdtemp(prefix="fastctl-peers-"))
         opts.out, opts.img_dir = opts.out or tmp, opts.img_dir or tmp

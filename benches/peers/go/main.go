@@ -79,6 +79,7 @@ type result struct {
 	Version   string             `json:"version"`
 	Go        string             `json:"go"`
 	Procs     int                `json:"gomaxprocs"`
+	OthersCPU float64            `json:"others_cpu"`
 }
 
 type config struct {
@@ -227,6 +228,7 @@ func measure(c benchCase, impl string, cfg config) result {
 	}
 	var walls, cpus []float64
 	phases := map[string][]float64{}
+	others := startOthers()
 	for range c.reps {
 		runtime.GC()
 		s := c.run(newQueue)
@@ -247,6 +249,7 @@ func measure(c benchCase, impl string, cfg config) result {
 		Procs: runtime.GOMAXPROCS(0), Phases: map[string]float64{},
 	}
 	r.ItemsPerS = float64(c.n) / r.WallS
+	r.OthersCPU = others()
 	for k, v := range phases {
 		r.Phases[k] = median(v)
 	}
@@ -406,6 +409,35 @@ func cpuTime() time.Duration {
 		fatalf("getrusage: %v", err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// startOthers starts measuring the share of the machine's CPU time that other processes
+// use; the function it returns gives that share (0 to 1) since the start.
+func startOthers() func() float64 {
+	busy0, own0, t0 := machineBusy(), cpuTime(), time.Now()
+	return func() float64 {
+		others := (machineBusy() - busy0) - (cpuTime() - own0)
+		return max(0, others.Seconds()/(time.Since(t0).Seconds()*float64(runtime.NumCPU())))
+	}
+}
+
+// machineBusy is the CPU time all processes have used since boot (the "cpu" line of
+// /proc/stat, less idle and iowait), assuming the usual 100 clock ticks per second.
+func machineBusy() time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	var busy int64
+	for i, f := range fields[1:] {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest time is already in user
+			busy += v
+		}
+	}
+	return time.Duration(busy) * 10 * time.Millisecond
 }
 
 func perItem(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / float64(n) }
