@@ -1,0 +1,249 @@
+"""The operators under test, each run as its own process by the driver (`run_all.py`).
+
+Widget operators (issue 7): the same work in every framework. For each Widget whose
+``status.observedGeneration`` differs from ``metadata.generation``, read the spec and write
+``status: {observedGeneration, items}`` with one merge patch of the ``status`` subresource;
+anything else (the event caused by that very patch) is a no-op.
+
+- ``fastctl``: `fastctl.Controller`, Rust scheduler.
+- ``fastctl-model``: the same with the pure-Python scheduler model (`fastctl._model`).
+- ``fastctl-no-trust-env``: fastctl with one experimental change (see `_no_trust_env`).
+- ``kopf``: ``@kopf.on.create`` + ``@kopf.on.update``, with kopf's bookkeeping kept in the
+  status (`StatusProgressStorage`, `StatusDiffBaseStorage`), so each change costs kopf one
+  status patch, as it costs fastctl; Events posting and cluster scanning off.
+- ``kopf-default``: the same handlers with kopf's default storages (progress in
+  annotations and status, the diff base in an annotation): two patches per change.
+- ``kopf-event``: ``@kopf.on.event`` with the handler's own generation check: no
+  persistence at all, the least kopf can do.
+- ``kopf-limited``: ``kopf`` with ``settings.queueing.worker_limit = --concurrency``.
+
+ConfigMap controllers (issue 5), fastctl only:
+
+- ``cm-record``: a no-op reconcile that records when each ConfigMap was first reconciled.
+- ``cm-latency``: a reconcile that GETs its object from the API server (one real request)
+  and records when it first saw each ``e2e.fastctl.dev/seq`` annotation value.
+
+Each prints JSON lines on stdout: ``{"started": t}`` once imported, and the ConfigMap modes a
+``{"report": ...}`` after SIGTERM. The driver reads memory and CPU from ``/proc``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from typing import Any
+
+from common import emit
+
+GROUP = "demo.fastctl.dev"
+SEQ_ANNOTATION = "e2e.fastctl.dev/seq"
+
+WIDGET_MODES = (
+    "fastctl",
+    "fastctl-model",
+    "fastctl-no-trust-env",
+    "kopf",
+    "kopf-default",
+    "kopf-event",
+    "kopf-limited",
+)
+CM_MODES = ("cm-record", "cm-latency")
+
+
+def status_for(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The status patch a Widget needs, or None when it is up to date (the common work)."""
+    meta = obj["metadata"]
+    generation = meta.get("generation")
+    if (obj.get("status") or {}).get("observedGeneration") == generation:
+        return None
+    data = (obj.get("spec") or {}).get("data") or {}
+    return {"observedGeneration": generation, "items": len(data)}
+
+
+# -- fastctl -------------------------------------------------------------------------------
+
+
+def _no_trust_env(client: Any) -> None:
+    """An experiment, not fastctl's behaviour: kubernetes-asyncio opens its aiohttp session
+    with ``trust_env=True``, so aiohttp looks up proxy variables and ``~/.netrc`` in a worker
+    thread on every request (two thread round trips each). Turn that off, as kopf does
+    (``settings.networking.trust_env`` defaults to False), to measure what it costs."""
+    client.rest_client.pool_manager._trust_env = False
+
+
+def _controller(
+    client: Any, resource: Any, reconcile: Any, args: argparse.Namespace, model: bool
+) -> Any:
+    """The Controller every fastctl mode runs: `args.concurrency`, in `args.namespace`, on
+    the Rust scheduler or (`model`) the pure-Python one."""
+    from fastctl import Controller
+    from fastctl._model import ModelScheduler
+
+    return Controller(
+        client,
+        resource,
+        reconcile,
+        namespace=args.namespace,
+        concurrency=args.concurrency,
+        scheduler=ModelScheduler(concurrency=args.concurrency) if model else None,
+    )
+
+
+async def run_fastctl_widgets(args: argparse.Namespace, model: bool) -> None:
+    from fastctl import Resource
+    from fastctl.apply import patch
+    from fastctl.client import load_client
+
+    client = await load_client(args.kubeconfig)
+    if args.no_trust_env or args.mode == "fastctl-no-trust-env":
+        _no_trust_env(client)
+    widgets = await Resource(f"{GROUP}/v1", "Widget").resolve(client)
+
+    async def reconcile(obj: dict[str, Any], ctx: object) -> None:
+        status = status_for(obj)
+        if status is not None:
+            meta = obj["metadata"]
+            await patch(
+                client,
+                widgets,
+                meta["name"],
+                {"status": status},
+                namespace=meta["namespace"],
+                subresource="status",
+            )
+
+    ctl = _controller(client, widgets.resource, reconcile, args, model)
+    try:
+        await ctl.run()
+    finally:
+        await client.close()
+
+
+async def run_fastctl_configmaps(args: argparse.Namespace) -> None:
+    from fastctl import Resource
+    from fastctl.apply import get
+    from fastctl.client import load_client
+
+    client = await load_client(args.kubeconfig)
+    configmaps = await Resource("v1", "ConfigMap").resolve(client)
+    first: dict[str, float] = {}
+    starts: list[float] = []
+    seen: dict[str, float] = {}
+    do_get = args.mode == "cm-latency"
+
+    async def reconcile(obj: dict[str, Any], ctx: object) -> None:
+        now = time.monotonic()
+        starts.append(now)
+        meta = obj["metadata"]
+        name = meta["name"]
+        if name not in first:
+            first[name] = now
+            if len(first) == 1:
+                emit({"first_reconcile": now})
+            if len(first) == args.expect:
+                emit({"all_first": now})
+        seq = (meta.get("annotations") or {}).get(SEQ_ANNOTATION)
+        if seq is not None and seq not in seen:
+            seen[seq] = now
+        if do_get:
+            await get(client, configmaps, name, namespace=meta["namespace"])
+
+    ctl = _controller(client, configmaps.resource, reconcile, args, args.model)
+
+    async def report_ready() -> None:
+        await ctl.store.wait_ready()
+        emit({"ready": time.monotonic(), "cached": len(ctl.store)})
+
+    ready_task = asyncio.get_running_loop().create_task(report_ready())
+    try:
+        await ctl.run()
+    finally:
+        ready_task.cancel()
+        await client.close()
+    emit({"report": {"first": first, "starts": starts, "seen": seen}})
+
+
+# -- kopf ----------------------------------------------------------------------------------
+
+
+def run_kopf(args: argparse.Namespace) -> None:
+    # kopf imports kubernetes_asyncio's models when it is installed, only to recognise them
+    # in its owner-reference helpers; in kopf's own environment it is not there (kopf does
+    # not depend on it), and here it would add ~40 MB to kopf's memory. Hide it.
+    for optional in ("kubernetes_asyncio", "kubernetes", "pykube"):
+        sys.modules[optional] = None  # type: ignore[assignment]
+    import kopf
+
+    @kopf.on.login()
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(
+            server=args.server,
+            ca_path=args.ca,
+            certificate_path=args.cert,
+            private_key_path=args.key,
+            default_namespace=args.namespace,
+        )
+
+    @kopf.on.startup()
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # no Events (fastctl posts none either)
+        settings.scanning.disabled = True  # no CRD/namespace observation
+        settings.queueing.worker_limit = args.kopf_worker_limit  # None: kopf's default
+        if args.mode == "kopf-limited":
+            settings.queueing.worker_limit = args.concurrency
+        if args.mode in ("kopf", "kopf-limited"):
+            settings.persistence.progress_storage = kopf.StatusProgressStorage()
+            settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage()
+
+    if args.mode == "kopf-event":
+
+        @kopf.on.event(GROUP, "v1", "widgets")
+        async def on_event(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+            status = status_for(dict(body))
+            if status is not None:
+                patch.status.update(status)
+
+    else:
+
+        @kopf.on.create(GROUP, "v1", "widgets")
+        @kopf.on.update(GROUP, "v1", "widgets")
+        async def on_change(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+            status = status_for(dict(body))
+            if status is not None:
+                patch.status.update(status)
+
+    kopf.run(standalone=True, namespaces=[args.namespace])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=WIDGET_MODES + CM_MODES)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--expect", type=int, default=0, help="cm-*: report when this many")
+    parser.add_argument("--model", action="store_true", help="cm-*: pure-Python scheduler")
+    parser.add_argument(
+        "--no-trust-env", action="store_true", help="fastctl: experiment, see _no_trust_env"
+    )
+    parser.add_argument("--kopf-worker-limit", type=int, default=None)
+    parser.add_argument("--server", help="kopf: the API server URL")
+    parser.add_argument("--ca", help="kopf: the CA certificate file")
+    parser.add_argument("--cert", help="kopf: the client certificate file")
+    parser.add_argument("--key", help="kopf: the client key file")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    emit({"started": time.monotonic()})
+    if args.mode.startswith("kopf"):
+        run_kopf(args)
+    elif args.mode in CM_MODES:
+        asyncio.run(run_fastctl_configmaps(args))
+    else:
+        asyncio.run(run_fastctl_widgets(args, model=args.mode == "fastctl-model"))
+
+
+if __name__ == "__main__":
+    main()
