@@ -33,14 +33,35 @@ async def load_client(kubeconfig: str | os.PathLike[str] | None = None) -> ApiCl
             raise KubeconfigError(
                 f"no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a cluster ({exc})"
             ) from None
-        return ApiClient(cfg)
+        return _without_env_lookups(ApiClient(cfg))
     file = _readable(path)
     try:
         await kube_config.load_kube_config(config_file=str(file), client_configuration=cfg)
     except Exception as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise KubeconfigError(f"invalid kubeconfig {file}: {detail}") from None
-    return ApiClient(cfg)
+    return _without_env_lookups(ApiClient(cfg))
+
+
+_PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy")
+
+
+def _without_env_lookups(client: ApiClient) -> ApiClient:
+    """Skip aiohttp's per-request proxy and ``~/.netrc`` lookups when there is no proxy.
+
+    kubernetes-asyncio opens its session with ``trust_env=True``, so every request looks up
+    proxy variables and reads ``~/.netrc`` in a worker thread: about 30 % of an operator's
+    CPU in the end-to-end benchmark (a GET went from ~370 to ~850 µs of client CPU). With no
+    proxy variable set there is nothing to find, and the API server's credentials never
+    come from netrc, so the lookups are switched off. With a proxy variable set, or a proxy
+    in the kubeconfig, nothing changes.
+    """
+    if client.configuration.proxy or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return client
+    session = client.rest_client.pool_manager
+    if hasattr(session, "_trust_env"):
+        session._trust_env = False
+    return client
 
 
 def _readable(path: str | os.PathLike[str]) -> Path:
