@@ -18,8 +18,8 @@ import orjson
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl import Action, Controller, LeaderElection, Manager, Resource
-from fastctl._http import request_json
+from fastctl import Action, Controller, LeaderElection, LeadershipLost, Manager, Resource
+from fastctl._http import ApiError, request_json
 from fastctl.testing.control_plane import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
@@ -286,3 +286,45 @@ async def test_two_controllers_with_one_name_are_refused(api: ApiClient) -> None
     mgr = Manager(api, metrics_port=None).add(Controller(api, cm, reconcile))
     with pytest.raises(ValueError, match="two controllers named 'configmap'"):
         mgr.add(Controller(api, cm, reconcile))
+
+
+async def test_a_lost_lease_cancels_running_reconciles_at_once(
+    control_plane: ControlPlane, api: ApiClient, namespace: str
+) -> None:
+    await create_configmaps(api, namespace, ["busy"])
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    election = LeaderElection(
+        "lost-lease", namespace=namespace, lease_duration=3, renew_deadline=2, retry_period=0.3
+    )
+    ctl = Controller(api, Resource("v1", "ConfigMap"), reconcile, namespace=namespace)
+    mgr = Manager(api, leader_election=election, metrics_port=None, drain_timeout=30).add(ctl)
+    task = asyncio.create_task(mgr.run())
+    await asyncio.wait_for(started.wait(), 60)
+    # Another writer takes the lease: at its next renewal the manager must stop, and must not
+    # give the running reconcile its 30 s drain timeout.
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/lost-lease"
+    for _ in range(10):
+        lease = await request_json(api, "GET", path)
+        lease["spec"]["holderIdentity"] = "intruder"
+        lease["spec"]["leaseDurationSeconds"] = 60
+        try:
+            await request_json(api, "PUT", path, body=orjson.dumps(lease))
+            break
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+    taken_at = time.monotonic()
+    with pytest.raises(LeadershipLost):
+        await asyncio.wait_for(task, 20)
+    assert cancelled.is_set()
+    assert time.monotonic() - taken_at < 10, "the reconcile was drained, not cancelled"

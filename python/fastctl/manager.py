@@ -108,8 +108,8 @@ class Manager:
         self._stop.set()
 
     def _share_watches(self) -> list[SharedWatch]:
-        """One SharedWatch for every resource more than one controller watches (with the
-        same namespace and selector), or that is any controller's primary."""
+        """One SharedWatch for every resource that more than one controller watches in the
+        same namespace (a primary watched with a label selector keeps its own watch)."""
         uses: Counter[tuple[Resource, str | None]] = Counter()
         for ctl in self.controllers:
             for resource in ctl.resources:
@@ -145,6 +145,7 @@ class Manager:
             for ctl in self.controllers:
                 ctl.gate(self._leading)
         tasks: dict[asyncio.Task[None], str] = {}
+        drain = True
         try:
             if self.metrics_port is not None:
                 self.health = HealthServer(
@@ -180,11 +181,13 @@ class Manager:
                 exc = task.exception() if not task.cancelled() else None
                 if exc is not None:
                     self._failed = tasks[task]
+                    # Without the lease, not one more write: cancel at once, no drain.
+                    drain = not isinstance(exc, LeadershipLost)
                     raise exc
                 if task is not lost:
                     log.warning("%s ended unexpectedly", tasks[task])
         finally:
-            await self._stop_everything(tasks, shared)
+            await self._stop_everything(tasks, shared, drain=drain)
             for sig in installed:
                 loop.remove_signal_handler(sig)
             self._running = False
@@ -207,12 +210,16 @@ class Manager:
             )
 
     async def _stop_everything(
-        self, tasks: dict[asyncio.Task[None], str], shared: Iterable[SharedWatch]
+        self,
+        tasks: dict[asyncio.Task[None], str],
+        shared: Iterable[SharedWatch],
+        *,
+        drain: bool,
     ) -> None:
         controllers = [t for t, what in tasks.items() if what.startswith("controller ")]
         for ctl in self.controllers:
             ctl.shutdown()
-        if controllers:
+        if controllers and drain:
             _, pending = await asyncio.wait(controllers, timeout=self.drain_timeout)
             if pending:
                 log.warning(
