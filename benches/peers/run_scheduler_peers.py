@@ -52,6 +52,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -363,6 +364,8 @@ def cache_dir() -> Path:
 
 def go_binary() -> Path:
     """The Go program, built into the cache if no binary of these sources exists yet."""
+    if shutil.which("go") is None:
+        sys.exit("run_scheduler_peers: needs Go 1.26 on PATH to build benches/peers/go")
     go_version = subprocess.run(
         ["go", "version"], capture_output=True, text=True, check=True
     ).stdout
