@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from fastctl import Scheduler
-from fastctl._model import ModelScheduler
+from fastctl.testing.model import ModelScheduler
 
 IMPLS: dict[str, Callable[..., Any]] = {"rust": Scheduler, "model": ModelScheduler}
 BATCH = 10_000  # operations per benchmark round
@@ -186,7 +186,7 @@ MEMORY_SCRIPT = textwrap.dedent(
     """
     import gc, json, sys
     from fastctl import Scheduler
-    from fastctl._model import ModelScheduler
+    from fastctl.testing.model import ModelScheduler
 
     def rss():
         with open("/proc/self/statm") as f:

@@ -80,7 +80,7 @@ def _controller(
     """The Controller every fastctl mode runs: `args.concurrency`, in `args.namespace`, on
     the Rust scheduler or (`model`) the pure-Python one."""
     from fastctl import Controller
-    from fastctl._model import ModelScheduler
+    from fastctl.testing.model import ModelScheduler
 
     return Controller(
         client,
@@ -94,8 +94,8 @@ def _controller(
 
 async def run_fastctl_widgets(args: argparse.Namespace, model: bool) -> None:
     from fastctl import Resource
-    from fastctl.apply import patch
-    from fastctl.client import load_client
+    from fastctl.kube._client import load_client
+    from fastctl.kube._objects import patch
 
     client = await load_client(args.kubeconfig)
     if args.no_trust_env or args.mode == "fastctl-no-trust-env":
@@ -124,8 +124,8 @@ async def run_fastctl_widgets(args: argparse.Namespace, model: bool) -> None:
 
 async def run_fastctl_configmaps(args: argparse.Namespace) -> None:
     from fastctl import Resource
-    from fastctl.apply import get
-    from fastctl.client import load_client
+    from fastctl.kube._client import load_client
+    from fastctl.kube._objects import get
 
     client = await load_client(args.kubeconfig)
     configmaps = await Resource("v1", "ConfigMap").resolve(client)

@@ -18,11 +18,11 @@ from typing import Any
 from common import log, proc_cpu_seconds, run_bounded
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.apply import create, patch
-from fastctl.client import load_client
-from fastctl.resource import ResolvedResource, Resource
+from fastctl.kube._client import load_client
+from fastctl.kube._objects import create, patch
+from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._watcher import EventKind, watcher
 from fastctl.testing.control_plane import ControlPlane
-from fastctl.watcher import EventKind, watcher
 
 CONFIGMAP = Resource("v1", "ConfigMap")
 NAMESPACE = Resource("v1", "Namespace")

@@ -80,7 +80,7 @@ _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 async def request_counts(client: ApiClient) -> Counter[RequestKey]:
     """``apiserver_request_total`` summed by (verb, resource, subresource)."""
-    from fastctl._http import request
+    from fastctl.kube._http import request
 
     async with await request(client, "GET", "/metrics") as resp:
         text = (await resp.read()).decode()

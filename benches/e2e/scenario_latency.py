@@ -26,7 +26,7 @@ from typing import Any
 from cluster import CONFIGMAP, Cluster, configmap, create_many, fresh_cluster
 from common import Child, child_argv, load_average, log, summary_ms
 
-from fastctl.apply import patch
+from fastctl.kube._objects import patch
 
 SEQ_ANNOTATION = "e2e.fastctl.dev/seq"
 

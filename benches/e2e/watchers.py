@@ -72,9 +72,9 @@ class Phases:
 
 async def consume_fastctl(kubeconfig: str, namespace: str, phases: Phases) -> None:
     from fastctl import Resource
-    from fastctl.client import load_client
-    from fastctl.store import Store, reflector
-    from fastctl.watcher import EventKind, watcher
+    from fastctl.kube._client import load_client
+    from fastctl.kube._store import Store, reflector
+    from fastctl.kube._watcher import EventKind, watcher
 
     client = await load_client(kubeconfig)
     store = Store()
@@ -140,10 +140,10 @@ async def measure_memory(kubeconfig: str, namespace: str) -> None:
     from kubernetes_asyncio import config
 
     from fastctl import Resource
-    from fastctl._http import request
-    from fastctl.client import load_client
-    from fastctl.store import Store, reflector
-    from fastctl.watcher import EventKind, watcher
+    from fastctl.kube._client import load_client
+    from fastctl.kube._http import request
+    from fastctl.kube._store import Store, reflector
+    from fastctl.kube._watcher import EventKind, watcher
 
     client = await load_client(kubeconfig)
     resource = await Resource(CM_API_VERSION, "ConfigMap").resolve(client)

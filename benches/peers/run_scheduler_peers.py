@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fastctl import Scheduler
-from fastctl._model import ModelScheduler
+from fastctl.testing.model import ModelScheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 GO_DIR = Path(__file__).resolve().parent / "go"

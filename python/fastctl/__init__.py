@@ -1,35 +1,78 @@
 """fastctl: Kubernetes controllers in Python on a Rust scheduling core.
 
-The names exported here are the public contract (see docs/ and DESIGN.md).
+Every public name is exported here (and pinned by a test: names are added, never removed).
+The package follows the data path, one layer per folder (docs/architecture.md):
+
+- `fastctl` itself: the Kubernetes-free engine. `types` (refs, actions, triggers), `errors`
+  (one hierarchy), the Rust `Scheduler`, the `applier` that runs reconciles on it, `log`.
+- `fastctl.kube`: the API layer. Resources, the object API, watcher → reflector → Store,
+  Events, finalizers.
+- `fastctl.runtime`: Controller (events → triggers → applier), Manager, metrics, health,
+  leader election.
+- `fastctl.testing`: a real local control plane, pytest fixtures, the scheduler model.
 """
 
+from fastctl._applier import DEFAULT_CONCURRENCY, applier
 from fastctl._core import Scheduler
-from fastctl._http import ApiError
-from fastctl.client import KubeconfigError, load_client
-from fastctl.controller import Controller
-from fastctl.events import Recorder
-from fastctl.finalizer import finalizer
-from fastctl.leader import LeaderElection, LeaderElector
-from fastctl.manager import LeadershipLost, Manager
-from fastctl.resource import Discovery, ResolvedResource, Resource, ResourceNotFound
-from fastctl.runner import DEFAULT_CONCURRENCY, ReconcileCancelled, ReconcileTimeout, applier
-from fastctl.store import Store, reflector
-from fastctl.types import Action, ObjectRef, ReconcileResult, Trigger
-from fastctl.watcher import EventKind, WatchEvent, watcher
+from fastctl.errors import (
+    ApiError,
+    FastctlError,
+    KubeconfigError,
+    LeadershipLost,
+    ReconcileCancelled,
+    ReconcileTimeout,
+    ResourceNotFound,
+    WatchError,
+    WatchStreamError,
+)
+from fastctl.kube import (
+    Discovery,
+    EventKind,
+    Recorder,
+    ResolvedResource,
+    Resource,
+    Store,
+    WatchEvent,
+    finalizer,
+    load_client,
+    reflector,
+    watcher,
+)
+from fastctl.runtime import (
+    INITIAL_LIST_PRIORITY,
+    Controller,
+    LeaderElection,
+    LeaderElector,
+    Manager,
+)
+from fastctl.types import (
+    Action,
+    ErrorPolicy,
+    Mapper,
+    ObjectRef,
+    Reconcile,
+    ReconcileResult,
+    Trigger,
+)
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "INITIAL_LIST_PRIORITY",
     "Action",
     "ApiError",
     "Controller",
     "Discovery",
+    "ErrorPolicy",
     "EventKind",
+    "FastctlError",
     "KubeconfigError",
     "LeaderElection",
     "LeaderElector",
     "LeadershipLost",
     "Manager",
+    "Mapper",
     "ObjectRef",
+    "Reconcile",
     "ReconcileCancelled",
     "ReconcileResult",
     "ReconcileTimeout",
@@ -40,7 +83,9 @@ __all__ = [
     "Scheduler",
     "Store",
     "Trigger",
+    "WatchError",
     "WatchEvent",
+    "WatchStreamError",
     "applier",
     "finalizer",
     "load_client",

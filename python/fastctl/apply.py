@@ -1,234 +1,36 @@
-"""Writing objects: server-side apply (objects and status), patch, get, delete.
+"""Deprecated alias of the object API, kept so ``from fastctl.apply import apply`` (the
+spelling of fastctl 0.1) keeps working: import from `fastctl.kube` instead."""
 
-Server-side apply is how a controller should write what it owns: it sends its *intent*
-(only the fields it cares about) under a field manager name, and the API server merges it
-with everyone else's, tracks ownership per field and reports conflicts. A controller
-normally owns its fields outright, so `force` defaults to True (the Kubernetes docs
-recommend exactly that for controllers); pass ``force=False`` to get a 409 instead of
-taking a field over from another manager.
+import warnings
 
-Bodies are serialised with orjson and answers parsed with orjson; every failure is an
-`ApiError` whose message is one line naming the request::
+from fastctl.kube._objects import (
+    ApiError,
+    PatchType,
+    apply,
+    apply_status,
+    create,
+    delete,
+    get,
+    patch,
+    resolved,
+)
 
-    PATCH /api/v1/namespaces/a/configmaps/b: 409 Conflict: Apply failed with 1 conflict: ...
-
-A `Resource` argument is resolved through the client's shared discovery cache (one
-request per group/version per client); pass a `ResolvedResource` to skip even that lookup.
-"""
-
-from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any, Literal
-
-import orjson
-from kubernetes_asyncio.client import ApiClient
-
-from fastctl._http import ApiError, request_json
-from fastctl.resource import ResolvedResource, Resource
-
-__all__ = ["ApiError", "PatchType", "apply", "apply_status", "create", "delete", "get", "patch"]
-
-PatchType = Literal["merge", "json", "strategic", "apply"]
-_CONTENT_TYPES: dict[str, str] = {
-    "merge": "application/merge-patch+json",
-    "json": "application/json-patch+json",
-    "strategic": "application/strategic-merge-patch+json",
-    # JSON is YAML: orjson output is a valid apply body.
-    "apply": "application/apply-patch+yaml",
-}
-
-Obj = dict[str, Any]
+__all__ = [
+    "ApiError",
+    "PatchType",
+    "apply",
+    "apply_status",
+    "create",
+    "delete",
+    "get",
+    "patch",
+    "resolved",
+]
 
 
-async def resolved(client: ApiClient, resource: Resource | ResolvedResource) -> ResolvedResource:
-    """`resource` resolved through the client's shared discovery cache."""
-    if isinstance(resource, ResolvedResource):
-        return resource
-    return await resource.resolve(client)
-
-
-def _name_and_namespace(
-    res: ResolvedResource, obj: Mapping[str, Any], namespace: str | None
-) -> tuple[str, str | None]:
-    meta = obj.get("metadata") or {}
-    name = meta.get("name")
-    if not name:
-        raise ValueError(f"{res.kind}: the object has no metadata.name")
-    ns = meta.get("namespace") or namespace
-    if res.namespaced and not ns:
-        raise ValueError(f"{res.kind} {name!r} is namespaced: give metadata.namespace")
-    return str(name), (str(ns) if res.namespaced and ns else None)
-
-
-def _with_type(res: ResolvedResource, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Apply bodies must say what they are; fill ``apiVersion``/``kind`` in if left out."""
-    if obj.get("apiVersion") and obj.get("kind"):
-        return obj
-    return {"apiVersion": res.api_version, "kind": res.kind, **obj}
-
-
-async def get(
-    client: ApiClient,
-    resource: Resource | ResolvedResource,
-    name: str,
-    *,
-    namespace: str | None = None,
-) -> Obj:
-    """GET one object (`ApiError` 404 if it does not exist)."""
-    res = await resolved(client, resource)
-    obj: Obj = await request_json(client, "GET", res.object_path(name, namespace))
-    return obj
-
-
-async def create(
-    client: ApiClient,
-    resource: Resource | ResolvedResource,
-    obj: Mapping[str, Any],
-    *,
-    namespace: str | None = None,
-    field_manager: str | None = None,
-) -> Obj:
-    """POST a new object (`ApiError` 409 AlreadyExists if the name is taken). A
-    ``metadata.generateName`` without a name is fine."""
-    res = await resolved(client, resource)
-    ns = (obj.get("metadata") or {}).get("namespace") or namespace
-    if res.namespaced and not ns:
-        raise ValueError(f"{res.kind} is namespaced: give metadata.namespace or namespace=")
-    path = res.collection_path(ns if res.namespaced else None)
-    body = orjson.dumps(_with_type(res, obj))
-    created: Obj = await request_json(
-        client, "POST", path, query={"fieldManager": field_manager}, body=body
-    )
-    return created
-
-
-async def apply(
-    client: ApiClient,
-    resource: Resource | ResolvedResource,
-    obj: Mapping[str, Any],
-    *,
-    field_manager: str,
-    force: bool = True,
-    namespace: str | None = None,
-    dry_run: bool = False,
-) -> Obj:
-    """Server-side apply `obj` (the fields this manager wants) and return the result.
-
-    Creates the object if it does not exist. `namespace` is used when the object does not
-    name one. Send intent, not an object read back from the server: a stale
-    ``metadata.resourceVersion`` in the body makes the apply conditional, and
-    ``managedFields`` is rejected.
-    """
-    res = await resolved(client, resource)
-    name, ns = _name_and_namespace(res, obj, namespace)
-    return await _apply(client, res.object_path(name, ns), res, obj, field_manager, force, dry_run)
-
-
-async def apply_status(
-    client: ApiClient,
-    resource: Resource | ResolvedResource,
-    obj: Mapping[str, Any],
-    *,
-    field_manager: str,
-    force: bool = True,
-    namespace: str | None = None,
-    dry_run: bool = False,
-) -> Obj:
-    """Server-side apply to the ``status`` subresource: `obj` is ``apiVersion``, ``kind``,
-    ``metadata.name`` (and namespace) and the ``status`` fields this manager owns. Use a
-    field manager distinct from the one that applies the spec if both are applied."""
-    res = await resolved(client, resource)
-    name, ns = _name_and_namespace(res, obj, namespace)
-    path = res.status_path(name, ns)
-    return await _apply(client, path, res, obj, field_manager, force, dry_run)
-
-
-async def _apply(
-    client: ApiClient,
-    path: str,
-    res: ResolvedResource,
-    obj: Mapping[str, Any],
-    field_manager: str,
-    force: bool,
-    dry_run: bool,
-) -> Obj:
-    if not field_manager:
-        raise ValueError("server-side apply needs a field_manager name")
-    query: dict[str, str | int | bool | None] = {
-        "fieldManager": field_manager,
-        "force": True if force else None,
-        "dryRun": "All" if dry_run else None,
-    }
-    result: Obj = await request_json(
-        client,
-        "PATCH",
-        path,
-        query=query,
-        body=orjson.dumps(_with_type(res, obj)),
-        content_type=_CONTENT_TYPES["apply"],
-    )
-    return result
-
-
-async def patch(
-    client: ApiClient,
-    resource: Resource | ResolvedResource,
-    name: str,
-    body: Mapping[str, Any] | list[Any],
-    *,
-    namespace: str | None = None,
-    patch_type: PatchType = "merge",
-    subresource: str | None = None,
-    field_manager: str | None = None,
-) -> Obj:
-    """PATCH one object: a JSON merge patch (default), a JSON patch (a list of operations,
-    ``patch_type="json"``), a strategic merge patch (built-in types only) or an apply."""
-    res = await resolved(client, resource)
-    path = res.object_path(name, namespace, subresource=subresource)
-    result: Obj = await request_json(
-        client,
-        "PATCH",
-        path,
-        query={"fieldManager": field_manager},
-        body=orjson.dumps(body),
-        content_type=_CONTENT_TYPES[patch_type],
-    )
-    return result
-
-
-async def delete(
-    client: ApiClient,
-    resource: Resource | ResolvedResource,
-    name: str,
-    *,
-    namespace: str | None = None,
-    propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = None,
-    grace_period_seconds: int | None = None,
-    uid: str | None = None,
-    resource_version: str | None = None,
-    missing_ok: bool = True,
-) -> Obj | None:
-    """DELETE one object; returns what the server answers (the object, still present while
-    finalizers run, or a Status), or ``None`` if it was already gone and `missing_ok`.
-    `uid`/`resource_version` are preconditions: delete only that incarnation/version."""
-    res = await resolved(client, resource)
-    options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
-    if propagation_policy is not None:
-        options["propagationPolicy"] = propagation_policy
-    if grace_period_seconds is not None:
-        options["gracePeriodSeconds"] = grace_period_seconds
-    preconditions = {
-        k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v is not None
-    }
-    if preconditions:
-        options["preconditions"] = preconditions
-    try:
-        result: Obj = await request_json(
-            client, "DELETE", res.object_path(name, namespace), body=orjson.dumps(options)
-        )
-    except ApiError as exc:
-        if exc.status == 404 and missing_ok:
-            return None
-        raise
-    return result
+warnings.warn(
+    "fastctl.apply is deprecated: import apply, apply_status, get, patch, create and delete "
+    "from fastctl.kube",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -7,11 +7,19 @@ scheduler itself only ever sees `ObjectRef.key` strings.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-__all__ = ["Action", "ObjectRef", "ReconcileResult", "Trigger"]
+__all__ = [
+    "Action",
+    "ErrorPolicy",
+    "Mapper",
+    "ObjectRef",
+    "Reconcile",
+    "ReconcileResult",
+    "Trigger",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +146,13 @@ class ReconcileResult(NamedTuple):
     def ok(self) -> bool:
         """True when the reconcile returned normally."""
         return self.error is None
+
+
+Reconcile = Callable[[Any, Any], "Awaitable[Action | None] | Action | None"]
+"""``async def reconcile(obj, ctx) -> Action | None`` (or a plain function, run in a thread)."""
+
+ErrorPolicy = Callable[[Any, BaseException, Any], Action]
+"""``error_policy(obj, exc, ctx) -> Action``: how long to wait before retrying after an error."""
+
+Mapper = Callable[[dict[str, Any]], Iterable[ObjectRef]]
+"""``mapper(obj) -> Iterable[ObjectRef]``: which primary objects a related object affects."""

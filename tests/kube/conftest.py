@@ -19,10 +19,10 @@ import pytest
 from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from fastctl.apply import create
-from fastctl.resource import ResolvedResource
+from fastctl.kube._objects import create
+from fastctl.kube._resource import ResolvedResource
+from fastctl.kube._watcher import EventKind, WatchEvent
 from fastctl.testing import ControlPlane
-from fastctl.watcher import EventKind, WatchEvent
 
 from .faultproxy import FaultProxy, admin_ssl_context
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.apply import ApiError, apply, apply_status, create, delete, get, patch
-from fastctl.resource import Resource
+from fastctl.kube._objects import ApiError, apply, apply_status, create, delete, get, patch
+from fastctl.kube._resource import Resource
 
 from .conftest import CM
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl._http import request_json
-from fastctl.events import Recorder
-from fastctl.resource import Resource
+from fastctl.kube._events import Recorder
+from fastctl.kube._http import request_json
+from fastctl.kube._resource import Resource
 
 from .conftest import make_configmap
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.apply import ApiError, apply, delete, get, patch
-from fastctl.finalizer import add_finalizer, finalizer, remove_finalizer
-from fastctl.resource import Resource
+from fastctl.kube._finalizer import add_finalizer, finalizer, remove_finalizer
+from fastctl.kube._objects import ApiError, apply, delete, get, patch
+from fastctl.kube._resource import Resource
 from fastctl.types import Action
 
 pytestmark = pytest.mark.kube

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.apply import apply, get
-from fastctl.resource import Discovery, Resource, ResourceNotFound
-from fastctl.watcher import watcher
+from fastctl.kube._objects import apply, get
+from fastctl.kube._resource import Discovery, Resource, ResourceNotFound
+from fastctl.kube._watcher import watcher
 
 pytestmark = pytest.mark.kube
 

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterable, Callable
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.apply import delete, patch
-from fastctl.store import Store, reflector
+from fastctl.kube._objects import delete, patch
+from fastctl.kube._store import Store, reflector
+from fastctl.kube._watcher import EventKind, WatchEvent, watcher
 from fastctl.types import ObjectRef
-from fastctl.watcher import EventKind, WatchEvent, watcher
 
 from .conftest import CM, Collector, make_configmap
 

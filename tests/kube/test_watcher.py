@@ -15,13 +15,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl._http import ApiError
-from fastctl.apply import apply, delete, patch
-from fastctl.resource import Resource
-from fastctl.store import Store, reflector
+from fastctl.kube._http import ApiError
+from fastctl.kube._objects import apply, delete, patch
+from fastctl.kube._resource import Resource
+from fastctl.kube._store import Store, reflector
+from fastctl.kube._watcher import Backoff, EventKind, WatchEvent, watcher
 from fastctl.testing import ControlPlane
 from fastctl.types import ObjectRef
-from fastctl.watcher import Backoff, EventKind, WatchEvent, watcher
 
 from .conftest import CM, Collector, make_configmap, name_of
 from .faultproxy import FaultProxy

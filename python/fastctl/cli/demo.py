@@ -72,7 +72,7 @@ def _say(message: str) -> None:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    from fastctl.client import KubeconfigError, load_client
+    from fastctl.kube._client import KubeconfigError, load_client
 
     async with _cluster(args) as kubeconfig:
         try:
@@ -87,8 +87,8 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 async def _ensure_namespace(client: Any, name: str) -> None:
-    from fastctl.apply import apply
-    from fastctl.resource import Resource
+    from fastctl.kube._objects import apply
+    from fastctl.kube._resource import Resource
 
     await apply(
         client,
@@ -109,8 +109,8 @@ def _is_ready(obj: dict[str, Any], generation: int) -> bool:
 
 
 async def _run_operator(client: Any, args: argparse.Namespace) -> int:
-    from fastctl.apply import create, patch
     from fastctl.demo import widgets
+    from fastctl.kube._objects import create, patch
 
     n, namespace = args.objects, args.namespace
     await widgets.install_crd(client)

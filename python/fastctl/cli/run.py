@@ -120,11 +120,11 @@ def handle(args: argparse.Namespace) -> int:
 
 
 async def _run(target: Any, args: argparse.Namespace) -> int:
-    from fastctl.client import KubeconfigError, load_client
-    from fastctl.controller import Controller
-    from fastctl.health import HealthServerError
-    from fastctl.leader import LeaderElection
-    from fastctl.manager import LeadershipLost, Manager
+    from fastctl.kube._client import KubeconfigError, load_client
+    from fastctl.runtime._controller import Controller
+    from fastctl.runtime._health import HealthServerError
+    from fastctl.runtime._manager import LeadershipLost, Manager
+    from fastctl.runtime.leader import LeaderElection
 
     try:
         client = await load_client(args.kubeconfig)
@@ -169,8 +169,8 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
 
 
 async def _build(target: Any, client: Any, args: argparse.Namespace) -> Any:
-    from fastctl.controller import Controller
-    from fastctl.manager import Manager
+    from fastctl.runtime._controller import Controller
+    from fastctl.runtime._manager import Manager
 
     if isinstance(target, Controller | Manager):
         return target
@@ -197,7 +197,7 @@ async def _build(target: Any, client: Any, args: argparse.Namespace) -> Any:
 
 
 def _controllers(built: Any) -> list[Any]:
-    from fastctl.controller import Controller
+    from fastctl.runtime._controller import Controller
 
     items = list(built) if isinstance(built, Iterable) else [built]
     if not items or not all(isinstance(c, Controller) for c in items):

@@ -29,11 +29,11 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.apply import apply, apply_status, delete, get
-from fastctl.controller import Controller
-from fastctl.events import Recorder
-from fastctl.finalizer import finalizer
-from fastctl.resource import Resource
+from fastctl.kube._events import Recorder
+from fastctl.kube._finalizer import finalizer
+from fastctl.kube._objects import apply, apply_status, delete, get
+from fastctl.kube._resource import Resource
+from fastctl.runtime._controller import Controller
 from fastctl.types import Action
 
 __all__ = [

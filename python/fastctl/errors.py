@@ -1,0 +1,157 @@
+"""Every exception fastctl raises on purpose, in one hierarchy.
+
+Catch `FastctlError` to handle anything fastctl reports; catch the leaves for one cause.
+Some leaves also derive from the built-in exception users already catch for that cause
+(`LookupError`, `TimeoutError`, `RuntimeError`), so existing handlers keep working::
+
+    FastctlError
+    ├── ApiError                  the API server answered with a non-2xx status
+    ├── ResourceNotFound          (also LookupError) a kind the server does not serve
+    ├── KubeconfigError           no usable cluster configuration
+    ├── WatchError                a watch that cannot go on (e.g. forced streaming refused)
+    │   └── WatchStreamError      a malformed or truncated stream (resumed internally)
+    ├── ReconcileTimeout          (also TimeoutError) a reconcile ran past its timeout
+    ├── ReconcileCancelled        a reconcile was cancelled from inside, not by fastctl
+    └── LeadershipLost            (also RuntimeError) this replica lost its Lease
+
+Errors of bad *arguments* stay the built-in `TypeError`/`ValueError`/`KeyError`, as
+everywhere in Python: they name a programming mistake, not a runtime condition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastctl.kube._resource import Resource
+
+__all__ = [
+    "ApiError",
+    "FastctlError",
+    "KubeconfigError",
+    "LeadershipLost",
+    "ReconcileCancelled",
+    "ReconcileTimeout",
+    "ResourceNotFound",
+    "WatchError",
+    "WatchStreamError",
+]
+
+
+class FastctlError(Exception):
+    """The base of every exception fastctl raises on purpose."""
+
+
+class ApiError(FastctlError):
+    """The API server answered with a non-2xx status.
+
+    `status` is the HTTP code, `reason` the Status ``reason`` (``"NotFound"``, ``"Conflict"``,
+    ``"Forbidden"``, ``"Expired"`` …, or the HTTP phrase when the body is not a Status),
+    `message` the server's human message, `method`/`path` the request that failed and
+    `body` the parsed Status (``None`` if the body was not JSON).
+    """
+
+    status: int
+    reason: str
+    message: str
+    method: str
+    path: str
+    body: dict[str, Any] | None
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        *,
+        method: str = "",
+        path: str = "",
+        body: dict[str, Any] | None = None,
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.method = method
+        self.path = path
+        self.body = body
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.method} {self.path}: " if self.method else ""
+        msg = f": {self.message}" if self.message else ""
+        return f"{where}{self.status} {self.reason}{msg}"
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds the server asked us to wait (``details.retryAfterSeconds``), if any."""
+        details = (self.body or {}).get("details") or {}
+        value = details.get("retryAfterSeconds")
+        return float(value) if isinstance(value, int | float) and value > 0 else None
+
+    @classmethod
+    def from_status(
+        cls, status_obj: Mapping[str, Any], *, method: str = "", path: str = "", code: int = 0
+    ) -> ApiError:
+        """Build from a Kubernetes ``Status`` object (a response body or a watch ERROR)."""
+        status = status_obj.get("code")
+        return cls(
+            status if isinstance(status, int) else code,
+            str(status_obj.get("reason") or "") or http_phrase(code),
+            str(status_obj.get("message") or ""),
+            method=method,
+            path=path,
+            body=dict(status_obj),
+        )
+
+
+def http_phrase(code: int) -> str:
+    """The standard phrase of an HTTP status code (``"Not Found"``), or ``"Error"``."""
+    try:
+        return HTTPStatus(code).phrase
+    except ValueError:
+        return "Error"
+
+
+class ResourceNotFound(FastctlError, LookupError):
+    """The API server does not serve this kind (or its group/version) at all."""
+
+    def __init__(self, resource: Resource, detail: str) -> None:
+        self.resource = resource
+        self.detail = detail
+        super().__init__(f"unknown resource {resource.kind} ({resource.api_version}): {detail}")
+
+
+class KubeconfigError(FastctlError):
+    """No usable cluster configuration (unreadable kubeconfig, and not in a cluster)."""
+
+
+class WatchError(FastctlError):
+    """A watch that cannot go on as asked (e.g. a forced streaming list the server refused);
+    it ends the watcher instead of being retried."""
+
+
+class WatchStreamError(WatchError):
+    """The watch stream was unusable (a malformed or truncated line); resumed internally."""
+
+
+class ReconcileTimeout(FastctlError, TimeoutError):
+    """A reconcile ran longer than the applier's `timeout` and was cancelled."""
+
+    def __init__(self, key: str, timeout: float | None) -> None:
+        super().__init__(f"reconcile of {key} exceeded its timeout of {timeout} s")
+        self.key = key
+        self.timeout = timeout
+
+
+class ReconcileCancelled(FastctlError):
+    """A reconcile was cancelled from inside (not by the applier): treated as an error."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"reconcile of {key} was cancelled")
+        self.key = key
+
+
+class LeadershipLost(FastctlError, RuntimeError):
+    """This replica was leader and could not renew its lease: it stopped reconciling."""

@@ -1,0 +1,81 @@
+"""Making an `ApiClient`: from a kubeconfig, or in-cluster, with errors that say what failed.
+
+kubernetes-asyncio reports a missing or malformed kubeconfig with exceptions of several
+kinds (``ConfigException``, ``FileNotFoundError``, YAML errors) whose messages rarely name
+the file. `load_client` turns all of them into one `KubeconfigError` that names the file
+and the cause, which is what a CLI user or an operator's logs need.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubernetes_asyncio import config as kube_config
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from fastctl.errors import KubeconfigError
+
+__all__ = ["KubeconfigError", "load_client"]
+
+
+async def load_client(kubeconfig: str | os.PathLike[str] | None = None) -> ApiClient:
+    """An ApiClient for `kubeconfig`; without one, ``$KUBECONFIG``, ``~/.kube/config``, or
+    the in-cluster service account, in that order."""
+    cfg = Configuration()
+    path = kubeconfig if kubeconfig is not None else _default_kubeconfig()
+    if path is None:
+        try:
+            kube_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            raise KubeconfigError(
+                f"no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a cluster ({exc})"
+            ) from None
+        return _without_env_lookups(ApiClient(cfg))
+    file = _readable(path)
+    try:
+        await kube_config.load_kube_config(config_file=str(file), client_configuration=cfg)
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise KubeconfigError(f"invalid kubeconfig {file}: {detail}") from None
+    return _without_env_lookups(ApiClient(cfg))
+
+
+_PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy")
+
+
+def _without_env_lookups(client: ApiClient) -> ApiClient:
+    """Skip aiohttp's per-request proxy and ``~/.netrc`` lookups when there is no proxy.
+
+    kubernetes-asyncio opens its session with ``trust_env=True``, so every request looks up
+    proxy variables and reads ``~/.netrc`` in a worker thread: about 30 % of an operator's
+    CPU in the end-to-end benchmark (a GET went from ~370 to ~850 µs of client CPU). With no
+    proxy variable set there is nothing to find, and the API server's credentials never
+    come from netrc, so the lookups are switched off. With a proxy variable set, or a proxy
+    in the kubeconfig, nothing changes.
+    """
+    if client.configuration.proxy or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return client
+    session = client.rest_client.pool_manager
+    if hasattr(session, "_trust_env"):
+        session._trust_env = False
+    return client
+
+
+def _readable(path: str | os.PathLike[str]) -> Path:
+    """The kubeconfig's path, once it is known to be readable (a small sync read at start)."""
+    file = Path(path).expanduser()
+    try:
+        with file.open("rb"):
+            pass
+    except OSError as exc:
+        raise KubeconfigError(f"cannot read kubeconfig {file}: {exc.strerror or exc}") from None
+    return file
+
+
+def _default_kubeconfig() -> str | None:
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return env.split(os.pathsep)[0]
+    home = Path("~/.kube/config").expanduser()
+    return str(home) if home.exists() else None

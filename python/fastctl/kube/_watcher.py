@@ -1,0 +1,443 @@
+"""The watcher: one resource's objects as a stream of events that survives everything.
+
+``watcher(client, resource)`` lists the objects and then watches them, forever, and turns
+every failure the API server or the network can produce into a retry:
+
+- **Initial list.** The streaming list (``sendInitialEvents=true``,
+  ``resourceVersionMatch=NotOlderThan``), which the server ends with a bookmark annotated
+  ``k8s.io/initial-events-end``, when the server supports it; otherwise (a 4xx for those
+  parameters) a paginated list (``limit``/``continue``). Either way it is framed as
+  `INIT`, one `INIT_APPLY` per object, `INIT_DONE`. A list that breaks half-way starts over
+  with a new `INIT`, so a consumer can drop what it buffered.
+- **Watch.** From the list's resourceVersion, with ``allowWatchBookmarks`` (so quiet
+  streams still advance the resourceVersion), a server-side ``timeoutSeconds`` (the server
+  ends the stream cleanly and we resume at once) and a client read timeout (no byte for
+  `read_timeout` seconds means the connection is dead: reconnect; a dead TCP connection
+  can otherwise hang forever).
+- **410 Gone** (the resourceVersion was compacted away, or the server restarted with a
+  fresh cache): list again. The watcher itself does not remember objects; the `Store`
+  compares the new list with what it holds and reports objects that vanished meanwhile as
+  `DELETE` events (see `fastctl.store.reflector`), which is where client-go does it too.
+- **Connection errors, 5xx, 429** and anything else transient: back off (exponential, with
+  0.8-1.2 jitter, capped at 30 s; a 429's ``retryAfterSeconds`` is honoured) and resume
+  from the last resourceVersion, so nothing is lost and nothing is replayed twice.
+- **A malformed line** is logged and the watch restarts from the last good
+  resourceVersion: the server replays everything after it, so no event is lost.
+- **403 Forbidden** is logged as an RBAC problem naming the verb and resource, passed to
+  `on_error`, and retried with backoff (RBAC can be fixed while the controller runs).
+- **400/422** (a malformed selector, say) can never succeed: raised as `ApiError`.
+
+Objects are parsed with orjson from the raw response bytes, never through
+kubernetes-asyncio's models; list items get their ``apiVersion``/``kind`` filled in (the
+API server omits them inside lists), so every object looks the same whichever path it came
+by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio.client import ApiClient
+
+from fastctl.errors import ApiError, WatchError, WatchStreamError
+from fastctl.kube._http import error_from_response, request
+from fastctl.kube._resource import ResolvedResource, Resource
+
+__all__ = ["Backoff", "EventKind", "WatchEvent", "WatchStreamError", "watcher"]
+
+log = logging.getLogger("fastctl.watcher")
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+_MAX_LINE = 64 * 1024 * 1024  # far above etcd's 1.5 MiB object limit, even as JSON
+_FATAL_STATUS = frozenset({400, 405, 406, 415, 422})
+
+
+class EventKind(enum.Enum):
+    """What a `WatchEvent` says. A (re)list is framed ``INIT, INIT_APPLY*, INIT_DONE``."""
+
+    INIT = "init"
+    """A (re)list starts: objects follow as `INIT_APPLY`; drop any half-received list."""
+    INIT_APPLY = "init_apply"
+    """One object of the list in progress."""
+    INIT_DONE = "init_done"
+    """The list is complete: its objects are the whole state (a store may swap now)."""
+    APPLY = "apply"
+    """An object was added or modified."""
+    DELETE = "delete"
+    """An object was deleted; `obj` is its last known state."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One event of a watcher: `kind` and the parsed object (``None`` for INIT/INIT_DONE)."""
+
+    kind: EventKind
+    obj: dict[str, Any] | None = None
+
+
+class _Gone(Exception):
+    """410: the resourceVersion is too old; list again."""
+
+
+class _StreamingListUnsupported(Exception):
+    """The server rejected or ignored ``sendInitialEvents``; use a paginated list."""
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with multiplicative jitter: the n-th consecutive failure waits
+    ``min(maximum, initial * factor**(n-1)) * U(1 - jitter, 1 + jitter)``.
+
+    Jitter keeps a fleet of controllers from reconnecting in lock-step after an API server
+    restart; the cap keeps a long outage from turning into a long wait after it ends.
+    """
+
+    initial: float = 0.5
+    factor: float = 2.0
+    maximum: float = 30.0
+    jitter: float = 0.2
+    failures: int = 0
+
+    def next_delay(self) -> float:
+        """Count one failure and return how long to wait before the next attempt."""
+        self.failures += 1
+        base = min(self.maximum, self.initial * self.factor ** min(self.failures - 1, 64))
+        return base * random.uniform(1.0 - self.jitter, 1.0 + self.jitter)
+
+    def reset(self) -> None:
+        """A success: the next failure waits `initial` again."""
+        self.failures = 0
+
+
+async def watcher(
+    client: ApiClient,
+    resource: Resource | ResolvedResource,
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    page_size: int = 500,
+    timeout_seconds: int = 290,
+    read_timeout: float = 90.0,
+    streaming_list: bool | None = None,
+    strip_managed_fields: bool = False,
+    backoff: Backoff | None = None,
+    on_error: Callable[[BaseException], None] | None = None,
+) -> AsyncIterator[WatchEvent]:
+    """Events of `resource` (in `namespace`, or all namespaces), forever.
+
+    `page_size` is the ``limit`` of each list page (0: one unpaginated list).
+    `timeout_seconds` is the server-side watch timeout after which the stream is resumed.
+    `read_timeout` is how long the connection may stay silent before it is presumed dead;
+    the server sends a bookmark every minute or so, so the default of 90 s never fires on
+    a healthy stream. `streaming_list` forces (True) or forbids (False) the streaming
+    initial list; ``None`` tries it and falls back. `strip_managed_fields` drops
+    ``metadata.managedFields`` from every object, which often halves a cache's memory.
+    `on_error` hears every error the watcher retries (for metrics, health, tests); a
+    `Resource` that the server does not serve raises `ResourceNotFound` before any event.
+    """
+    resolved = (
+        resource if isinstance(resource, ResolvedResource) else await resource.resolve(client)
+    )
+    if page_size < 0:
+        raise ValueError(f"page_size must be >= 0, got {page_size}")
+    if timeout_seconds <= 0 or read_timeout <= 0:
+        raise ValueError("timeout_seconds and read_timeout must be > 0")
+    state = _Watcher(
+        client,
+        resolved,
+        namespace=namespace,
+        label_selector=label_selector,
+        field_selector=field_selector,
+        page_size=page_size,
+        timeout_seconds=timeout_seconds,
+        read_timeout=read_timeout,
+        streaming_list=streaming_list,
+        strip_managed_fields=strip_managed_fields,
+        backoff=backoff or Backoff(),
+        on_error=on_error,
+    )
+    async for event in state.run():
+        yield event
+
+
+class _Watcher:
+    """The state of one watcher: where it is (`rv`) and how it lists (`streaming`)."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        resource: ResolvedResource,
+        *,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        page_size: int,
+        timeout_seconds: int,
+        read_timeout: float,
+        streaming_list: bool | None,
+        strip_managed_fields: bool,
+        backoff: Backoff,
+        on_error: Callable[[BaseException], None] | None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.namespace = namespace
+        self.path = resource.collection_path(namespace)
+        self.selectors: dict[str, str | int | bool | None] = {
+            "labelSelector": label_selector or None,
+            "fieldSelector": field_selector or None,
+        }
+        self.page_size = page_size
+        self.timeout_seconds = timeout_seconds
+        self.read_timeout = read_timeout
+        self.streaming = streaming_list
+        self.strip_managed_fields = strip_managed_fields
+        self.backoff = backoff
+        self.on_error = on_error
+        self.rv: str | None = None  # None: a (re)list is needed
+        self.paginate = page_size > 0
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def run(self) -> AsyncIterator[WatchEvent]:
+        while True:
+            try:
+                if self.rv is None and self.streaming is not False:
+                    try:
+                        async for event in self._watch(initial=True):
+                            yield event
+                    except _StreamingListUnsupported as exc:
+                        if self.streaming:  # forced on: do not fall back silently
+                            raise WatchError(f"{self}: streaming list failed: {exc}") from None
+                        log.info("%s: streaming list unsupported (%s); paginating", self, exc)
+                        self.streaming = False
+                elif self.rv is None:
+                    async for event in self._list():
+                        yield event
+                else:
+                    async for event in self._watch(initial=False):
+                        yield event
+            except _Gone as exc:
+                log.info("%s: %s; listing again", self, exc)
+                self.rv = None
+            except ApiError as exc:
+                if exc.status in _FATAL_STATUS:
+                    raise
+                await self._retry(exc, retry_after=exc.retry_after)
+            except (aiohttp.ClientError, TimeoutError, OSError, WatchStreamError) as exc:
+                await self._retry(exc)
+
+    async def _retry(self, exc: BaseException, *, retry_after: float | None = None) -> None:
+        delay = max(self.backoff.next_delay(), retry_after or 0.0)
+        if self.rv is not None:
+            verb = "watch"
+        else:
+            verb = "list" if self.streaming is False else "list+watch (streaming list)"
+        if isinstance(exc, ApiError) and exc.status == 403:
+            log.error(
+                "%s: forbidden to %s %s (check the controller's RBAC): %s; retrying in %.1f s",
+                self,
+                verb,
+                self._scope(),
+                exc.message,
+                delay,
+            )
+        elif isinstance(exc, ApiError):
+            log.warning("%s: %s failed: %s; retrying in %.1f s", self, verb, exc, delay)
+        else:
+            log.warning(
+                "%s: %s failed: %s: %s; retrying in %.1f s",
+                self,
+                verb,
+                type(exc).__name__,
+                exc,
+                delay,
+            )
+        if self.on_error is not None:
+            try:
+                self.on_error(exc)
+            except Exception:
+                log.exception("%s: on_error callback failed", self)
+        await asyncio.sleep(delay)
+
+    def _scope(self) -> str:
+        where = f"in namespace {self.namespace!r}" if self.namespace else "in all namespaces"
+        return f"{self.resource} {where}" if self.resource.namespaced else str(self.resource)
+
+    def __str__(self) -> str:
+        return f"watcher[{self.resource}{'/' + self.namespace if self.namespace else ''}]"
+
+    async def _get(self, query: dict[str, str | int | bool | None]) -> aiohttp.ClientResponse:
+        """GET the collection; no total timeout (lists can be long, watches are), but a
+        read timeout so a silent connection is noticed."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.read_timeout)
+        return await request(self.client, "GET", self.path, query=query, client_timeout=timeout)
+
+    # -- list -------------------------------------------------------------------------
+
+    async def _list(self) -> AsyncIterator[WatchEvent]:
+        """A paginated list, framed INIT ... INIT_DONE; sets `rv` when complete. INIT comes
+        with the first page, so a list that is refused (403, 5xx) emits nothing."""
+        cont: str | None = None
+        while True:
+            query = {
+                **self.selectors,
+                "limit": self.page_size if self.paginate else None,
+                "continue": cont,
+            }
+            async with await self._get(query) as resp:
+                data = await resp.read()
+                if resp.status != 200:
+                    err = error_from_response(resp.status, data, method="GET", path=self.path)
+                    if err.status == 410 and cont is not None:
+                        # The continue token expired (the list took longer than etcd keeps
+                        # history): start over, in one piece so it cannot expire again.
+                        self.paginate = False
+                        raise _Gone(f"list continue token expired ({err.message})")
+                    raise err
+            try:
+                doc = orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                raise WatchStreamError(f"malformed list response: {exc}") from None
+            if cont is None:
+                yield WatchEvent(EventKind.INIT)
+            api_version, kind = self.resource.api_version, self.resource.kind
+            for obj in doc.get("items") or ():
+                obj.setdefault("apiVersion", api_version)
+                obj.setdefault("kind", kind)
+                if self.strip_managed_fields:
+                    obj.get("metadata", {}).pop("managedFields", None)
+                yield WatchEvent(EventKind.INIT_APPLY, obj)
+            meta = doc.get("metadata") or {}
+            cont = meta.get("continue") or None
+            if cont is None:
+                self.rv = str(meta.get("resourceVersion") or "") or None
+                self.paginate = self.page_size > 0
+                self.backoff.reset()
+                if self.rv is None:  # pragma: no cover - every real server sets it
+                    raise WatchStreamError("list response without metadata.resourceVersion")
+                yield WatchEvent(EventKind.INIT_DONE)
+                return
+
+    # -- watch ------------------------------------------------------------------------
+
+    async def _watch(self, *, initial: bool) -> AsyncIterator[WatchEvent]:
+        """One watch connection; with `initial`, the streaming list at its start.
+
+        Returns when the server ends the stream (its timeout); raises to be retried.
+        """
+        query: dict[str, str | int | bool | None] = {
+            **self.selectors,
+            "watch": True,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": self.timeout_seconds,
+        }
+        if initial:
+            query["sendInitialEvents"] = True
+            query["resourceVersionMatch"] = "NotOlderThan"
+        else:
+            query["resourceVersion"] = self.rv
+        started = time.monotonic()
+        async with await self._get(query) as resp:
+            if resp.status != 200:
+                err = error_from_response(
+                    resp.status, await resp.read(), method="GET", path=self.path
+                )
+                if err.status == 410:
+                    raise _Gone(f"resourceVersion {self.rv} is gone ({err.message})")
+                if initial and 400 <= err.status < 500 and err.status not in (403, 429):
+                    raise _StreamingListUnsupported(str(err))
+                raise err
+            if not initial:
+                self.backoff.reset()
+            else:
+                yield WatchEvent(EventKind.INIT)
+            lines = 0
+            content = resp.content
+            while True:
+                try:
+                    line = await content.readline(max_line_length=_MAX_LINE)
+                except TimeoutError:
+                    # No byte, not even a bookmark, for read_timeout seconds: presume the
+                    # connection dead and reconnect at once (no backoff: nothing failed).
+                    log.info("%s: no data for %.0f s; reconnecting", self, self.read_timeout)
+                    if initial:
+                        raise
+                    return
+                if not line:
+                    break
+                lines += 1
+                if not line.endswith(b"\n"):
+                    raise WatchStreamError(f"watch stream truncated mid-line ({len(line)} bytes)")
+                if line.isspace():
+                    continue
+                try:
+                    frame = orjson.loads(line)
+                    etype = frame["type"]
+                    obj = frame["object"]
+                    if not isinstance(obj, dict) or not isinstance(etype, str):
+                        raise TypeError("type or object of the wrong type")
+                except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                    log.error(
+                        "%s: malformed watch line (%s): %r; resuming from resourceVersion %s",
+                        self,
+                        exc,
+                        line[:200],
+                        self.rv,
+                    )
+                    raise WatchStreamError(f"malformed watch line: {exc}") from None
+                event = self._event(etype, obj, initial)
+                if event is None:
+                    continue
+                if event.kind is EventKind.INIT_DONE:
+                    initial = False
+                    self.backoff.reset()
+                yield event
+        if initial:
+            raise WatchStreamError("watch ended before the initial list was complete")
+        if lines == 0 and time.monotonic() - started < 1.0:
+            # An empty stream that ends at once would otherwise be a busy loop.
+            await asyncio.sleep(self.backoff.next_delay())
+
+    def _event(self, etype: str, obj: dict[str, Any], initial: bool) -> WatchEvent | None:
+        """Turn one watch frame into an event (or None), tracking the resourceVersion."""
+        if etype == "ERROR":
+            err = ApiError.from_status(obj, method="WATCH", path=self.path)
+            if err.status == 410:
+                raise _Gone(f"resourceVersion {self.rv} is gone ({err.message})")
+            raise err
+        meta = obj.get("metadata") or {}
+        rv = meta.get("resourceVersion")
+        if etype == "BOOKMARK":
+            if initial:
+                if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) != "true":
+                    raise _StreamingListUnsupported("bookmark without initial-events-end")
+                self.rv = rv
+                return WatchEvent(EventKind.INIT_DONE)
+            if rv:
+                self.rv = rv
+            return None
+        if self.strip_managed_fields:
+            meta.pop("managedFields", None)
+        if initial:
+            if etype != "ADDED":
+                raise _StreamingListUnsupported(f"{etype} event before initial-events-end")
+            return WatchEvent(EventKind.INIT_APPLY, obj)
+        if rv:
+            self.rv = rv
+        if etype in ("ADDED", "MODIFIED"):
+            return WatchEvent(EventKind.APPLY, obj)
+        if etype == "DELETED":
+            return WatchEvent(EventKind.DELETE, obj)
+        log.warning("%s: unknown watch event type %r ignored", self, etype)
+        return None

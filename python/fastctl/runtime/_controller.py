@@ -1,0 +1,427 @@
+"""`fastctl.Controller`: the applier bound to Kubernetes watches and a cache.
+
+A controller watches its primary resource into a `Store` (the reflector), and turns every
+change into a trigger for that object; `owns` and `watches` add watches of related
+resources whose changes trigger the objects they map to; `reconcile_all_on` re-triggers
+every cached object whenever an external stream yields. All triggers flow through one
+bounded `Channel` into the applier, which runs the reconciles on its own `Scheduler`.
+
+Events from a (re)list get priority -100, so that after a restart the live changes are
+served before the backlog of objects that merely exist (as controller-runtime does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kubernetes_asyncio.client import ApiClient
+
+from fastctl._applier import DEFAULT_CONCURRENCY, SchedulerLike, applier
+from fastctl._channel import Channel, ChannelClosed
+from fastctl._core import Scheduler
+from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._store import Store, reflector
+from fastctl.kube._watcher import EventKind, WatchEvent, watcher
+from fastctl.runtime._metrics import ReconcileCounters
+from fastctl.runtime._shared_watch import SharedWatch
+from fastctl.types import ErrorPolicy, Mapper, ObjectRef, Reconcile, ReconcileResult, Trigger
+
+if TYPE_CHECKING:
+    from fastctl._core import SchedulerStats
+
+__all__ = ["INITIAL_LIST_PRIORITY", "Controller"]
+
+log = logging.getLogger("fastctl.controller")
+
+INITIAL_LIST_PRIORITY = -100
+"""Priority of triggers from a (re)list: below every live change."""
+
+EventSource = Callable[[], AsyncIterator[WatchEvent]]
+"""Makes the event stream of one watched resource (the Manager shares these)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Relation:
+    """A watched resource and how its objects map to primary objects."""
+
+    resource: Resource
+    mapper: Mapper | None  # None: follow controller owner references to the primary
+    reason: str
+
+
+class Controller:
+    """Reconciles every object of one primary `resource` (see DESIGN.md, "Kubernetes layer").
+
+    ``reconcile(obj, ctx)`` gets the parsed JSON object (a dict) as it is in the cache when
+    the reconcile starts, and returns `Action` or ``None``. The cache drops
+    ``metadata.managedFields`` (`strip_managed_fields`, on by default): reconcilers rarely
+    read it, server-side apply does not need it, and it is about half of a typical object.
+    The builder methods return the controller, so they chain::
+
+        ctl = Controller(client, Resource("example.com/v1", "Widget"), reconcile)
+        ctl.owns(Resource("v1", "ConfigMap"))
+        await ctl.run()
+    """
+
+    def __init__(
+        self,
+        client: ApiClient,
+        resource: Resource,
+        reconcile: Reconcile,
+        *,
+        context: Any = None,
+        error_policy: ErrorPolicy | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        debounce: float = 0.0,
+        timeout: float | None = None,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        name: str | None = None,
+        executor: Executor | None = None,
+        scheduler: SchedulerLike | None = None,
+        strip_managed_fields: bool = True,
+    ) -> None:
+        if not isinstance(resource, Resource):
+            raise TypeError(f"resource must be a fastctl.Resource, got {type(resource).__name__}")
+        if not callable(reconcile):
+            raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
+        self.client = client
+        self.resource = resource
+        self.reconcile = reconcile
+        self.context = context
+        self.error_policy = error_policy
+        self._concurrency = concurrency
+        self.timeout = timeout
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self._name = name or f"{resource.kind.lower()}"
+        self.executor = executor
+        self.strip_managed_fields = strip_managed_fields
+        self.scheduler: SchedulerLike = (
+            scheduler
+            if scheduler is not None
+            else Scheduler(concurrency=concurrency, debounce=debounce)
+        )
+        self.store = Store()
+        self._counters = ReconcileCounters()
+        self._relations: list[_Relation] = []
+        self._resync_sources: list[AsyncIterable[Any]] = []
+        self._triggers: Channel[ObjectRef | Trigger] | None = None
+        self._shutdown_requested = False
+        self._running = False
+        self._resolved: ResolvedResource | None = None
+        self._event_sources: dict[Resource, EventSource] = {}
+        self._primary_shared = False
+        self._gate: asyncio.Event | None = None
+
+    # -- builder ----------------------------------------------------------------------------
+
+    def owns(self, resource: Resource) -> Controller:
+        """Also watch `resource`; a change to an object with a controller owner reference to
+        a primary object triggers that owner (e.g. the ConfigMaps a Widget renders)."""
+        self._check_not_running()
+        self._relations.append(_Relation(resource, None, f"owned {resource.kind} changed"))
+        return self
+
+    def watches(self, resource: Resource, mapper: Mapper) -> Controller:
+        """Also watch `resource`; each change triggers the primary objects `mapper` returns."""
+        self._check_not_running()
+        if not callable(mapper):
+            raise TypeError(f"mapper must be callable, got {type(mapper).__name__}")
+        self._relations.append(_Relation(resource, mapper, f"watched {resource.kind} changed"))
+        return self
+
+    def reconcile_all_on(self, source: AsyncIterable[Any]) -> Controller:
+        """Each item `source` yields re-triggers every cached object (e.g. a config reload
+        or a periodic timer)."""
+        self._check_not_running()
+        self._resync_sources.append(source)
+        return self
+
+    def _check_not_running(self) -> None:
+        if self._running:
+            raise RuntimeError(f"controller {self.name} is running: configure it before")
+
+    # -- what the Manager and metrics see (the underscored hooks are theirs alone) --------
+
+    @property
+    def name(self) -> str:
+        """The controller's name (metrics label, logs); default: the kind in lower case."""
+        return self._name
+
+    @property
+    def concurrency(self) -> int:
+        return self._concurrency
+
+    def _scheduler_stats(self) -> SchedulerStats:
+        return self.scheduler.stats()
+
+    @property
+    def resources(self) -> list[Resource]:
+        """Every resource this controller watches: the primary first."""
+        return [self.resource, *(rel.resource for rel in self._relations)]
+
+    def _use_shared_watch(self, resource: Resource, shared: SharedWatch) -> None:
+        """Take `resource`'s events from `shared` instead of opening a watch of its own (the
+        Manager shares one watch and one cache per resource among its controllers). For the
+        primary resource the shared store becomes this controller's cache."""
+        self._check_not_running()
+        self._event_sources[resource] = shared.subscribe()
+        if resource == self.resource:
+            self.store = shared.store
+            self._primary_shared = True
+
+    def _gate_on(self, open_: asyncio.Event) -> None:
+        """Start no reconcile until `open_` is set (the Manager's leader election: followers
+        keep their caches warm and their triggers queued, and reconcile once leading)."""
+        self._check_not_running()
+        self._gate = open_
+
+    @property
+    def is_ready(self) -> bool:
+        """True once the primary cache holds its first complete list."""
+        return self.store.is_ready
+
+    # -- running ----------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop gracefully: no new reconciles start; running ones finish; `stream()` ends."""
+        self._shutdown_requested = True
+        if self._triggers is not None:
+            self._triggers.close()
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Run until `shutdown()`, or SIGTERM or SIGINT when `handle_signals` (a second
+        signal cancels at once). A Manager runs its controllers with its own handling."""
+        if not handle_signals:
+            async for _ in self.stream():
+                pass
+            return
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        installed: list[signal.Signals] = []
+        signals_seen = 0
+
+        def on_signal() -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            if signals_seen == 1:
+                log.info("controller %s: shutting down (signal); again to cancel", self.name)
+                self.shutdown()
+            elif task is not None:
+                task.cancel()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, on_signal)
+                installed.append(sig)
+        try:
+            async for _ in self.stream():
+                pass
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    async def stream(self) -> AsyncIterator[ReconcileResult]:
+        """Run the controller, yielding each reconcile's result as it finishes."""
+        self._check_not_running()
+        self._running = True
+        self._triggers = triggers = Channel[ObjectRef | Trigger](maxsize=1024)
+        if self._shutdown_requested:
+            triggers.close()
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            self._resolved = await self.resource.resolve(self.client)
+            for rel in self._relations:
+                await rel.resource.resolve(self.client)  # unknown kinds fail here, clearly
+            loop = asyncio.get_running_loop()
+            tasks.append(
+                loop.create_task(self._watch_primary(triggers), name=f"{self.name}:primary")
+            )
+            for rel in self._relations:
+                tasks.append(
+                    loop.create_task(
+                        self._watch_related(rel, triggers),
+                        name=f"{self.name}:{rel.resource.kind}",
+                    )
+                )
+            for source in self._resync_sources:
+                tasks.append(
+                    loop.create_task(self._resync(source, triggers), name=f"{self.name}:resync")
+                )
+            failures: list[BaseException] = []
+            for task in tasks:
+                task.add_done_callback(lambda t: _stop_on_failure(t, triggers, failures))
+            counters = self._counters
+            async for result in applier(
+                self.reconcile,
+                self.error_policy,
+                self.context,
+                self.store if self._gate is None else _GatedStore(self.store, self._gate),
+                triggers,
+                concurrency=self._concurrency,
+                timeout=self.timeout,
+                scheduler=self.scheduler,
+                executor=self.executor,
+            ):
+                counters.count(
+                    error=result.error is not None, requeue_after=result.action.requeue_after
+                )
+                yield result
+            if failures:
+                # A trigger source died (a fatal watch error such as a bad selector, or a
+                # reconcile_all_on iterable that raised): the applier has drained; say why.
+                raise failures[0]
+        finally:
+            triggers.close()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._running = False
+
+    def _events(self, resource: Resource) -> AsyncIterator[WatchEvent]:
+        source = self._event_sources.get(resource)
+        if source is not None:
+            return source()
+        return watcher(
+            self.client,
+            resource,
+            namespace=self.namespace,
+            label_selector=self.label_selector if resource == self.resource else None,
+            strip_managed_fields=self.strip_managed_fields,
+            on_error=self._on_watch_error,
+        )
+
+    def _on_watch_error(self, exc: BaseException) -> None:
+        """The watcher retries by itself; count what it retried, for metrics."""
+        self._counters.watch_errors += 1
+
+    async def _watch_primary(self, triggers: Channel[ObjectRef | Trigger]) -> None:
+        events = self._events(self.resource)
+        if not self._primary_shared:
+            events = reflector(self.store, events)
+        try:
+            async for event in events:
+                kind = event.kind
+                if kind is EventKind.APPLY:
+                    assert event.obj is not None
+                    await triggers.put(ObjectRef.from_object(event.obj))
+                elif kind is EventKind.INIT_APPLY:
+                    assert event.obj is not None
+                    await triggers.put(
+                        Trigger(
+                            ObjectRef.from_object(event.obj),
+                            priority=INITIAL_LIST_PRIORITY,
+                            reason="initial list",
+                        )
+                    )
+        except ChannelClosed:
+            return
+
+    async def _watch_related(self, rel: _Relation, triggers: Channel[ObjectRef | Trigger]) -> None:
+        mapper = rel.mapper if rel.mapper is not None else self._owner_of
+        try:
+            async for event in self._events(rel.resource):
+                if event.obj is None or event.kind in (EventKind.INIT, EventKind.INIT_DONE):
+                    continue
+                priority = INITIAL_LIST_PRIORITY if event.kind is EventKind.INIT_APPLY else 0
+                try:
+                    refs = list(mapper(event.obj))
+                except Exception:
+                    log.exception(
+                        "controller %s: mapper for %s failed; event skipped",
+                        self.name,
+                        rel.resource.kind,
+                    )
+                    continue
+                for ref in refs:
+                    if not isinstance(ref, ObjectRef):
+                        log.error(
+                            "controller %s: mapper for %s returned %r, not an ObjectRef",
+                            self.name,
+                            rel.resource.kind,
+                            ref,
+                        )
+                        continue
+                    await triggers.put(Trigger(ref, priority=priority, reason=rel.reason))
+        except ChannelClosed:
+            return
+
+    def _owner_of(self, obj: Mapping[str, Any]) -> list[ObjectRef]:
+        """The primary object that controls `obj` (its ``controller: true`` owner reference
+        of the primary kind), in `obj`'s namespace when the primary is namespaced."""
+        resolved = self._resolved
+        meta = obj.get("metadata") or {}
+        for owner in meta.get("ownerReferences") or ():
+            if not owner.get("controller"):
+                continue
+            if owner.get("kind") != self.resource.kind:
+                continue
+            group = str(owner.get("apiVersion", "")).rpartition("/")[0]
+            if group != self.resource.group:
+                continue
+            namespaced = resolved.namespaced if resolved is not None else True
+            return [ObjectRef(owner["name"], meta.get("namespace") if namespaced else None)]
+        return []
+
+    async def _resync(
+        self, source: AsyncIterable[Any], triggers: Channel[ObjectRef | Trigger]
+    ) -> None:
+        try:
+            async for _ in source:
+                for ref in list(self.store):
+                    await triggers.put(Trigger(ref, reason="reconcile_all_on"))
+        except ChannelClosed:
+            return
+
+
+def _stop_on_failure(
+    task: asyncio.Task[None],
+    triggers: Channel[ObjectRef | Trigger],
+    failures: list[BaseException],
+) -> None:
+    """A trigger source that fails ends the controller (gracefully) instead of leaving it
+    running deaf to changes."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("%s failed: %r; stopping the controller", task.get_name(), exc)
+        failures.append(exc)
+        triggers.close()
+
+
+class _GatedStore(Mapping[ObjectRef, Any]):
+    """A store that is not ready until its gate opens: the applier queues (and de-duplicates)
+    triggers meanwhile, and starts reconciling when both the cache and the gate are ready."""
+
+    def __init__(self, store: Store, gate: asyncio.Event) -> None:
+        self._store = store
+        self._gate = gate
+
+    @property
+    def is_ready(self) -> bool:
+        return self._gate.is_set() and self._store.is_ready
+
+    async def wait_ready(self) -> None:
+        await self._gate.wait()
+        await self._store.wait_ready()
+
+    def __getitem__(self, ref: ObjectRef) -> Any:
+        return self._store[ref]
+
+    def get(self, ref: ObjectRef, default: Any = None) -> Any:
+        return self._store.get(ref, default)
+
+    def __iter__(self) -> Iterator[ObjectRef]:
+        return iter(self._store)
+
+    def __len__(self) -> int:
+        return len(self._store)

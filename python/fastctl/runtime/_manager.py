@@ -1,0 +1,264 @@
+"""`fastctl.Manager`: several controllers on one client, run as a production process.
+
+The Manager
+
+- shares one watch and one cache per resource among its controllers (`SharedWatch`);
+- with `leader_election`, keeps every cache warm on every replica but lets only the leader
+  reconcile (followers queue their triggers, de-duplicated, and start when they lead); a
+  leader that loses its lease stops at once: running reconciles are cancelled and `run()`
+  raises `LeadershipLost`, so the process exits and is restarted as a follower (what
+  controller-runtime does: two leaders must never act at once);
+- serves ``/metrics``, ``/healthz`` and ``/readyz`` on `metrics_port`;
+- shuts down gracefully on SIGTERM/SIGINT or `shutdown()`: no new reconciles start, running
+  ones get `drain_timeout` seconds to finish, then they are cancelled; the lease is released
+  so a successor takes over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+
+from kubernetes_asyncio.client import ApiClient
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from fastctl.errors import LeadershipLost
+from fastctl.kube._resource import Resource
+from fastctl.kube._watcher import WatchEvent, watcher
+from fastctl.runtime._controller import Controller
+from fastctl.runtime._health import HealthServer
+from fastctl.runtime._metrics import FastctlCollector
+from fastctl.runtime._shared_watch import SharedWatch
+from fastctl.runtime.leader import LeaderElection, LeaderElector
+
+__all__ = ["LeadershipLost", "Manager"]
+
+log = logging.getLogger("fastctl.manager")
+
+
+class Manager:
+    """Runs controllers together (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        *,
+        leader_election: LeaderElection | None = None,
+        metrics_port: int | None = 8080,
+        metrics_host: str = "0.0.0.0",
+        drain_timeout: float = 30.0,
+        registry: CollectorRegistry | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        self.client = client
+        self.leader_election = leader_election
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self.drain_timeout = drain_timeout
+        self.namespace = namespace
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(FastctlCollector(lambda: self.controllers))
+        self.controllers: list[Controller] = []
+        self.health: HealthServer | None = None
+        self.elector: LeaderElector | None = None
+        self._leading = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._running = False
+        self._failed: str | None = None
+        self._elector_client: ApiClient | None = None
+        self.registry.register(_LeaderCollector(self))
+
+    def _alive(self) -> bool:
+        """/healthz: false once a controller, watch or the elector has died."""
+        return self._failed is None
+
+    def add(self, controller: Controller) -> Manager:
+        """Add a controller (before `run`); returns the manager so calls chain."""
+        if self._running:
+            raise RuntimeError("Manager is running: add controllers before run()")
+        if not isinstance(controller, Controller):
+            raise TypeError(f"expected a fastctl.Controller, got {type(controller).__name__}")
+        if any(c.name == controller.name for c in self.controllers):
+            raise ValueError(
+                f"two controllers named {controller.name!r}: give one a name= (metrics and "
+                "logs tell controllers apart by name)"
+            )
+        self.controllers.append(controller)
+        return self
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_election is None or self._leading.is_set()
+
+    def is_ready(self) -> bool:
+        """Caches synced (whether or not this replica leads)."""
+        return all(c.is_ready for c in self.controllers)
+
+    def shutdown(self) -> None:
+        """Stop gracefully (see the module docstring)."""
+        self._stop.set()
+
+    def _share_watches(self) -> list[SharedWatch]:
+        """One SharedWatch for every resource that more than one controller watches in the
+        same namespace (a primary watched with a label selector keeps its own watch)."""
+        uses: Counter[tuple[Resource, str | None]] = Counter()
+        for ctl in self.controllers:
+            for resource in ctl.resources:
+                uses[(resource, ctl.namespace)] += 1
+        shared: dict[tuple[Resource, str | None], SharedWatch] = {}
+        for ctl in self.controllers:
+            for resource in ctl.resources:
+                key = (resource, ctl.namespace)
+                primary_with_selector = resource == ctl.resource and ctl.label_selector
+                if uses[key] < 2 or primary_with_selector:
+                    continue
+                if key not in shared:
+                    shared[key] = SharedWatch(
+                        f"{resource}",
+                        _watch_factory(self.client, resource, ctl.namespace),
+                    )
+                ctl._use_shared_watch(resource, shared[key])
+        return list(shared.values())
+
+    async def run(self) -> None:
+        """Run every controller until `shutdown()`, SIGTERM or SIGINT."""
+        if not self.controllers:
+            raise ValueError("Manager has no controllers: add one with manager.add(...)")
+        self._running = True
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.shutdown)
+                installed.append(sig)
+        shared = self._share_watches()
+        if self.leader_election is not None:
+            for ctl in self.controllers:
+                ctl._gate_on(self._leading)
+        tasks: dict[asyncio.Task[None], str] = {}
+        drain = True
+        try:
+            if self.metrics_port is not None:
+                self.health = HealthServer(
+                    self.metrics_port,
+                    host=self.metrics_host,
+                    registry=self.registry,
+                    live=self._alive,
+                    ready=self.is_ready,
+                )
+                await self.health.start()
+                log.info("serving /metrics, /healthz, /readyz on port %d", self.health.port)
+            for watch in shared:
+                tasks[watch.start()] = f"shared watch {watch.name}"
+            for ctl in self.controllers:
+                tasks[loop.create_task(ctl.run(handle_signals=False), name=ctl.name)] = (
+                    f"controller {ctl.name}"
+                )
+            lost: asyncio.Task[None] | None = None
+            if self.leader_election is not None:
+                # Its own client, so renewals never queue behind watches for a connection
+                # of the shared pool (each watch holds one for its whole life).
+                self._elector_client = ApiClient(self.client.configuration)
+                self.elector = LeaderElector(self._elector_client, self.leader_election)
+                tasks[loop.create_task(self.elector.run())] = "leader election"
+                lost = loop.create_task(self._follow_leadership())
+                tasks[lost] = "leadership"
+            stop = loop.create_task(self._wait_stop())
+            done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            for task in done:
+                if task is stop:
+                    continue
+                exc = task.exception() if not task.cancelled() else None
+                if exc is not None:
+                    self._failed = tasks[task]
+                    # Without the lease, not one more write: cancel at once, no drain.
+                    drain = not isinstance(exc, LeadershipLost)
+                    raise exc
+                if task is not lost:
+                    log.warning("%s ended unexpectedly", tasks[task])
+        finally:
+            await self._stop_everything(tasks, shared, drain=drain)
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            self._running = False
+
+    async def _wait_stop(self) -> None:
+        await self._stop.wait()
+
+    async def _follow_leadership(self) -> None:
+        """Open the gate when this replica leads; raise LeadershipLost when it stops."""
+        assert self.elector is not None
+        term = await self.elector.wait_leading()
+        log.info("leading (%s, term %d): reconciling", self.elector.identity, term)
+        self._leading.set()
+        await self.elector.wait_lost(term)
+        if not self._stop.is_set():
+            self._leading.clear()
+            raise LeadershipLost(
+                "lost the leader lease (could not renew within the renew deadline); "
+                "stopped reconciling"
+            )
+
+    async def _stop_everything(
+        self,
+        tasks: dict[asyncio.Task[None], str],
+        shared: Iterable[SharedWatch],
+        *,
+        drain: bool,
+    ) -> None:
+        controllers = [t for t, what in tasks.items() if what.startswith("controller ")]
+        for ctl in self.controllers:
+            ctl.shutdown()
+        if controllers and drain:
+            _, pending = await asyncio.wait(controllers, timeout=self.drain_timeout)
+            if pending:
+                log.warning(
+                    "drain timeout (%.0f s) passed: cancelling %d controller(s)",
+                    self.drain_timeout,
+                    len(pending),
+                )
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for watch in shared:
+            await watch.stop()
+        if self.elector is not None:
+            await self.elector.release()
+        if self._elector_client is not None:
+            await self._elector_client.close()
+        if self.health is not None:
+            await self.health.stop()
+
+
+class _LeaderCollector(Collector):
+    """``leader_election_master_status{name}``: 1 while this replica leads (the gauge
+    client-go's leader election exports)."""
+
+    def __init__(self, manager: Manager) -> None:
+        self._manager = manager
+
+    def collect(self) -> Iterator[Metric]:
+        config = self._manager.leader_election
+        if config is None:
+            return
+        gauge = GaugeMetricFamily(
+            "leader_election_master_status",
+            "1 if this replica is the leader of the lease, else 0",
+            labels=["name"],
+        )
+        elector = self._manager.elector
+        gauge.add_metric([config.name], 1.0 if elector is not None and elector.is_leader else 0.0)
+        yield gauge
+
+
+def _watch_factory(
+    client: ApiClient, resource: Resource, namespace: str | None
+) -> Callable[[], AsyncIterator[WatchEvent]]:
+    return lambda: watcher(client, resource, namespace=namespace, strip_managed_fields=True)

@@ -1,0 +1,83 @@
+"""One watch and one cache per resource, shared by every controller of a Manager.
+
+Two controllers that watch ConfigMaps should not open two watches and keep two copies of
+every ConfigMap. A `SharedWatch` runs one watcher into one `Store` and hands each event,
+after the store has applied it, to every subscriber. Subscribers read through a bounded
+`Channel` each: a slow subscriber slows the shared watch (backpressure) rather than making
+memory grow; the controllers' subscribers only turn events into scheduler adds, which is fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+
+from fastctl._channel import Channel, ChannelClosed
+from fastctl.kube._store import Store, reflector
+from fastctl.kube._watcher import WatchEvent
+
+__all__ = ["SharedWatch"]
+
+log = logging.getLogger("fastctl.shared_watch")
+
+
+class SharedWatch:
+    """Fan one event stream (applied to `store`) out to many subscribers.
+
+    `events` makes the underlying stream (a `fastctl.watcher.watcher(...)` call); it starts
+    when `start()` is called, after every subscriber has subscribed, so none misses the
+    initial list.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        events: Callable[[], AsyncIterator[WatchEvent]],
+        *,
+        store: Store | None = None,
+        buffer: int = 1024,
+    ) -> None:
+        self.name = name
+        self.store = store if store is not None else Store()
+        self._events = events
+        self._buffer = buffer
+        self._subscribers: list[Channel[WatchEvent]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def subscribe(self) -> Callable[[], AsyncIterator[WatchEvent]]:
+        """A source for one subscriber: call it once to get that subscriber's events."""
+        if self._task is not None:
+            raise RuntimeError(f"shared watch {self.name} already started")
+        channel: Channel[WatchEvent] = Channel(self._buffer)
+        self._subscribers.append(channel)
+        return lambda: aiter(channel)
+
+    def start(self) -> asyncio.Task[None]:
+        """Start the shared watch; the task ends (with the error) if the watch fails."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"fastctl-shared-watch:{self.name}"
+            )
+        return self._task
+
+    async def stop(self) -> None:
+        """Stop the watch and end every subscriber's stream."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for channel in self._subscribers:
+            channel.close()
+
+    async def _run(self) -> None:
+        try:
+            async for event in reflector(self.store, self._events()):
+                for channel in self._subscribers:
+                    if channel.closed:
+                        continue
+                    with contextlib.suppress(ChannelClosed):
+                        await channel.put(event)
+        finally:
+            for channel in self._subscribers:
+                channel.close()

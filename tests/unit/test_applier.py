@@ -1,0 +1,728 @@
+"""The applier against the rules in DESIGN.md, on the real Rust scheduler.
+
+Every test records what ran when and checks the rules on that record, rather than trusting
+the implementation's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import fastctl
+from fastctl import Action, ObjectRef, ReconcileResult, Scheduler, Trigger
+from fastctl._applier import DEFAULT_CONCURRENCY, ReconcileTimeout, applier
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Feed:
+    """A trigger source the test pushes into; `close()` ends it."""
+
+    _END = object()
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    def put(self, item: ObjectRef | Trigger) -> None:
+        self.queue.put_nowait(item)
+
+    def close(self) -> None:
+        self.queue.put_nowait(self._END)
+
+    def __aiter__(self) -> AsyncIterator[ObjectRef | Trigger]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ObjectRef | Trigger]:
+        while True:
+            item = await self.queue.get()
+            if item is self._END:
+                return
+            yield item
+
+
+@dataclass
+class Recorder:
+    """Records (key, start, end) of every reconcile and the live count of running ones."""
+
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
+    running: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    now_running: int = 0
+    max_running: int = 0
+    overlaps: list[str] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def span(self, key: str) -> Iterator[None]:
+        start = time.monotonic()
+        self.running[key] += 1
+        if self.running[key] > 1:
+            self.overlaps.append(key)
+        self.now_running += 1
+        self.max_running = max(self.max_running, self.now_running)
+        try:
+            yield
+        finally:
+            self.running[key] -= 1
+            self.now_running -= 1
+            self.spans.append((key, start, time.monotonic()))
+
+    def assert_no_overlap(self) -> None:
+        assert not self.overlaps
+        by_key: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for key, start, end in self.spans:
+            by_key[key].append((start, end))
+        for key, spans in by_key.items():
+            spans.sort()
+            for (_, end), (start, _) in itertools.pairwise(spans):
+                assert start >= end, f"two reconciles of {key} overlapped"
+
+
+def refs(n: int, namespace: str = "ns") -> list[ObjectRef]:
+    return [ObjectRef(f"obj-{i}", namespace) for i in range(n)]
+
+
+def store_of(items: list[ObjectRef], version: int = 0) -> dict[ObjectRef, dict[str, Any]]:
+    return {ref: {"name": ref.name, "version": version} for ref in items}
+
+
+async def collect(it: AsyncIterator[ReconcileResult]) -> list[ReconcileResult]:
+    return [result async for result in it]
+
+
+async def from_list(items: list[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
+
+
+async def run(
+    reconcile: Any,
+    store: Mapping[ObjectRef, Any],
+    items: list[Any],
+    until: int,
+    error_policy: Any = None,
+    context: Any = None,
+    **kwargs: Any,
+) -> list[ReconcileResult]:
+    """Trigger `items`, then end the triggers once `until` results have arrived (ending them
+    earlier would stop the applier from starting the rest: that is the graceful shutdown)."""
+    feed = Feed()
+    for item in items:
+        feed.put(item)
+    results: list[ReconcileResult] = []
+    async for result in applier(reconcile, error_policy, context, store, feed, **kwargs):
+        results.append(result)
+        if len(results) == until:
+            feed.close()
+    return results
+
+
+async def wait_for(predicate: Any, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.001)
+
+
+# -- rule 1 and 2 under stress ---------------------------------------------------------------
+
+
+async def test_stress_never_two_at_once_and_limit_reached() -> None:
+    rng = random.Random(1)
+    keys = refs(500)
+    store = store_of(keys)
+    rec = Recorder()
+    last_trigger: dict[str, float] = {}
+    limit = 16
+
+    async def reconcile(obj: dict[str, Any], ctx: None) -> None:
+        with rec.span(f"ns/{obj['name']}"):
+            await asyncio.sleep(rng.random() * 0.002)
+
+    feed = Feed()
+
+    async def produce() -> None:
+        for i in range(20_000):
+            ref = rng.choice(keys)
+            last_trigger[ref.key] = time.monotonic()
+            feed.put(ref)
+            if i % 200 == 0:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # let the last triggers' reconciles start
+        # Drain: wait until nothing is running any more, then end the triggers.
+        await wait_for(lambda: rec.now_running == 0 and sched.in_flight == 0 and len(sched) == 0)
+        feed.close()
+
+    sched = Scheduler(concurrency=limit)
+    producer = asyncio.create_task(produce())
+    results = await collect(
+        applier(reconcile, None, None, store, feed, concurrency=limit, scheduler=sched)
+    )
+    await producer
+
+    rec.assert_no_overlap()
+    assert rec.max_running <= limit
+    assert rec.max_running == limit
+    assert len(results) == len(rec.spans)
+    assert all(r.ok for r in results)
+    # No lost trigger: every key's last reconcile started after its last trigger.
+    last_start: dict[str, float] = {}
+    for key, start, _ in rec.spans:
+        last_start[key] = max(start, last_start.get(key, 0.0))
+    for key, at in last_trigger.items():
+        assert last_start[key] >= at, f"the last trigger of {key} was lost"
+    assert sched.in_flight == 0
+
+
+async def test_triggers_during_a_reconcile_give_exactly_one_follow_up_with_latest_state() -> None:
+    ref = ObjectRef("a", "ns")
+    store = {ref: {"name": "a", "version": 0}}
+    feed = Feed()
+    started = asyncio.Event()
+    release = asyncio.Event()
+    seen: list[int] = []
+
+    async def reconcile(obj: dict[str, Any], ctx: None) -> None:
+        seen.append(obj["version"])
+        if len(seen) == 1:
+            started.set()
+            await release.wait()
+
+    async def drive() -> None:
+        feed.put(ref)
+        await started.wait()
+        for version in range(1, 51):
+            store[ref] = {"name": "a", "version": version}
+            feed.put(ref)
+            await asyncio.sleep(0)
+        release.set()
+        await wait_for(lambda: len(seen) >= 2)
+        await asyncio.sleep(0.05)  # a second follow-up would start within this
+        feed.close()
+
+    driver = asyncio.create_task(drive())
+    results = await collect(applier(reconcile, None, None, store, feed))
+    await driver
+    assert seen == [0, 50]
+    assert len(results) == 2
+
+
+# -- rule 4 ----------------------------------------------------------------------------------
+
+
+async def test_no_head_of_line_blocking() -> None:
+    keys = refs(1001)
+    blocked = keys[0]
+    store = store_of(keys)
+    unblock = asyncio.Event()
+    done: set[str] = set()
+    blocked_runs = 0
+
+    async def reconcile(obj: dict[str, Any], ctx: None) -> None:
+        nonlocal blocked_runs
+        if obj["name"] == blocked.name:
+            await unblock.wait()
+            blocked_runs += 1
+        done.add(obj["name"])
+
+    async def drive() -> None:
+        feed.put(blocked)
+        await asyncio.sleep(0.01)
+        for ref in keys[1:]:
+            feed.put(ref)
+        # The blocked key is re-triggered too: it must not hold anything up either.
+        feed.put(blocked)
+        await wait_for(lambda: len(done) == 1000)
+        assert blocked.name not in done
+        unblock.set()
+        await wait_for(lambda: blocked_runs == 2)
+        await asyncio.sleep(0.02)
+        feed.close()
+
+    feed = Feed()
+    driver = asyncio.create_task(drive())
+    results = await collect(applier(reconcile, None, None, store, feed, concurrency=4))
+    await driver
+    assert len(done) == 1001
+    # The blocked key ran once, then once more for the trigger that came while it ran.
+    assert sum(r.ref == blocked for r in results) == 2
+
+
+# -- actions, errors, timeouts ---------------------------------------------------------------
+
+
+async def test_requeue_after_runs_again_and_await_change_does_not() -> None:
+    a, b = ObjectRef("a"), ObjectRef("b")
+    store = store_of([a, b])
+    runs: dict[str, list[float]] = defaultdict(list)
+
+    async def reconcile(obj: dict[str, Any], ctx: None) -> Action | None:
+        runs[obj["name"]].append(time.monotonic())
+        if obj["name"] == "a" and len(runs["a"]) < 3:
+            return Action.requeue(0.05)
+        return None if obj["name"] == "b" else Action.await_change()
+
+    feed = Feed()
+    feed.put(a)
+    feed.put(b)
+
+    async def stop_later() -> None:
+        await wait_for(lambda: len(runs["a"]) == 3)
+        await asyncio.sleep(0.15)
+        feed.close()
+
+    stopper = asyncio.create_task(stop_later())
+    results = await collect(applier(reconcile, None, None, store, feed))
+    await stopper
+    assert len(runs["a"]) == 3
+    assert len(runs["b"]) == 1
+    gaps = [t2 - t1 for t1, t2 in zip(runs["a"], runs["a"][1:], strict=False)]
+    assert all(gap >= 0.05 for gap in gaps)
+    assert [r.action.requeue_after for r in results if r.ref == a] == [0.05, 0.05, None]
+
+
+async def test_error_policy_receives_the_exception_and_decides_the_retry() -> None:
+    ref = ObjectRef("a")
+    store = store_of([ref])
+    seen: list[tuple[Any, BaseException, Any]] = []
+    attempts = 0
+
+    async def reconcile(obj: dict[str, Any], ctx: str) -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            raise RuntimeError(f"boom {attempts}")
+
+    def error_policy(obj: Any, exc: BaseException, ctx: str) -> Action:
+        seen.append((obj, exc, ctx))
+        return Action.requeue(0.01)
+
+    feed = Feed()
+    feed.put(ref)
+
+    async def stop_later() -> None:
+        await wait_for(lambda: attempts == 3)
+        feed.close()
+
+    stopper = asyncio.create_task(stop_later())
+    results = await collect(applier(reconcile, error_policy, "the-ctx", store, feed))
+    await stopper
+    assert [str(exc) for _, exc, _ in seen] == ["boom 1", "boom 2"]
+    assert all(ctx == "the-ctx" and obj == store[ref] for obj, _, ctx in seen)
+    assert [r.ok for r in results] == [False, False, True]
+    assert isinstance(results[0].error, RuntimeError)
+
+
+async def test_default_backoff_grows_and_resets_on_success() -> None:
+    ref = ObjectRef("a")
+    store = store_of([ref])
+    starts: list[float] = []
+    fail_until = 5  # runs 1-4 fail, 5 succeeds and requeues, 6 fails again, 7 succeeds
+
+    async def reconcile(obj: dict[str, Any], ctx: None) -> Action | None:
+        starts.append(time.monotonic())
+        n = len(starts)
+        if n < fail_until or n == fail_until + 1:
+            raise ValueError(f"attempt {n}")
+        return Action.requeue(0.0) if n == fail_until else None
+
+    feed = Feed()
+    feed.put(ref)
+
+    async def stop_later() -> None:
+        await wait_for(lambda: len(starts) == fail_until + 2)
+        feed.close()
+
+    stopper = asyncio.create_task(stop_later())
+    sched = Scheduler(backoff_base=0.02, backoff_max=10.0)
+    await collect(applier(reconcile, None, None, store, feed, scheduler=sched))
+    await stopper
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    # Backoff after failures 1, 2, 3: 0.02, 0.04, 0.08 s, each with jitter in [0.8, 1.2].
+    for gap, expected in zip(gaps[:3], [0.02, 0.04, 0.08], strict=True):
+        assert gap >= expected * 0.8
+    assert gaps[2] > gaps[0]
+    # After the success, the next failure waits the first step again, not the fifth.
+    assert gaps[fail_until] < 0.02 * 16 * 0.8
+
+
+async def test_wrong_return_type_is_an_error_that_says_what_was_returned() -> None:
+    ref = ObjectRef("a")
+
+    async def reconcile(obj: Any, ctx: None) -> Any:
+        return 42
+
+    results = await run(reconcile, store_of([ref]), [ref], until=1)
+    assert len(results) == 1
+    error = results[0].error
+    assert isinstance(error, TypeError)
+    assert "returned int (42)" in str(error)
+    assert "fastctl.Action" in str(error)
+
+
+async def test_timeout_counts_as_error_and_releases_the_slot() -> None:
+    ref = ObjectRef("slow")
+    sched = Scheduler()
+    cancelled = asyncio.Event()
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    def error_policy(obj: Any, exc: BaseException, ctx: None) -> Action:
+        return Action.await_change()
+
+    results = await run(
+        reconcile, store_of([ref]), [ref], 1, error_policy, timeout=0.05, scheduler=sched
+    )
+    assert cancelled.is_set()
+    assert len(results) == 1
+    assert isinstance(results[0].error, ReconcileTimeout)
+    assert isinstance(results[0].error, TimeoutError)
+    assert "timeout of 0.05 s" in str(results[0].error)
+    assert sched.in_flight == 0
+
+
+async def test_no_slot_leaks_after_exceptions_cancellations_and_timeouts() -> None:
+    keys = refs(60)
+    sched = Scheduler(concurrency=8, backoff_base=0.001)
+    kinds = ["raise", "cancel-self", "timeout", "base-exc", "ok"]
+
+    class Custom(BaseException):
+        pass
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        kind = kinds[int(obj["name"].split("-")[1]) % len(kinds)]
+        if kind == "raise":
+            raise KeyError("missing")
+        if kind == "cancel-self":
+            raise asyncio.CancelledError
+        if kind == "timeout":
+            await asyncio.sleep(5)
+
+    def error_policy(obj: Any, exc: BaseException, ctx: None) -> Action:
+        return Action.await_change()
+
+    results = await run(
+        reconcile,
+        store_of(keys),
+        keys,
+        60,
+        error_policy,
+        concurrency=8,
+        timeout=0.02,
+        scheduler=sched,
+    )
+    assert len(results) == 60
+    assert sched.in_flight == 0
+    errors = [r for r in results if not r.ok]
+    assert len(errors) == 36  # raise, cancel-self and timeout: 12 each
+
+
+async def test_cancelling_the_iteration_cancels_running_reconciles() -> None:
+    keys = refs(10)
+    sched = Scheduler(concurrency=4)
+    started = 0
+    cancelled = 0
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        nonlocal started, cancelled
+        started += 1
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled += 1
+            raise
+
+    feed = Feed()
+    for ref in keys:
+        feed.put(ref)
+    task = asyncio.create_task(
+        collect(
+            applier(reconcile, None, None, store_of(keys), feed, concurrency=4, scheduler=sched)
+        )
+    )
+    await wait_for(lambda: started == 4)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled == 4
+    assert sched.in_flight == 0
+
+
+async def test_ending_the_triggers_drains_gracefully_and_starts_nothing_new() -> None:
+    keys = refs(10)
+    started: list[str] = []
+    finished: list[str] = []
+    sched = Scheduler(concurrency=4)
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        started.append(obj["name"])
+        await asyncio.sleep(0.05)
+        finished.append(obj["name"])
+
+    feed = Feed()
+    for ref in keys:
+        feed.put(ref)
+    task = asyncio.create_task(
+        collect(
+            applier(reconcile, None, None, store_of(keys), feed, concurrency=4, scheduler=sched)
+        )
+    )
+    await wait_for(lambda: len(started) == 4)
+    feed.close()
+    results = await task
+    # The four running ones finished; the six still queued were never begun.
+    assert sorted(finished) == sorted(started)
+    assert len(started) == 4
+    assert len(results) == 4
+    assert all(r.ok for r in results)
+    assert sched.in_flight == 0
+
+
+# -- rule 3 ----------------------------------------------------------------------------------
+
+
+async def test_two_appliers_reconcile_the_same_object_at_the_same_time() -> None:
+    ref = ObjectRef("shared", "ns")
+    store = store_of([ref])
+    inside: set[str] = set()
+    both_inside = asyncio.Event()
+
+    def reconcile_as(name: str) -> Any:
+        async def reconcile(obj: Any, ctx: None) -> None:
+            inside.add(name)
+            if len(inside) == 2:
+                both_inside.set()
+            await asyncio.wait_for(both_inside.wait(), timeout=5)
+
+        return reconcile
+
+    first, second = await asyncio.gather(
+        run(reconcile_as("one"), store, [ref], 1),
+        run(reconcile_as("two"), store, [ref], 1),
+    )
+    assert both_inside.is_set()
+    assert first[0].ok
+    assert second[0].ok
+
+
+# -- readiness -------------------------------------------------------------------------------
+
+
+class LateStore(Mapping[ObjectRef, Any]):
+    """A store that becomes ready when the test says so (like a reflector's first list)."""
+
+    def __init__(self, data: dict[ObjectRef, Any]) -> None:
+        self.data = data
+        self.ready = asyncio.Event()
+
+    @property
+    def is_ready(self) -> bool:
+        return self.ready.is_set()
+
+    async def wait_ready(self) -> None:
+        await self.ready.wait()
+
+    def __getitem__(self, key: ObjectRef) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[ObjectRef]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+async def test_triggers_before_the_store_is_ready_are_deduplicated_and_run_once_ready() -> None:
+    keys = refs(3)
+    store = LateStore(store_of(keys))
+    runs: list[str] = []
+    sched = Scheduler()
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        runs.append(obj["name"])
+
+    feed = Feed()
+
+    async def drive() -> None:
+        for _ in range(100):
+            for ref in keys:
+                feed.put(ref)
+        await wait_for(lambda: len(sched) == 3)
+        await asyncio.sleep(0.05)
+        assert runs == []  # nothing runs before the store is ready
+        store.ready.set()
+        await wait_for(lambda: len(runs) == 3)
+        await asyncio.sleep(0.05)
+        feed.close()
+
+    driver = asyncio.create_task(drive())
+    await collect(applier(reconcile, None, None, store, feed, scheduler=sched))
+    await driver
+    assert sorted(runs) == ["obj-0", "obj-1", "obj-2"]
+
+
+async def test_an_object_missing_from_the_store_is_not_reconciled() -> None:
+    present, missing = ObjectRef("here"), ObjectRef("gone")
+    sched = Scheduler()
+    runs: list[str] = []
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        runs.append(obj["name"])
+
+    results = await run(reconcile, store_of([present]), [missing, present], 1, scheduler=sched)
+    assert runs == ["here"]
+    assert [r.ref for r in results] == [present]
+    assert sched.in_flight == 0
+    assert missing.key not in sched
+
+
+# -- no deadlock with constant requeues (kube-rs #926) ----------------------------------------
+
+
+async def test_5000_always_requeueing_objects_produce_15000_results_and_drain() -> None:
+    keys = refs(5000)
+    sched = Scheduler(concurrency=64)
+
+    async def reconcile(obj: Any, ctx: None) -> Action:
+        return Action.requeue(0)
+
+    feed = Feed()
+    for ref in keys:
+        feed.put(ref)
+    count = 0
+    async for result in applier(
+        reconcile, None, None, store_of(keys), feed, concurrency=64, scheduler=sched
+    ):
+        assert result.ok
+        count += 1
+        if count == 15_000:
+            feed.close()
+    assert count >= 15_000
+    assert sched.in_flight == 0
+
+
+# -- priorities ------------------------------------------------------------------------------
+
+
+async def test_a_live_change_overtakes_a_backlog_of_initial_list_triggers() -> None:
+    backlog = refs(10_000, "old")
+    live = ObjectRef("live", "new")
+    store = store_of([*backlog, live])
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        order.append(obj["name"])
+        if len(order) == 1:
+            await gate.wait()
+
+    feed = Feed()
+
+    async def drive() -> None:
+        for ref in backlog:
+            feed.put(Trigger(ref, priority=-100, reason="initial list"))
+        await wait_for(lambda: len(order) == 1)  # one backlog item running, slot is taken
+        feed.put(Trigger(live, reason="live change"))
+        await asyncio.sleep(0.01)
+        gate.set()
+        await wait_for(lambda: len(order) >= 3)
+        feed.close()
+
+    driver = asyncio.create_task(drive())
+    await collect(applier(reconcile, None, None, store, feed, concurrency=1))
+    await driver
+    assert order[0].startswith("obj-")
+    assert order[1] == "live"
+
+
+# -- plain functions, bad input --------------------------------------------------------------
+
+
+async def test_plain_functions_run_in_threads_with_the_same_guarantees() -> None:
+    keys = refs(20)
+    rec = Recorder()
+    lock = threading.Lock()
+    threads: set[int] = set()
+
+    def reconcile(obj: Any, ctx: None) -> Action | None:
+        with lock:
+            threads.add(threading.get_ident())
+            rec.running[obj["name"]] += 1
+            assert rec.running[obj["name"]] == 1
+        time.sleep(0.01)
+        with lock:
+            rec.running[obj["name"]] -= 1
+        return None
+
+    triggers = [ref for ref in keys for _ in range(5)]
+    results = await run(reconcile, store_of(keys), triggers, 20, concurrency=4)
+    assert all(r.ok for r in results)
+    assert threading.get_ident() not in threads
+    assert len(threads) > 1
+
+
+async def test_plain_function_timeout_keeps_the_slot_until_the_thread_returns() -> None:
+    ref = ObjectRef("a")
+    sched = Scheduler()
+    returned = threading.Event()
+
+    def reconcile(obj: Any, ctx: None) -> None:
+        time.sleep(0.2)
+        returned.set()
+
+    results = await run(reconcile, store_of([ref]), [ref], 1, timeout=0.05, scheduler=sched)
+    assert returned.is_set()  # the result came only after the thread ended
+    assert isinstance(results[0].error, ReconcileTimeout)
+    assert sched.in_flight == 0
+
+
+async def test_a_trigger_of_the_wrong_type_is_a_clear_error() -> None:
+    async def reconcile(obj: Any, ctx: None) -> None:
+        return None
+
+    with pytest.raises(TypeError, match=r"ObjectRef or fastctl.Trigger, got str"):
+        await collect(applier(reconcile, None, None, {}, from_list(["ns/name"])))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"concurrency": -1}, "concurrency must be an int >= 0"),
+        ({"concurrency": 1.5}, "concurrency must be an int >= 0"),
+        ({"timeout": 0}, "timeout must be a number of seconds > 0"),
+        ({"timeout": float("nan")}, "timeout must be a number of seconds > 0"),
+    ],
+)
+def test_bad_arguments_are_rejected_at_the_call(kwargs: dict[str, Any], message: str) -> None:
+    async def reconcile(obj: Any, ctx: None) -> None:
+        return None
+
+    with pytest.raises(ValueError, match=message):
+        applier(reconcile, None, None, {}, from_list([]), **kwargs)
+
+
+def test_store_must_be_a_mapping() -> None:
+    async def reconcile(obj: Any, ctx: None) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="store must be a Mapping"):
+        applier(reconcile, None, None, [], from_list([]))  # type: ignore[arg-type]
+
+
+def test_default_concurrency_is_bounded() -> None:
+    assert 1 < DEFAULT_CONCURRENCY < 100
+    assert fastctl.applier is applier

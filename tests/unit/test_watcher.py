@@ -1,0 +1,114 @@
+"""The watcher's frame handling without a server: resourceVersion tracking, the streaming
+list's end marker, errors and their classification."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from fastctl.kube._http import ApiError, request
+from fastctl.kube._resource import ResolvedResource
+from fastctl.kube._watcher import (
+    INITIAL_EVENTS_END,
+    Backoff,
+    EventKind,
+    _Gone,
+    _StreamingListUnsupported,
+    _Watcher,
+)
+
+CM = ResolvedResource("", "v1", "ConfigMap", "configmaps", True)
+
+
+def make(*, strip: bool = False) -> _Watcher:
+    return _Watcher(
+        ApiClient.__new__(ApiClient),  # never used: no request is made
+        CM,
+        namespace="ns",
+        label_selector=None,
+        field_selector=None,
+        page_size=500,
+        timeout_seconds=290,
+        read_timeout=90,
+        streaming_list=None,
+        strip_managed_fields=strip,
+        backoff=Backoff(),
+        on_error=None,
+    )
+
+
+def obj(name: str, rv: str, **meta: Any) -> dict[str, Any]:
+    return {"kind": "ConfigMap", "metadata": {"name": name, "resourceVersion": rv, **meta}}
+
+
+def bookmark(rv: str, end: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"resourceVersion": rv}
+    if end:
+        meta["annotations"] = {INITIAL_EVENTS_END: "true"}
+    return {"kind": "ConfigMap", "metadata": meta}
+
+
+def test_streaming_list_frames() -> None:
+    w = make()
+    first = w._event("ADDED", obj("a", "5"), initial=True)
+    assert first is not None
+    assert first.kind is EventKind.INIT_APPLY
+    assert w.rv is None  # initial events carry no usable position
+    done = w._event("BOOKMARK", bookmark("9", end=True), initial=True)
+    assert done is not None
+    assert done.kind is EventKind.INIT_DONE
+    assert w.rv == "9"
+
+
+def test_servers_that_ignore_send_initial_events_are_detected() -> None:
+    w = make()
+    with pytest.raises(_StreamingListUnsupported):
+        w._event("BOOKMARK", bookmark("9"), initial=True)
+    with pytest.raises(_StreamingListUnsupported):
+        w._event("MODIFIED", obj("a", "5"), initial=True)
+
+
+def test_watch_frames_track_the_resource_version() -> None:
+    w = make()
+    w.rv = "10"
+    added = w._event("ADDED", obj("a", "11"), initial=False)
+    assert added is not None
+    assert added.kind is EventKind.APPLY
+    assert w.rv == "11"
+    assert w._event("BOOKMARK", bookmark("15"), initial=False) is None
+    assert w.rv == "15"
+    deleted = w._event("DELETED", obj("a", "16"), initial=False)
+    assert deleted is not None
+    assert deleted.kind is EventKind.DELETE
+    assert w.rv == "16"
+    assert w._event("SOMETHING", obj("a", "17"), initial=False) is None
+
+
+def test_error_frames() -> None:
+    w = make()
+    w.rv = "3"
+    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    with pytest.raises(_Gone, match="too old"):
+        w._event("ERROR", gone, initial=False)
+    internal = {"kind": "Status", "code": 500, "reason": "InternalError", "message": "boom"}
+    with pytest.raises(ApiError) as info:
+        w._event("ERROR", internal, initial=False)
+    assert info.value.status == 500
+    assert str(info.value) == "WATCH /api/v1/namespaces/ns/configmaps: 500 InternalError: boom"
+
+
+def test_strip_managed_fields() -> None:
+    w = make(strip=True)
+    w.rv = "1"
+    event = w._event("MODIFIED", obj("a", "2", managedFields=[{"manager": "x"}]), initial=False)
+    assert event is not None
+    assert event.obj is not None
+    assert "managedFields" not in event.obj["metadata"]
+
+
+async def test_unconfigured_client_is_a_clear_error() -> None:
+    async with ApiClient(Configuration(host="")) as client:
+        with pytest.raises(ValueError, match="no host"):
+            await request(client, "GET", "/api")
