@@ -137,7 +137,7 @@ async def _install_crd(client: ApiClient, crd: dict[str, Any]) -> None:
     """Create (or keep) the CRD and wait until it is Established and served."""
     ext = k8s.ApiextensionsV1Api(client)
     try:
-        await ext.create_custom_resource_definition(crd)
+        await ext.create_custom_resource_definition(crd)  # type: ignore[arg-type]
     except ApiException as exc:
         if exc.status != 409:
             raise
@@ -176,7 +176,13 @@ async def test_crd_with_status_subresource(client: ApiClient, namespace: str) ->
     assert "status" not in created or not created["status"]
 
     patched = await custom.patch_namespaced_custom_object_status(
-        group, version, namespace, plural, "w1", {"status": {"ready": True}}, _content_type=MERGE
+        group,
+        version,
+        namespace,
+        plural,
+        "w1",
+        {"status": {"ready": True}},
+        _content_type=MERGE,  # type: ignore[call-arg]
     )
     assert patched["status"] == {"ready": True}
     assert patched["spec"] == {"size": 3}
@@ -189,7 +195,7 @@ async def test_crd_with_status_subresource(client: ApiClient, namespace: str) ->
         plural,
         "w1",
         {"spec": {"size": 4}, "status": {"ready": False}},
-        _content_type=MERGE,
+        _content_type=MERGE,  # type: ignore[call-arg]
     )
     assert after["spec"] == {"size": 4}
     assert after["status"] == {"ready": True}
@@ -212,7 +218,7 @@ async def test_restricted_user_is_denied_until_bound(
         rbac = k8s.RbacAuthorizationV1Api(client)
         await rbac.create_namespaced_role(
             namespace,
-            {
+            {  # type: ignore[arg-type]
                 "metadata": {"name": "read-configmaps"},
                 "rules": [
                     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}
@@ -221,7 +227,7 @@ async def test_restricted_user_is_denied_until_bound(
         )
         await rbac.create_namespaced_role_binding(
             namespace,
-            {
+            {  # type: ignore[arg-type]
                 "metadata": {"name": "devs-read-configmaps"},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",

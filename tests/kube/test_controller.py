@@ -181,7 +181,8 @@ async def test_watches_with_a_mapper_and_reconcile_all_on(
 
     async def ticks() -> AsyncIterator[None]:
         while True:
-            yield await tick.get()
+            await tick.get()
+            yield None
 
     async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
         seen.append(obj["metadata"]["name"])

@@ -21,7 +21,8 @@ import pytest
 
 import fastctl
 from fastctl import Action, ObjectRef, ReconcileResult, Scheduler, Trigger
-from fastctl._applier import DEFAULT_CONCURRENCY, ReconcileTimeout, applier
+from fastctl._applier import DEFAULT_CONCURRENCY, applier
+from fastctl.errors import ReconcileTimeout
 
 pytestmark = pytest.mark.timeout(120)
 
