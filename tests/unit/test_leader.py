@@ -9,17 +9,12 @@ import math
 import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.kube._http import ApiError
 from fastctl.runtime.leader import (
     LeaderElection,
     LeaderElector,
@@ -31,6 +26,8 @@ from fastctl.runtime.leader import (
     next_record,
     released_record,
 )
+
+from .fake_lease import LeaseStore
 
 FAST: dict[str, Any] = {"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.25}
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -158,93 +155,13 @@ def test_a_tenure_ends_renew_deadline_after_the_last_successful_send() -> None:
     assert tenure.deadline == 12.0
 
 
-@dataclass
-class _Write:
-    sent: float
-    applied: float
-    answered: float
-
-
-@settings(max_examples=500, deadline=None)
-@given(
-    writes=st.lists(
-        st.tuples(st.floats(0.05, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 2.0), st.booleans()),
-        min_size=1,
-        max_size=8,
-    ),
-    poll_every=st.floats(0.01, 0.5),
-    poll_latencies=st.lists(st.floats(0.0, 0.2) | st.floats(0.0, 2.0), min_size=1, max_size=9),
-)
-def test_no_observer_can_expire_a_lease_before_its_leader_has_stopped(
-    writes: list[tuple[float, float, float, bool]],
-    poll_every: float,
-    poll_latencies: list[float],
-) -> None:
-    """The safety argument, checked over arbitrary latencies.
-
-    The leader sends renewals (any gaps, any time until the server applies them, any time
-    for the answer to come back, answers lost); a candidate polls with any latencies and
-    takes over when its `Observation` says the lease expired. The takeover must come after
-    the leader's `Tenure` ended, by at least lease_duration - renew_deadline.
-
-    Writes are applied in the order they were sent: each carries the resourceVersion of the
-    last one the leader knows, so of two writes in flight at most one is accepted."""
-    lease, deadline = 2, 1.5
-    t, applied_at, history, tenure = 0.0, 0.0, [], None
-    for gap, to_server, back, answered in writes:
-        t += gap
-        applied_at = max(applied_at, t + to_server)
-        w = _Write(t, applied_at, applied_at + back if answered else math.inf)
-        history.append(w)
-        if w.answered < w.sent + deadline:  # the leader counts only answers within the deadline
-            if tenure is None:
-                tenure = Tenure(1, w.answered, w.sent + deadline)
-            tenure.renewed(w.sent, deadline)
-    leader_end = tenure.deadline if tenure is not None else -math.inf
-
-    seen, received = Observation(), 0.0
-    for n in range(int((applied_at + 2 * lease + 3) / poll_every)):
-        # One GET at a time; the server reads at once, the answer takes a while.
-        processed = max(n * poll_every, received)
-        received = processed + poll_latencies[n % len(poll_latencies)]
-        applied = [i for i, w in enumerate(history) if w.applied <= processed]
-        if not applied:
-            continue
-        seen.observe(LeaseRecord("leader", lease, "t0", f"t{applied[-1]}"), received)
-        if not seen.held_by_other("candidate", received, lease):
-            # The takeover PUT carries this version: it fails if the leader wrote since.
-            if len(applied) < len(history):
-                continue
-            assert received >= leader_end + (lease - deadline) - 1e-9
-            break
-
-
 # -- the loop against an in-memory Lease ----------------------------------------------
 
 
-class _Store:
-    """One Lease with resourceVersions, as the API server keeps it."""
-
-    def __init__(self) -> None:
-        self.lease: dict[str, Any] | None = None
-        self.version = 0
-
-    def put(self, lease: dict[str, Any]) -> dict[str, Any]:
-        self.version += 1
-        self.lease = _copy(lease)
-        self.lease["metadata"]["resourceVersion"] = str(self.version)
-        return _copy(self.lease)
-
-
-def _copy(lease: dict[str, Any]) -> dict[str, Any]:
-    copied: dict[str, Any] = orjson.loads(orjson.dumps(lease))
-    return copied
-
-
 class _FakeLeases:
-    """An elector's view of `_Store`; `cut()` makes every request hang (a partition)."""
+    """An elector's view of `LeaseStore`; `cut()` makes every request hang (a partition)."""
 
-    def __init__(self, store: _Store) -> None:
+    def __init__(self, store: LeaseStore) -> None:
         self.store = store
         self.reachable = asyncio.Event()
         self.reachable.set()
@@ -263,27 +180,19 @@ class _FakeLeases:
 
     async def get(self) -> dict[str, Any] | None:
         await self._wire()
-        lease = self.store.lease
-        return None if lease is None else _copy(lease)
+        return self.store.get()
 
     async def create(self, record: LeaseRecord) -> dict[str, Any]:
         await self._wire()
-        if self.store.lease is not None:
-            raise ApiError(409, "AlreadyExists", "exists")
-        return self.store.put({"metadata": {"name": "l"}, "spec": record.to_spec()})
+        return self.store.create(record)
 
     async def replace(self, lease: dict[str, Any], record: LeaseRecord) -> dict[str, Any]:
         await self._wire()
-        current = self.store.lease
-        if current is None:
-            raise ApiError(404, "NotFound", "gone")
-        if lease["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", "modified")
-        return self.store.put({**lease, "spec": record.to_spec()})
+        return self.store.replace(lease, record)
 
 
 def _fake_elector(
-    store: _Store,
+    store: LeaseStore,
     identity: str,
     *,
     lease_duration: float = 1.0,
@@ -314,7 +223,7 @@ async def _running(elector: LeaderElector) -> AsyncIterator[asyncio.Task[None]]:
 
 
 async def test_a_partitioned_leader_stops_at_its_deadline_while_its_request_hangs() -> None:
-    store = _Store()
+    store = LeaseStore()
     a = _fake_elector(store, "a")
     async with _running(a):
         term = await asyncio.wait_for(a.wait_leading(), 2)
@@ -330,7 +239,7 @@ async def test_a_partitioned_leader_stops_at_its_deadline_while_its_request_hang
 
 
 async def test_a_leader_that_sees_another_holder_stops_at_once() -> None:
-    store = _Store()
+    store = LeaseStore()
     a = _fake_elector(store, "a", lease_duration=4.0, renew_deadline=3.0)
     async with _running(a):
         await asyncio.wait_for(a.wait_leading(), 2)
@@ -344,7 +253,7 @@ async def test_a_leader_that_sees_another_holder_stops_at_once() -> None:
 
 
 async def test_release_makes_run_return_and_hands_over_within_a_retry() -> None:
-    store = _Store()
+    store = LeaseStore()
     a, b = _fake_elector(store, "a"), _fake_elector(store, "b")
     async with _running(a) as a_task:
         await asyncio.wait_for(a.wait_leading(), 2)
@@ -363,7 +272,7 @@ async def test_release_makes_run_return_and_hands_over_within_a_retry() -> None:
 
 
 async def test_release_does_not_wait_for_a_renewal_that_hangs() -> None:
-    store = _Store()
+    store = LeaseStore()
     a = _fake_elector(store, "a", lease_duration=3.0, renew_deadline=2.0)
     async with _running(a):
         await asyncio.wait_for(a.wait_leading(), 2)
@@ -377,7 +286,7 @@ async def test_release_does_not_wait_for_a_renewal_that_hangs() -> None:
 
 
 async def test_is_leader_follows_the_clock_even_when_the_loop_is_blocked() -> None:
-    store = _Store()
+    store = LeaseStore()
     a = _fake_elector(store, "a")
     async with _running(a):
         await asyncio.wait_for(a.wait_leading(), 2)
@@ -387,7 +296,7 @@ async def test_is_leader_follows_the_clock_even_when_the_loop_is_blocked() -> No
 
 
 async def test_run_twice_at_once_is_an_error() -> None:
-    a = _fake_elector(_Store(), "a")
+    a = _fake_elector(LeaseStore(), "a")
     async with _running(a):
         await asyncio.sleep(0)
         with pytest.raises(RuntimeError, match="already running"):
