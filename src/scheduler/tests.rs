@@ -665,13 +665,22 @@ fn many_keys_stay_consistent() {
                 let prio = (rng.next_u64() % 3) as i64 - 1;
                 s.add(&k, after, prio, now).unwrap();
             }
-            2 => {
-                if let Some(k) = s.pop(now).unwrap() {
+            2 => match s.pop(now).unwrap() {
+                Some(k) => {
                     let k = k.to_owned();
                     assert!(!running.contains(&k), "{k} handed out twice");
                     running.push(k);
                 }
-            }
+                None => {
+                    // Nothing popped: either every slot is taken, or no key is due yet.
+                    let due = s.next_ready_at().is_some_and(|at| at <= now);
+                    assert!(
+                        running.len() == 7 || !due,
+                        "a due key was not popped with {} of 7 slots taken at {now}",
+                        running.len()
+                    );
+                }
+            },
             _ => {
                 if !running.is_empty() {
                     let i = (rng.next_u64() % running.len() as u64) as usize;
@@ -683,6 +692,6 @@ fn many_keys_stay_consistent() {
         }
         assert!(s.in_flight() <= 7);
         assert_eq!(s.in_flight(), running.len());
+        s.check_consistency().unwrap();
     }
-    s.check_consistency().unwrap();
 }

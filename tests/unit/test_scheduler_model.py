@@ -1,7 +1,18 @@
-"""The Rust scheduler against the pure-Python model (`fastctl._model`): Hypothesis drives both
-with the same random operations and explicit times, and after every step they must agree on
-every result and every observable: return values, `len`, `in_flight`, `next_ready_at`,
-membership, failure counts, and `stats()` (counters, ages, histograms), bit for bit.
+"""The Rust scheduler against the pure-Python model (`fastctl.testing.model`): Hypothesis
+drives both with the same random operations and explicit times, and after every step they
+must agree on every result and every observable: return values, `len`, `in_flight`,
+`next_ready_at`, membership, failure counts, and `stats()` (counters, ages, histograms), bit
+for bit.
+
+Agreement alone would pass a misreading of the rules shared by both, so the machine also
+checks two of the applier's rules on its own bookkeeping, not on either implementation's:
+
+- no head-of-line blocking (rule 4): with a free slot, a key the test made due at once
+  (added with no delay and no debounce while not in flight) is never held back: `pop`
+  returns a key, `pop_many(n)` at least as many as such keys and free slots allow;
+- one slot per object, exactly one follow-up (rule 5): a key is never handed out twice;
+  after `done`, it is queued again if and only if it was triggered while in flight, failed,
+  or was requeued, and a follow-up triggered with no delay is due at once.
 
 Times are sometimes passed slightly in the past, to exercise the never-backwards clock.
 """
@@ -41,6 +52,10 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         super().__init__()
         self.now = 0.0
         self.running: set[str] = set()
+        self.instant = False  # no debounce: a trigger with no delay is due at once
+        self.due: set[str] = set()  # keys the test made due at once, not popped since
+        self.dirty: set[str] = set()  # in flight, and triggered since they were popped
+        self.dirty_now: set[str] = set()  # ...with no delay
 
     @initialize(
         concurrency=st.sampled_from([0, 0, 1, 2, 3]),
@@ -72,6 +87,31 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         }
         self.rust = Scheduler(**config)
         self.model = ModelScheduler(**config)
+        self.instant = debounce == 0
+
+    def triggered(self, keys: list[str], after: float) -> None:
+        """Note triggers of `keys` with delay `after` (the test's own record)."""
+        for key in keys:
+            if key in self.running:
+                self.dirty.add(key)
+                if after == 0 and self.instant:
+                    self.dirty_now.add(key)
+            elif after == 0 and self.instant:
+                self.due.add(key)
+
+    def free_slots(self) -> float:
+        limit = self.rust.concurrency
+        return math.inf if not limit else limit - len(self.running)
+
+    def popped(self, got: list[str], asked: float) -> None:
+        """Rule 4: with free slots, the keys made due at once are handed out."""
+        assert len(got) >= min(asked, self.free_slots(), len(self.due)), (
+            f"popped {got} of {sorted(self.due)} due with {self.free_slots()} free slots"
+        )
+        for key in got:
+            assert key not in self.running, f"{key} handed out twice"
+            self.running.add(key)
+            self.due.discard(key)
 
     def at(self, skew: float) -> float:
         return self.now + skew
@@ -85,28 +125,27 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         now = self.at(skew)
         self.rust.add(key, after=after, priority=priority, now=now)
         self.model.add(key, after=after, priority=priority, now=now)
+        self.triggered([key], after)
 
     @rule(batch=st.lists(keys, max_size=5), after=delays, priority=priorities)
     def add_many(self, batch: list[str], after: float, priority: int) -> None:
         self.rust.add_many(batch, after=after, priority=priority, now=self.now)
         self.model.add_many(batch, after=after, priority=priority, now=self.now)
+        self.triggered(batch, after)
 
     @rule(skew=skews)
     def pop(self, skew: float) -> None:
         now = self.at(skew)
         got = self.rust.pop(now=now)
         assert got == self.model.pop(now=now)
-        if got is not None:
-            assert got not in self.running, f"{got} handed out twice"
-            self.running.add(got)
+        self.popped([] if got is None else [got], asked=1)
 
     @rule(n=st.integers(0, 4))
     def pop_many(self, n: int) -> None:
         got = self.rust.pop_many(n, now=self.now)
         assert got == self.model.pop_many(n, now=self.now)
         assert len(got) == len(set(got))
-        assert not self.running & set(got)
-        self.running.update(got)
+        self.popped(got, asked=n)
 
     @precondition(lambda self: self.running)
     @rule(
@@ -135,6 +174,13 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         self.rust.done(key, **kwargs)
         self.model.done(key, **kwargs)
         self.running.discard(key)
+        # Rule 5: queued again iff triggered meanwhile, failed or requeued; once.
+        queued = key in self.dirty or failed or requeue_after is not None
+        assert (key in self.rust) == (key in self.model) == queued, (key, kwargs)
+        if key in self.dirty_now:
+            self.due.add(key)
+        self.dirty.discard(key)
+        self.dirty_now.discard(key)
 
     @rule(key=keys)
     def done_not_in_flight(self, key: str) -> None:

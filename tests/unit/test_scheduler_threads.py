@@ -1,10 +1,21 @@
-"""One Scheduler driven from 8 threads at once (on a free-threaded build they really run in
-parallel; with the GIL they interleave at every call). The invariants: a key is never
-handed out twice without a `done` in between, the concurrency limit holds, and afterwards
-every counter adds up and the internal state is consistent."""
+"""One Scheduler driven from 8 threads at once. The invariants: a key is never handed out
+twice without a `done` in between, the concurrency limit holds, and afterwards every
+counter adds up, the keys left come out exactly once, and the internal state is consistent.
+
+What this can and cannot show. The binding takes its Rust mutex while holding the GIL and
+never releases the GIL inside a call, so on a GIL build each call is atomic and the mutex is
+never contended: threads interleave *between* calls (the switch interval is set to 1 µs, and
+the test checks that they did), never inside one. So it shows that the API has no
+check-then-act race across calls (``pop_many`` is one step, counters add up however calls
+interleave) and that a scheduler without that atomicity fails it (the pure-Python model,
+which has no lock, does). It cannot show that the mutex itself is right under real
+parallelism: only a free-threaded build (``python3.13t``), where the same test runs the
+threads in parallel, exercises that.
+"""
 
 from __future__ import annotations
 
+import itertools
 import random
 import sys
 import threading
@@ -36,6 +47,8 @@ def test_eight_threads_keep_the_invariants() -> None:
     errors: list[str] = []
     totals = {"adds": 0, "pops": 0, "done": 0, "failed": 0}
     start = threading.Barrier(THREADS)
+    ticket = itertools.count()  # next() is atomic: a global order of the calls
+    order: list[tuple[int, int]] = []  # (ticket, thread)
 
     def worker(seed: int) -> None:
         rng = random.Random(seed)
@@ -43,7 +56,10 @@ def test_eight_threads_keep_the_invariants() -> None:
         adds = pops = dones = failed = 0
         start.wait()
         for _ in range(ROUNDS):
+            order.append((next(ticket), seed))
             op = rng.random()
+            if op < 0.1:
+                time.sleep(0)  # hand the GIL over: more interleavings between calls
             if op < 0.4:
                 batch = rng.sample(KEYS, rng.randint(1, 3))
                 if len(batch) == 1:
@@ -53,13 +69,16 @@ def test_eight_threads_keep_the_invariants() -> None:
                 adds += len(batch)
             elif op < 0.7 or not mine:
                 got = s.pop_many(2) if op < 0.55 else [k for k in [s.pop()] if k]
+                in_flight = s.in_flight
                 with guard:
+                    # `held` drops a key just before its `done`: it never counts a key
+                    # twice or one that is not in flight, so both checks are sound.
                     for k in got:
                         if k in held:
                             errors.append(f"{k} handed out twice")
                         held.add(k)
-                    if len(held) > LIMIT:
-                        errors.append(f"{len(held)} keys in flight, limit {LIMIT}")
+                    if len(held) > LIMIT or in_flight > LIMIT:
+                        errors.append(f"{len(held)}/{in_flight} keys in flight, limit {LIMIT}")
                 mine.extend(got)
                 pops += len(got)
             else:
@@ -86,6 +105,9 @@ def test_eight_threads_keep_the_invariants() -> None:
         t.join(timeout=120)
     assert not any(t.is_alive() for t in threads)
     assert errors == []
+    # The threads really interleaved: control changed hands between calls many times.
+    switches = sum(a != b for (_, a), (_, b) in itertools.pairwise(sorted(order)))
+    assert switches > THREADS * ROUNDS // 100, f"only {switches} switches between threads"
     s._check_consistency()
 
     st = s.stats()
@@ -99,6 +121,8 @@ def test_eight_threads_keep_the_invariants() -> None:
     assert st["len"] == len(s) == st["depth"] + st["waiting"]
 
     # Drain what is left: each remaining key comes out exactly once.
+    queued = {k for k in KEYS if k in s}
+    assert len(queued) == len(s)
     left = set()
     now = time.monotonic() + 10.0  # past every short delay and backoff
     while len(s):
@@ -106,5 +130,5 @@ def test_eight_threads_keep_the_invariants() -> None:
             assert k not in left
             left.add(k)
             s.done(k, now=now)
-    assert len(left) <= len(KEYS)
+    assert left == queued
     s._check_consistency()
