@@ -145,7 +145,7 @@ class FastctlCollector(Collector):
             name = source.name
             stats = source._scheduler_stats()
             labels = [name, name]
-            depth.add_metric(labels, stats["depth"] + stats["dirty"])
+            depth.add_metric(labels, stats["depth"])  # client-go: in flight is not queued
             delayed.add_metric(labels, stats["waiting"])
             adds.add_metric(labels, stats["adds_total"])
             retries.add_metric(labels, stats["retries_total"])
