@@ -334,6 +334,41 @@ async def test_error_policy_receives_the_exception_and_decides_the_retry() -> No
     assert isinstance(results[0].error, RuntimeError)
 
 
+@pytest.mark.parametrize(
+    ("policy_fails", "logged"),
+    [
+        ("raise", "RuntimeError: the policy broke"),
+        ("wrong type", "error_policy returned int (42); expected fastctl.Action"),
+    ],
+)
+async def test_an_error_policy_that_fails_falls_back_to_the_default_backoff(
+    policy_fails: str, logged: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ref = ObjectRef("a")
+    sched = Scheduler(backoff_base=0.001, backoff_max=0.002)
+    attempts = 0
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise KeyError("first attempt")
+
+    def error_policy(obj: Any, exc: BaseException, ctx: None) -> Any:
+        if policy_fails == "raise":
+            raise RuntimeError("the policy broke")
+        return 42
+
+    results = await run(reconcile, store_of([ref]), [ref], 2, error_policy, scheduler=sched)
+    assert isinstance(results[0].error, KeyError)  # the reconcile's error, not the policy's
+    assert results[0].action == Action(None)  # the scheduler's backoff decided the retry
+    assert results[1].ok  # ...and it came
+    assert attempts == 2
+    assert sched.stats()["retries_total"] == 1
+    assert "error_policy failed for a; using the default backoff" in caplog.text
+    assert logged in caplog.text
+
+
 async def test_default_backoff_grows_and_resets_on_success() -> None:
     ref = ObjectRef("a")
     store = store_of([ref])
