@@ -1,0 +1,50 @@
+"""The Event recorder without an API server: its requests are scripted. A repeated event
+becomes a series on the first one; the memory of recent events is bounded by `cache_size`,
+the oldest forgotten first."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, cast
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from fastctl.kube import _events
+from fastctl.kube._events import Recorder
+
+
+class _Server:
+    """Creates Events with numbered names and accepts series PATCHes, noting each request."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.requests: list[tuple[str, str]] = []
+        self._names = itertools.count()
+        monkeypatch.setattr(_events, "request_json", self.request_json)
+
+    async def request_json(self, client: ApiClient, method: str, path: str, **_: Any) -> Any:
+        self.requests.append((method, path.rsplit("/", 1)[-1]))
+        if method == "POST":
+            return {"metadata": {"name": f"e{next(self._names)}"}}
+        return {"metadata": {"name": path.rsplit("/", 1)[-1]}}
+
+
+def _obj(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "uid": name}}
+
+
+async def test_the_cache_is_bounded_and_forgets_the_oldest_event_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = _Server(monkeypatch)
+    recorder = Recorder(cast(ApiClient, object()), "ctl", "pod", cache_size=2)
+    for name in ("a", "b"):
+        await recorder.publish(_obj(name), reason="Synced")
+    await recorder.publish(_obj("a"), reason="Synced")  # remembered: a series
+    assert server.requests[-1] == ("PATCH", "e0")
+    await recorder.publish(_obj("c"), reason="Synced")  # the third: "a" is forgotten
+    assert len(recorder._seen) == 2
+    await recorder.publish(_obj("a"), reason="Synced")  # a new Event, not a series
+    assert server.requests[-1] == ("POST", "events")
+    await recorder.publish(_obj("c"), reason="Synced")  # still remembered
+    assert server.requests[-1] == ("PATCH", "e2")
