@@ -10,7 +10,8 @@ and streams the answers back line by line, so it can:
 - `freeze` the streams open right now (they stop forwarding but stay open: a dead peer);
 - `cut` the streams open right now (the client sees the connection drop);
 - `inject` a line into the open watch streams, before the next real line;
-- `fail` the next requests matching a predicate with a given status and Status body;
+- `fail` the next requests matching a predicate with a given status and Status body
+  (`heal` forgets those not yet used);
 - be `down` (every request answered 503) while a test changes the world behind it.
 """
 
@@ -116,6 +117,10 @@ class FaultProxy:
     ) -> None:
         """Answer the next `times` requests that `match` (method, path) with `status`."""
         self._failures.append(_Failure(status, times, match, retry_after))
+
+    def heal(self) -> None:
+        """Forget the failures `fail` asked for that have not happened yet."""
+        self._failures.clear()
 
     def watches(self) -> list[str]:
         """The paths (with queries) of the watch requests seen so far."""

@@ -22,6 +22,8 @@ from fastctl import Action, Controller, LeaderElection, LeadershipLost, Manager,
 from fastctl.kube._http import ApiError, request_json
 from fastctl.testing.control_plane import ControlPlane
 
+from .faultproxy import FaultProxy
+
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
 OPERATOR = str(Path(__file__).parent / "operators" / "recording.py") + ":make"
@@ -328,3 +330,87 @@ async def test_a_lost_lease_cancels_running_reconciles_at_once(
         await asyncio.wait_for(task, 20)
     assert cancelled.is_set()
     assert time.monotonic() - taken_at < 10, "the reconcile was drained, not cancelled"
+
+
+async def _probe(port: int, path: str) -> int:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{port}{path}") as resp,
+    ):
+        return resp.status
+
+
+async def test_readyz_is_503_until_the_caches_sync(
+    proxied: ApiClient, proxy: FaultProxy, namespace: str
+) -> None:
+    """The initial list fails (503 from the proxy) until the test heals it: meanwhile the
+    replica is live but not ready."""
+    proxy.fail(
+        503,
+        times=10_000,
+        match=lambda method, path: method == "GET" and "/configmaps" in path,
+    )
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        return None
+
+    ctl = Controller(proxied, Resource("v1", "ConfigMap"), reconcile, namespace=namespace)
+    mgr = Manager(proxied, metrics_port=0).add(ctl)
+    task = asyncio.create_task(mgr.run())
+    try:
+        await wait_until(lambda: mgr.health is not None and mgr.health.port, 30, "health up")
+        assert mgr.health is not None
+        port = mgr.health.port
+        await wait_until(
+            lambda: sum("/configmaps" in p for _, p in proxy.requests) >= 2, 30, "a retry"
+        )
+        assert await _probe(port, "/readyz") == 503
+        assert await _probe(port, "/healthz") == 200
+        proxy.heal()
+        await wait_until(lambda: mgr.is_ready(), 60, "caches synced")
+        assert await _probe(port, "/readyz") == 200
+    finally:
+        mgr.shutdown()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_healthz_is_503_once_a_controller_died(client: ApiClient, namespace: str) -> None:
+    """One controller's trigger source fails, which kills that controller; while the other
+    drains its running reconcile, /healthz says the replica is not live."""
+    await create_configmaps(client, namespace, ["one"])
+    running = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(obj: dict[str, Any], ctx: Any) -> None:
+        running.set()
+        await release.wait()
+
+    async def quick(obj: dict[str, Any], ctx: Any) -> None:
+        return None
+
+    async def failing() -> Any:
+        await running.wait()
+        raise RuntimeError("the trigger source broke")
+        yield  # an async generator
+
+    cm = Resource("v1", "ConfigMap")
+    mgr = (
+        Manager(client, metrics_port=0, drain_timeout=60)
+        .add(Controller(client, cm, slow, namespace=namespace, name="slow"))
+        .add(
+            Controller(client, cm, quick, namespace=namespace, name="dies").reconcile_all_on(
+                failing()
+            )
+        )
+    )
+    task = asyncio.create_task(mgr.run())
+    try:
+        await asyncio.wait_for(running.wait(), 30)
+        assert mgr.health is not None
+        port = mgr.health.port
+        await wait_until(lambda: mgr._failed is not None, 30, "the controller died")
+        assert await _probe(port, "/healthz") == 503
+    finally:
+        release.set()
+        with pytest.raises(RuntimeError, match="the trigger source broke"):
+            await asyncio.wait_for(task, 30)
