@@ -48,3 +48,20 @@ async def test_the_cache_is_bounded_and_forgets_the_oldest_event_first(
     assert server.requests[-1] == ("POST", "events")
     await recorder.publish(_obj("c"), reason="Synced")  # still remembered
     assert server.requests[-1] == ("PATCH", "e2")
+
+
+async def test_a_repeat_after_the_series_window_starts_a_new_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = _Server(monkeypatch)
+    now = [1_000.0]
+    monkeypatch.setattr(_events.time, "time", lambda: now[0])
+    recorder = Recorder(cast(ApiClient, object()), "ctl", "pod")
+    await recorder.publish(_obj("a"), reason="Synced")
+    for _ in range(2):  # inside the window, which counts from the last occurrence
+        now[0] += _events._SERIES_WINDOW - 0.001
+        await recorder.publish(_obj("a"), reason="Synced")
+        assert server.requests[-1] == ("PATCH", "e0")
+    now[0] += _events._SERIES_WINDOW
+    await recorder.publish(_obj("a"), reason="Synced")  # past it: a new Event
+    assert [method for method, _ in server.requests] == ["POST", "PATCH", "PATCH", "POST"]
