@@ -5,6 +5,7 @@ the oldest forgotten first."""
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any, cast
 
 import pytest
@@ -55,7 +56,7 @@ async def test_a_repeat_after_the_series_window_starts_a_new_event(
 ) -> None:
     server = _Server(monkeypatch)
     now = [1_000.0]
-    monkeypatch.setattr(_events.time, "time", lambda: now[0])
+    monkeypatch.setattr(time, "time", lambda: now[0])  # the clock the recorder reads
     recorder = Recorder(cast(ApiClient, object()), "ctl", "pod")
     await recorder.publish(_obj("a"), reason="Synced")
     for _ in range(2):  # inside the window, which counts from the last occurrence
