@@ -1,6 +1,7 @@
 //! Scheduler settings: `Config` as the caller gives it, with its `Default` (the one place the
-//! scheduler's defaults are written), and `Settings`, the validated form the scheduler runs
-//! with.
+//! scheduler's defaults are written: the Python binding resolves every omitted or `None`
+//! keyword from it and publishes it as `fastctl._core.SCHEDULER_DEFAULTS`), and `Settings`,
+//! the validated form the scheduler runs with.
 
 use super::time::{check_delay, MAX_DELAY};
 use super::Error;
