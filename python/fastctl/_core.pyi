@@ -1,7 +1,9 @@
 """Type stub of the Rust extension `fastctl._core` (see docs/scheduler.md)."""
 
 from collections.abc import Iterable
-from typing import Final, TypedDict, final
+from typing import Final, Self, TypedDict, final
+
+__all__ = ["MAX_DELAY", "SCHEDULER_DEFAULTS", "Scheduler", "__version__"]
 
 __version__: Final[str]
 
@@ -64,8 +66,8 @@ class Scheduler:
     Times are seconds on the `time.monotonic()` clock; every `now` defaults to it.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         concurrency: int | None = ...,
         debounce: float | None = ...,
@@ -74,7 +76,7 @@ class Scheduler:
         backoff_base: float | None = ...,
         backoff_max: float | None = ...,
         seed: int | None = ...,
-    ) -> None:
+    ) -> Self:
         """Every keyword omitted or None takes its value from `SCHEDULER_DEFAULTS`.
 
         `concurrency`: most keys in flight at once (0: no limit). `debounce`: seconds an add
@@ -134,7 +136,7 @@ class Scheduler:
         """Keys popped and not yet done (dirty ones included)."""
 
     def is_in_flight(self, key: str) -> bool: ...
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: str, /) -> bool:
         """Whether `key` is queued: waiting, ready, or in flight with a follow-up."""
 
     def __len__(self) -> int:
