@@ -1,4 +1,4 @@
-"""The applier (`fastctl.applier`): concurrent reconciles under the three rules.
+"""The applier (`fastctl.applier`): concurrent reconciles under the rules of docs/contract.md.
 
 One asyncio driver owns a `fastctl.Scheduler`. A separate ingest task feeds triggers into it
 as they arrive (the scheduler de-duplicates them at once, so memory is bounded by the number
@@ -8,7 +8,7 @@ requeue or the failure. It sleeps on a single future that is woken by a new trig
 finished reconcile, or a timer armed for the scheduler's next ready time: no polling, no
 busy loop, and O(1) work per wake-up however many reconciles are running.
 
-Why the scheduler gives the rules:
+How the rules are kept:
 
 1. a key handed out by ``pop`` is in flight until ``done``; the scheduler never hands it out
    again meanwhile, so one object never has two reconciles at once;
@@ -453,7 +453,7 @@ def applier(
     executor: Executor | None = None,
     config: ApplierConfig | None = None,
 ) -> AsyncIterator[ReconcileResult]:
-    """Reconcile the objects named by `triggers`, concurrently, under the three rules.
+    """Reconcile the objects named by `triggers`, concurrently, under the rules of docs/contract.md.
 
     Each reconcile reads its object from `store` when it starts (objects missing from the
     store are skipped). `reconcile(obj, context)` returns an `Action` or ``None`` (await

@@ -17,7 +17,7 @@ every failure the API server or the network can produce into a retry:
 - **410 Gone** (the resourceVersion was compacted away, or the server restarted with a
   fresh cache): list again. The watcher itself does not remember objects; the `Store`
   compares the new list with what it holds and reports objects that vanished meanwhile as
-  `DELETE` events (see `fastctl.store.reflector`), which is where client-go does it too.
+  `DELETE` events (see `fastctl.kube.reflector`), which is where client-go does it too.
 - **Connection errors, 5xx, 429** and anything else transient: back off (exponential, with
   0.8-1.2 jitter, capped at 30 s; a 429's ``retryAfterSeconds`` is honoured) and resume
   from the last resourceVersion, so nothing is lost and nothing is replayed twice.

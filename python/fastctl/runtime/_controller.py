@@ -61,7 +61,7 @@ class _Relation:
 
 
 class Controller:
-    """Reconciles every object of one primary `resource` (see DESIGN.md, "Kubernetes layer").
+    """Reconciles every object of one primary `resource` (docs/contract.md, "Controllers").
 
     ``reconcile(obj, ctx)`` gets the parsed JSON object (a dict) as it is in the cache when
     the reconcile starts, and returns `Action` or ``None``. The cache drops
