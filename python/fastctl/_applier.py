@@ -1,4 +1,4 @@
-"""The applier (`fastctl.applier`): concurrent reconciles under the three rules.
+"""The applier (`fastctl.applier`): concurrent reconciles under the rules of docs/contract.md.
 
 One asyncio driver owns a `fastctl.Scheduler`. A separate ingest task feeds triggers into it
 as they arrive (the scheduler de-duplicates them at once, so memory is bounded by the number
@@ -8,7 +8,7 @@ requeue or the failure. It sleeps on a single future that is woken by a new trig
 finished reconcile, or a timer armed for the scheduler's next ready time: no polling, no
 busy loop, and O(1) work per wake-up however many reconciles are running.
 
-Why the scheduler gives the rules:
+How the rules are kept:
 
 1. a key handed out by ``pop`` is in flight until ``done``; the scheduler never hands it out
    again meanwhile, so one object never has two reconciles at once;
@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastctl._core import Scheduler
+from fastctl._options import pick
 
 if TYPE_CHECKING:
     from fastctl._core import SchedulerStats
@@ -46,7 +47,7 @@ from fastctl.errors import ReconcileCancelled, ReconcileTimeout
 from fastctl.log import current_object
 from fastctl.types import Action, ErrorPolicy, ObjectRef, Reconcile, ReconcileResult, Trigger
 
-__all__ = ["DEFAULT_CONCURRENCY", "SchedulerLike", "applier"]
+__all__ = ["DEFAULT_CONCURRENCY", "ApplierConfig", "SchedulerLike", "applier"]
 
 log = logging.getLogger("fastctl.runner")
 
@@ -85,6 +86,51 @@ class SchedulerLike(Protocol):
     def stats(self) -> SchedulerStats: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ApplierConfig:
+    """How an applier runs reconciles: every option once, with its default.
+
+    A value (frozen, comparable), so one config can serve many appliers or controllers;
+    ``applier(...)`` and ``Controller(...)`` take the same options as keywords and build
+    this. Invalid values raise `ValueError` here, at construction.
+    """
+
+    concurrency: int = DEFAULT_CONCURRENCY
+    """Reconciles running at once (0: unbounded); see `DEFAULT_CONCURRENCY`."""
+    debounce: float = 0.0
+    """Seconds a triggered key waits before it is ready; triggers meanwhile fold into one
+    reconcile (the scheduler validates it)."""
+    timeout: float | None = None
+    """Seconds one reconcile may run before it counts as failed (`ReconcileTimeout`) and is
+    retried under the error policy; ``None``: no limit. A plain (thread) reconcile keeps its
+    slot until the thread really returns."""
+    executor: Executor | None = None
+    """Where plain (non-async) reconcile functions run; ``None``: the loop's thread pool."""
+
+    def __post_init__(self) -> None:
+        concurrency, timeout = self.concurrency, self.timeout
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
+            raise ValueError(f"concurrency must be an int >= 0 (0: unbounded), got {concurrency!r}")
+        if timeout is not None:
+            if (
+                isinstance(timeout, bool)
+                or not isinstance(timeout, int | float)
+                or math.isnan(timeout)
+                or timeout <= 0
+            ):
+                raise ValueError(
+                    f"timeout must be a number of seconds > 0 or None, got {timeout!r}"
+                )
+            object.__setattr__(self, "timeout", float(timeout))
+
+    def new_scheduler(self) -> Scheduler:
+        """The scheduler an applier with these options runs on when it is given none."""
+        return Scheduler(concurrency=self.concurrency, debounce=self.debounce)
+
+
+_DEFAULT_CONFIG = ApplierConfig()
+
+
 class _ReadyAware(Protocol):
     """A store that fills asynchronously (`fastctl.Store`): the applier waits for it."""
 
@@ -115,22 +161,9 @@ class _Driver:
         context: Any,
         store: Mapping[ObjectRef, Any],
         triggers: AsyncIterable[ObjectRef | Trigger],
-        *,
-        concurrency: int,
-        debounce: float,
-        timeout: float | None,
+        config: ApplierConfig,
         scheduler: SchedulerLike | None,
-        executor: Executor | None,
     ) -> None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
-            raise ValueError(f"concurrency must be an int >= 0 (0: unbounded), got {concurrency!r}")
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or math.isnan(timeout)
-            or timeout <= 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
         if error_policy is not None and not callable(error_policy):
@@ -148,13 +181,11 @@ class _Driver:
         self.context = context
         self.store = store
         self.triggers = triggers
-        self.concurrency = concurrency
-        self.timeout = float(timeout) if timeout is not None else None
-        self.executor = executor
+        self.concurrency = config.concurrency
+        self.timeout = config.timeout
+        self.executor = config.executor
         self.scheduler: SchedulerLike = (
-            scheduler
-            if scheduler is not None
-            else Scheduler(concurrency=concurrency, debounce=debounce)
+            scheduler if scheduler is not None else config.new_scheduler()
         )
         self.loop: asyncio.AbstractEventLoop  # set when the iteration starts
         self.running: dict[str, asyncio.Task[None]] = {}
@@ -420,8 +451,9 @@ def applier(
     timeout: float | None = None,
     scheduler: SchedulerLike | None = None,
     executor: Executor | None = None,
+    config: ApplierConfig | None = None,
 ) -> AsyncIterator[ReconcileResult]:
-    """Reconcile the objects named by `triggers`, concurrently, under the three rules.
+    """Reconcile the objects named by `triggers`, concurrently, under the rules of docs/contract.md.
 
     Each reconcile reads its object from `store` when it starts (objects missing from the
     store are skipped). `reconcile(obj, context)` returns an `Action` or ``None`` (await
@@ -434,18 +466,16 @@ def applier(
     When `triggers` ends, no new reconcile starts; the running ones finish and the iterator
     ends. Cancelling the iteration cancels the running reconciles. `scheduler` replaces the
     default ``Scheduler(concurrency=concurrency, debounce=debounce)`` (for metrics, or to
-    run on the pure-Python model). Close the iterator when you stop early
-    (``contextlib.aclosing``) so its reconciles are cancelled at once.
+    run on the pure-Python model). `concurrency`, `debounce`, `timeout` and `executor` are
+    the fields of `ApplierConfig`: pass them as keywords or as one `config`, not both.
+    Close the iterator when you stop early (``contextlib.aclosing``) so its reconciles are
+    cancelled at once.
     """
-    return _Driver(
-        reconcile,
-        error_policy,
-        context,
-        store,
-        triggers,
-        concurrency=concurrency,
-        debounce=debounce,
-        timeout=timeout,
-        scheduler=scheduler,
-        executor=executor,
-    ).results()
+    options = pick(
+        config,
+        ApplierConfig(
+            concurrency=concurrency, debounce=debounce, timeout=timeout, executor=executor
+        ),
+        _DEFAULT_CONFIG,
+    )
+    return _Driver(reconcile, error_policy, context, store, triggers, options, scheduler).results()

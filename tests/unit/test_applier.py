@@ -1,4 +1,4 @@
-"""The applier against the rules in DESIGN.md, on the real Rust scheduler.
+"""The applier against the rules of docs/contract.md, on the real Rust scheduler.
 
 Every test records what ran when and checks the rules on that record, rather than trusting
 the implementation's own bookkeeping.

@@ -1,6 +1,6 @@
-"""The Rust scheduler against the pure-Python model (`fastctl._model`): Hypothesis drives both
-with the same random operations and explicit times, and after every step they must agree on
-every result and every observable: return values, `len`, `in_flight`, `next_ready_at`,
+"""The Rust scheduler against the pure-Python model (`fastctl.testing.model`): Hypothesis
+drives both with the same random operations and explicit times, and after every step they
+must agree on every result and every observable: return values, `len`, `in_flight`, `next_ready_at`,
 membership, failure counts, and `stats()` (counters, ages, histograms), bit for bit.
 
 Times are sometimes passed slightly in the past, to exercise the never-backwards clock.

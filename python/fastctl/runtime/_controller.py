@@ -18,17 +18,17 @@ import logging
 import signal
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl._applier import DEFAULT_CONCURRENCY, SchedulerLike, applier
+from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike, applier
 from fastctl._channel import Channel, ChannelClosed
-from fastctl._core import Scheduler
+from fastctl._options import pick
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._store import Store, reflector
-from fastctl.kube._watcher import EventKind, WatchEvent, watcher
+from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.types import ErrorPolicy, Mapper, ObjectRef, Reconcile, ReconcileResult, Trigger
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 __all__ = ["INITIAL_LIST_PRIORITY", "Controller"]
 
 log = logging.getLogger("fastctl.controller")
+
+_DEFAULT_CONFIG = ApplierConfig()
+_DEFAULT_WATCH_CONFIG = WatchConfig(strip_managed_fields=True)
+"""A controller's cache drops managedFields unless told otherwise (see `Controller`)."""
 
 INITIAL_LIST_PRIORITY = -100
 """Priority of triggers from a (re)list: below every live change."""
@@ -57,7 +61,7 @@ class _Relation:
 
 
 class Controller:
-    """Reconciles every object of one primary `resource` (see DESIGN.md, "Kubernetes layer").
+    """Reconciles every object of one primary `resource` (docs/contract.md, "Controllers").
 
     ``reconcile(obj, ctx)`` gets the parsed JSON object (a dict) as it is in the cache when
     the reconcile starts, and returns `Action` or ``None``. The cache drops
@@ -87,7 +91,15 @@ class Controller:
         executor: Executor | None = None,
         scheduler: SchedulerLike | None = None,
         strip_managed_fields: bool = True,
+        config: ApplierConfig | None = None,
+        watch_config: WatchConfig | None = None,
     ) -> None:
+        """`concurrency`, `debounce`, `timeout` and `executor` are the fields of
+        `ApplierConfig`, `label_selector` and `strip_managed_fields` those of `WatchConfig`
+        (for the primary resource; related resources are watched without the selector):
+        pass each group as keywords or as one object (`config`, `watch_config`), not both.
+        `scheduler` replaces the default one built from `config` (for metrics or the model).
+        """
         if not isinstance(resource, Resource):
             raise TypeError(f"resource must be a fastctl.Resource, got {type(resource).__name__}")
         if not callable(reconcile):
@@ -97,17 +109,23 @@ class Controller:
         self.reconcile = reconcile
         self.context = context
         self.error_policy = error_policy
-        self._concurrency = concurrency
-        self.timeout = timeout
+        self.config = pick(
+            config,
+            ApplierConfig(
+                concurrency=concurrency, debounce=debounce, timeout=timeout, executor=executor
+            ),
+            _DEFAULT_CONFIG,
+        )
+        self.watch_config = pick(
+            watch_config,
+            WatchConfig(label_selector=label_selector, strip_managed_fields=strip_managed_fields),
+            _DEFAULT_WATCH_CONFIG,
+            name="watch_config",
+        )
         self.namespace = namespace
-        self.label_selector = label_selector
         self._name = name or f"{resource.kind.lower()}"
-        self.executor = executor
-        self.strip_managed_fields = strip_managed_fields
         self.scheduler: SchedulerLike = (
-            scheduler
-            if scheduler is not None
-            else Scheduler(concurrency=concurrency, debounce=debounce)
+            scheduler if scheduler is not None else self.config.new_scheduler()
         )
         self.store = Store()
         self._counters = ReconcileCounters()
@@ -158,7 +176,12 @@ class Controller:
 
     @property
     def concurrency(self) -> int:
-        return self._concurrency
+        return self.config.concurrency
+
+    @property
+    def label_selector(self) -> str | None:
+        """The primary resource's label selector (`WatchConfig.label_selector`)."""
+        return self.watch_config.label_selector
 
     def _scheduler_stats(self) -> SchedulerStats:
         return self.scheduler.stats()
@@ -266,10 +289,8 @@ class Controller:
                 self.context,
                 self.store if self._gate is None else _GatedStore(self.store, self._gate),
                 triggers,
-                concurrency=self._concurrency,
-                timeout=self.timeout,
+                config=self.config,
                 scheduler=self.scheduler,
-                executor=self.executor,
             ):
                 counters.count(
                     error=result.error is not None, requeue_after=result.action.requeue_after
@@ -294,10 +315,16 @@ class Controller:
             self.client,
             resource,
             namespace=self.namespace,
-            label_selector=self.label_selector if resource == self.resource else None,
-            strip_managed_fields=self.strip_managed_fields,
+            config=self._watch_config_for(resource),
             on_error=self._on_watch_error,
         )
+
+    def _watch_config_for(self, resource: Resource) -> WatchConfig:
+        """The primary resource is watched with `watch_config`; related ones without its
+        selectors (they select primary objects, not the objects related to them)."""
+        if resource == self.resource:
+            return self.watch_config
+        return replace(self.watch_config, label_selector=None, field_selector=None)
 
     def _on_watch_error(self, exc: BaseException) -> None:
         """The watcher retries by itself; count what it retried, for metrics."""

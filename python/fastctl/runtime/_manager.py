@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from fastctl.errors import LeadershipLost
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import WatchEvent, watcher
+from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._controller import Controller
 from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics import FastctlCollector
@@ -106,7 +106,8 @@ class Manager:
 
     def _share_watches(self) -> list[SharedWatch]:
         """One SharedWatch for every resource that more than one controller watches in the
-        same namespace (a primary watched with a label selector keeps its own watch)."""
+        same namespace with the shared watch's options (a primary watched with a label
+        selector, say, keeps its own watch)."""
         uses: Counter[tuple[Resource, str | None]] = Counter()
         for ctl in self.controllers:
             for resource in ctl.resources:
@@ -115,13 +116,12 @@ class Manager:
         for ctl in self.controllers:
             for resource in ctl.resources:
                 key = (resource, ctl.namespace)
-                primary_with_selector = resource == ctl.resource and ctl.label_selector
-                if uses[key] < 2 or primary_with_selector:
+                if uses[key] < 2 or ctl._watch_config_for(resource) != _SHARED_WATCH:
                     continue
                 if key not in shared:
                     shared[key] = SharedWatch(
                         f"{resource}",
-                        _watch_factory(self.client, resource, ctl.namespace),
+                        _watch_factory(self.client, resource, ctl.namespace, _SHARED_WATCH),
                     )
                 ctl._use_shared_watch(resource, shared[key])
         return list(shared.values())
@@ -258,7 +258,12 @@ class _LeaderCollector(Collector):
         yield gauge
 
 
+_SHARED_WATCH = WatchConfig(strip_managed_fields=True)
+"""The options of a shared watch: a controller's defaults, so a controller shares a watch
+only when it would have watched the resource exactly so itself."""
+
+
 def _watch_factory(
-    client: ApiClient, resource: Resource, namespace: str | None
+    client: ApiClient, resource: Resource, namespace: str | None, config: WatchConfig
 ) -> Callable[[], AsyncIterator[WatchEvent]]:
-    return lambda: watcher(client, resource, namespace=namespace, strip_managed_fields=True)
+    return lambda: watcher(client, resource, namespace=namespace, config=config)

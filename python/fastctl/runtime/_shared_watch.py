@@ -26,7 +26,7 @@ log = logging.getLogger("fastctl.shared_watch")
 class SharedWatch:
     """Fan one event stream (applied to `store`) out to many subscribers.
 
-    `events` makes the underlying stream (a `fastctl.watcher.watcher(...)` call); it starts
+    `events` makes the underlying stream (a `fastctl.kube.watcher(...)` call); it starts
     when `start()` is called, after every subscriber has subscribed, so none misses the
     initial list.
     """
