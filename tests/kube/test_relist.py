@@ -14,10 +14,8 @@ outage were reconciled, and every owner of a deleted child was re-triggered and 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -31,6 +29,7 @@ from fastctl.runtime._controller import Controller
 from fastctl.testing import ControlPlane
 
 from .faultproxy import FaultProxy
+from .test_controller import eventually, running
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
@@ -88,30 +87,6 @@ def child_of(owner: str) -> str:
     return f"{owner}-child"
 
 
-async def eventually(check: Callable[[], bool], what: str, limit: float = 60.0) -> None:
-    deadline = time.monotonic() + limit
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-@contextlib.asynccontextmanager
-async def running(ctl: Controller) -> AsyncIterator[None]:
-    task = asyncio.create_task(ctl.run(handle_signals=False))
-    try:
-        yield
-    finally:
-        ctl.shutdown()
-        try:
-            await asyncio.wait_for(task, 30)
-        except BaseException:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            raise
-
-
 async def children(client: ApiClient, namespace: str) -> set[str]:
     listed = await request_json(client, "GET", f"/api/v1/namespaces/{namespace}/secrets")
     return {item["metadata"]["name"] for item in listed["items"]}
@@ -134,7 +109,7 @@ async def test_a_relist_after_410_reconciles_every_object_with_its_current_state
     ctl = Controller(proxied, CONFIGMAP, operator.reconcile, namespace=namespace)
     ctl.owns(SECRET)
     async with running(ctl):
-        await eventually(lambda: operator.wrote_since(0) == set(names), "first pass")
+        await eventually(lambda: operator.wrote_since(0) == set(names), what="first pass")
         assert await children(client, namespace) >= {child_of(n) for n in names}
 
         # The outage: the watches are down (503s, backed off) while the world changes.
@@ -161,7 +136,7 @@ async def test_a_relist_after_410_reconciles_every_object_with_its_current_state
 
         # Both relists have sent every object but not their end: the caches still hold the
         # old state, and nothing may be reconciled against it.
-        await eventually(lambda: proxy.held_list_ends == 2, "both relists held at their end")
+        await eventually(lambda: proxy.held_list_ends == 2, what="both relists held at their end")
         await asyncio.sleep(1.0)  # room for a wrong implementation to reconcile meanwhile
         assert operator.since(outage_over) == set(), "reconciled against the pre-relist cache"
         proxy.release_list_ends()
@@ -170,15 +145,17 @@ async def test_a_relist_after_410_reconciles_every_object_with_its_current_state
         current.update(dict.fromkeys(created, 5))
         await eventually(
             lambda: all(operator.last(n) == v for n, v in current.items()),
-            "every object reconciled with its current state",
+            what="every object reconciled with its current state",
         )
         await eventually(
             lambda: operator.wrote_since(outage_over) >= {*orphaned, *created},
-            "every owner of a deleted child re-triggered, every new owner reconciled",
+            what="every owner of a deleted child re-triggered, every new owner reconciled",
         )
         assert await children(client, namespace) >= {child_of(n) for n in current}
         assert sorted(str(r) for r in ctl.store) == sorted(f"{namespace}/{n}" for n in current)
-    assert "gone" in caplog.text  # both relists came from a 410, not from a lucky resume
+    # both relists came from a 410, not from a lucky resume
+    gone = [r.getMessage() for r in caplog.records if "gone" in r.getMessage()]
+    assert any("configmaps" in m for m in gone) and any("secrets" in m for m in gone), gone
     relists = [p for m, p in proxy.requests if "sendInitialEvents=true" in p]
     assert len([p for p in relists if "/configmaps" in p]) >= 2
     assert len([p for p in relists if "/secrets" in p]) >= 2
