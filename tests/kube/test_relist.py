@@ -155,7 +155,8 @@ async def test_a_relist_after_410_reconciles_every_object_with_its_current_state
         assert sorted(str(r) for r in ctl.store) == sorted(f"{namespace}/{n}" for n in current)
     # both relists came from a 410, not from a lucky resume
     gone = [r.getMessage() for r in caplog.records if "gone" in r.getMessage()]
-    assert any("configmaps" in m for m in gone) and any("secrets" in m for m in gone), gone
+    assert any("configmaps" in m for m in gone), gone
+    assert any("secrets" in m for m in gone), gone
     relists = [p for m, p in proxy.requests if "sendInitialEvents=true" in p]
     assert len([p for p in relists if "/configmaps" in p]) >= 2
     assert len([p for p in relists if "/secrets" in p]) >= 2

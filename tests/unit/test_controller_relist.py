@@ -226,3 +226,28 @@ async def test_an_owner_that_lost_a_child_to_another_is_triggered() -> None:
         before = len(seen.calls)
         children.push(WatchEvent(EventKind.APPLY, child("c", "w2")))
         await until(lambda: seen.names(before) == {"w1", "w2"}, "both owners")
+
+
+async def test_a_reconcile_running_at_the_swap_gets_one_follow_up_with_the_new_state(
+    sources: Sources,
+) -> None:
+    seen = Seen()
+    release = asyncio.Event()
+
+    async def slow(obj: dict[str, Any], ctx: Any) -> Action | None:
+        await seen.reconcile(obj, ctx)
+        await release.wait()
+        return None
+
+    ctl = Controller(client(), WIDGET, slow, name="widgets")
+    watches = sources.bind(ctl)
+    feed = sources.feeds[WIDGET]
+    async with running(ctl, *watches):
+        feed.push(*listing(widget("a", 0)))
+        await until(lambda: seen.calls == [("a", 0)], "first reconcile running")
+        feed.push(*listing(widget("a", 1)))  # the relist swaps while it runs
+        await settle()
+        release.set()
+        await until(lambda: len(seen.calls) == 2, "the follow-up")
+        await settle()
+    assert seen.calls == [("a", 0), ("a", 1)]
