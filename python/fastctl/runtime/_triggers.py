@@ -18,7 +18,9 @@ triggers nothing until it is complete:
   does: a related object that vanished meanwhile (a child deleted while the watch was down,
   whose ``DELETED`` event was compacted away) re-triggers the primaries it mapped to, so an
   owner recreates its child. A change that moves an object from one primary to another
-  triggers both.
+  triggers both. The map costs a ref per target: a mapper that fans one object out to many
+  primaries costs as many. With a shared watch the reflector also sends a ``DELETE`` for
+  each vanished object; its triggers repeat the diff's, and the scheduler merges them.
 """
 
 from __future__ import annotations
