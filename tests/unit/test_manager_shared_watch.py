@@ -15,7 +15,7 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl import Action
 from fastctl.errors import ApiError
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent
 from fastctl.runtime import _controller, _manager
 from fastctl.runtime._controller import Controller
 from fastctl.runtime._manager import Manager
@@ -36,11 +36,11 @@ class FakeWatchers:
         client: Any,
         resource: Resource,
         *,
-        strip_managed_fields: bool = False,
+        config: WatchConfig,
         on_error: Any = None,
         **_: Any,
     ) -> AsyncIterator[WatchEvent]:
-        self.opened.append((resource.kind, strip_managed_fields))
+        self.opened.append((resource.kind, config.strip_managed_fields))
         return self._events(on_error)
 
     async def _events(self, on_error: Any) -> AsyncIterator[WatchEvent]:
