@@ -100,9 +100,10 @@ async def test_every_controller_counts_the_errors_of_a_shared_watch(
 async def test_controllers_that_disagree_on_managed_fields_get_their_own_watches(
     watchers: FakeWatchers,
 ) -> None:
+    """One shared watch per set of options: the two that keep managedFields share theirs."""
     manager = Manager(ApiClient.__new__(ApiClient), metrics_port=None)
-    keep = controller("keeps-managed-fields", strip=False)
-    manager.add(controller("a")).add(controller("b")).add(keep)
+    keep = [controller(f"keeps-{i}", strip=False) for i in range(2)]
+    manager.add(controller("a")).add(controller("b")).add(keep[0]).add(keep[1])
     await run_until_ready(manager)
     assert sorted(watchers.opened) == [
         ("ConfigMap", False),
@@ -110,5 +111,6 @@ async def test_controllers_that_disagree_on_managed_fields_get_their_own_watches
         ("Widget", False),
         ("Widget", True),
     ]
-    assert keep.store is not manager.controllers[0].store
+    assert keep[0].store is keep[1].store
+    assert keep[0].store is not manager.controllers[0].store
     assert manager.controllers[0].store is manager.controllers[1].store
