@@ -6,8 +6,10 @@ resources whose changes trigger the objects they map to; `reconcile_all_on` re-t
 every cached object whenever an external stream yields. All triggers flow through one
 bounded `Channel` into the applier, which runs the reconciles on its own `Scheduler`.
 
-Events from a (re)list get priority -100, so that after a restart the live changes are
-served before the backlog of objects that merely exist (as controller-runtime does).
+A (re)list triggers its objects only once it is complete and the store has swapped it in
+(`fastctl.runtime._triggers`), so a reconcile never reads the cache from before the list;
+those triggers get priority -100, so that after a restart the live changes are served
+before the backlog of objects that merely exist (as controller-runtime does).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from fastctl._channel import Channel, ChannelClosed
 from fastctl._options import pick
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._store import Store, reflector
-from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
+from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._shared_watch import SharedWatch
+from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
 from fastctl.types import ErrorPolicy, Mapper, ObjectRef, Reconcile, ReconcileResult, Trigger
 
 if TYPE_CHECKING:
@@ -43,9 +46,6 @@ log = logging.getLogger("fastctl.controller")
 _DEFAULT_CONFIG = ApplierConfig()
 _DEFAULT_WATCH_CONFIG = WatchConfig(strip_managed_fields=True)
 """A controller's cache drops managedFields unless told otherwise (see `Controller`)."""
-
-INITIAL_LIST_PRIORITY = -100
-"""Priority of triggers from a (re)list: below every live change."""
 
 EventSource = Callable[[], AsyncIterator[WatchEvent]]
 """Makes the event stream of one watched resource (the Manager shares these)."""
@@ -196,7 +196,7 @@ class Controller:
         Manager shares one watch and one cache per resource among its controllers). For the
         primary resource the shared store becomes this controller's cache."""
         self._check_not_running()
-        self._event_sources[resource] = shared.subscribe()
+        self._event_sources[resource] = shared.subscribe(on_error=self._on_watch_error)
         if resource == self.resource:
             self.store = shared.store
             self._primary_shared = True
@@ -334,50 +334,25 @@ class Controller:
         events = self._events(self.resource)
         if not self._primary_shared:
             events = reflector(self.store, events)
+        store = self.store
         try:
             async for event in events:
-                kind = event.kind
-                if kind is EventKind.APPLY:
-                    assert event.obj is not None
-                    await triggers.put(ObjectRef.from_object(event.obj))
-                elif kind is EventKind.INIT_APPLY:
-                    assert event.obj is not None
-                    await triggers.put(
-                        Trigger(
-                            ObjectRef.from_object(event.obj),
-                            priority=INITIAL_LIST_PRIORITY,
-                            reason="initial list",
-                        )
-                    )
+                for trigger in primary_triggers(event, store):
+                    await triggers.put(trigger)
         except ChannelClosed:
             return
 
     async def _watch_related(self, rel: _Relation, triggers: Channel[ObjectRef | Trigger]) -> None:
-        mapper = rel.mapper if rel.mapper is not None else self._owner_of
+        related = RelatedTriggers(
+            rel.mapper if rel.mapper is not None else self._owner_of,
+            rel.reason,
+            controller=self.name,
+            kind=rel.resource.kind,
+        )
         try:
             async for event in self._events(rel.resource):
-                if event.obj is None or event.kind in (EventKind.INIT, EventKind.INIT_DONE):
-                    continue
-                priority = INITIAL_LIST_PRIORITY if event.kind is EventKind.INIT_APPLY else 0
-                try:
-                    refs = list(mapper(event.obj))
-                except Exception:
-                    log.exception(
-                        "controller %s: mapper for %s failed; event skipped",
-                        self.name,
-                        rel.resource.kind,
-                    )
-                    continue
-                for ref in refs:
-                    if not isinstance(ref, ObjectRef):
-                        log.error(
-                            "controller %s: mapper for %s returned %r, not an ObjectRef",
-                            self.name,
-                            rel.resource.kind,
-                            ref,
-                        )
-                        continue
-                    await triggers.put(Trigger(ref, priority=priority, reason=rel.reason))
+                for trigger in related.on_event(event):
+                    await triggers.put(trigger)
         except ChannelClosed:
             return
 

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
@@ -40,6 +40,10 @@ from fastctl.runtime.leader import LeaderElection, LeaderElector
 __all__ = ["LeadershipLost", "Manager"]
 
 log = logging.getLogger("fastctl.manager")
+
+_WatchKey = tuple[Resource, str | None, WatchConfig]
+"""What makes two controllers' watches of a resource the same: (resource, namespace, the
+watch options)."""
 
 
 class Manager:
@@ -106,23 +110,22 @@ class Manager:
 
     def _share_watches(self) -> list[SharedWatch]:
         """One SharedWatch for every resource that more than one controller watches in the
-        same namespace with the shared watch's options (a primary watched with a label
-        selector, say, keeps its own watch)."""
-        uses: Counter[tuple[Resource, str | None]] = Counter()
+        same namespace with the same watch options (`WatchConfig`): a controller shares a
+        watch only when it would have watched the resource exactly so itself. Controllers
+        that disagree (on `strip_managed_fields`, a label selector, ...) get one watch per
+        set of options, so each cache holds what its controllers asked for."""
+        uses: Counter[_WatchKey] = Counter()
         for ctl in self.controllers:
             for resource in ctl.resources:
-                uses[(resource, ctl.namespace)] += 1
-        shared: dict[tuple[Resource, str | None], SharedWatch] = {}
+                uses[(resource, ctl.namespace, ctl._watch_config_for(resource))] += 1
+        shared: dict[_WatchKey, SharedWatch] = {}
         for ctl in self.controllers:
             for resource in ctl.resources:
-                key = (resource, ctl.namespace)
-                if uses[key] < 2 or ctl._watch_config_for(resource) != _SHARED_WATCH:
+                key = (resource, ctl.namespace, ctl._watch_config_for(resource))
+                if uses[key] < 2:
                     continue
                 if key not in shared:
-                    shared[key] = SharedWatch(
-                        f"{resource}",
-                        _watch_factory(self.client, resource, ctl.namespace, _SHARED_WATCH),
-                    )
+                    shared[key] = _shared_watch(self.client, *key)
                 ctl._use_shared_watch(resource, shared[key])
         return list(shared.values())
 
@@ -258,12 +261,16 @@ class _LeaderCollector(Collector):
         yield gauge
 
 
-_SHARED_WATCH = WatchConfig(strip_managed_fields=True)
-"""The options of a shared watch: a controller's defaults, so a controller shares a watch
-only when it would have watched the resource exactly so itself."""
-
-
-def _watch_factory(
+def _shared_watch(
     client: ApiClient, resource: Resource, namespace: str | None, config: WatchConfig
-) -> Callable[[], AsyncIterator[WatchEvent]]:
-    return lambda: watcher(client, resource, namespace=namespace, config=config)
+) -> SharedWatch:
+    """A shared watch of `resource` whose watcher reports its retried errors to every
+    subscriber (each controller counts them in its own metrics)."""
+
+    def events() -> AsyncIterator[WatchEvent]:
+        return watcher(
+            client, resource, namespace=namespace, config=config, on_error=watch.report_error
+        )
+
+    watch = SharedWatch(f"{resource}", events)
+    return watch
