@@ -12,47 +12,27 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Controller, LeaderElection, LeadershipLost, Manager, Resource
-from fastctl.kube._http import ApiError, request_json
+from fastctl.kube._http import request_json
 from fastctl.runtime import _manager
 from fastctl.runtime.leader import LeaderElector
 from fastctl.testing.control_plane import ControlPlane
 
-from .test_manager import create_configmaps
+from .test_manager import create_configmaps, steal_lease
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 
 CM = Resource("v1", "ConfigMap")
+LEASES = "/apis/coordination.k8s.io/v1/namespaces"
 
 
 def fast_election(name: str, namespace: str) -> LeaderElection:
     return LeaderElection(
         name, namespace=namespace, lease_duration=3, renew_deadline=2, retry_period=0.3
     )
-
-
-def lease_path(namespace: str, name: str) -> str:
-    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
-
-
-async def steal_lease(client: ApiClient, namespace: str, name: str) -> None:
-    """Another writer takes the lease (a long one), as a successor would."""
-    path = lease_path(namespace, name)
-    for _ in range(10):
-        lease = await request_json(client, "GET", path)
-        lease["spec"]["holderIdentity"] = "intruder"
-        lease["spec"]["leaseDurationSeconds"] = 60
-        try:
-            await request_json(client, "PUT", path, body=orjson.dumps(lease))
-            return
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-    raise AssertionError("could not take the lease")
 
 
 class Busy:
@@ -71,23 +51,32 @@ class Busy:
             raise
 
 
-async def test_a_lease_lost_during_the_drain_cancels_running_reconciles_at_once(
-    client: ApiClient, namespace: str
-) -> None:
+async def draining(
+    client: ApiClient, namespace: str, lease: str
+) -> tuple[Busy, asyncio.Task[None]]:
+    """A leader-elected Manager whose one reconcile runs, after `shutdown()`: it drains,
+    with 600 s to do so."""
     await create_configmaps(client, namespace, ["busy"])
     busy = Busy()
     ctl = Controller(client, CM, busy, namespace=namespace)
     mgr = Manager(
         client,
-        leader_election=fast_election("drain-lost", namespace),
+        leader_election=fast_election(lease, namespace),
         metrics_port=None,
         drain_timeout=600,
     ).add(ctl)
     task = asyncio.create_task(mgr.run())
     await asyncio.wait_for(busy.started.wait(), 60)
-    mgr.shutdown()  # the drain begins: the reconcile may run for up to 600 s...
+    mgr.shutdown()
     await asyncio.sleep(0.5)
-    assert not busy.cancelled.is_set()
+    assert not busy.cancelled.is_set()  # the drain lets it run...
+    return busy, task
+
+
+async def test_a_lease_lost_during_the_drain_cancels_running_reconciles_at_once(
+    client: ApiClient, namespace: str
+) -> None:
+    busy, task = await draining(client, namespace, "drain-lost")
     await steal_lease(client, namespace, "drain-lost")
     # ...but not past the loss of the lease (noticed at the next renewal).
     await asyncio.wait_for(busy.cancelled.wait(), 20)
@@ -108,21 +97,9 @@ async def test_an_elector_failing_during_the_drain_cancels_running_reconciles_at
             raise RuntimeError("the elector crashed")
 
     monkeypatch.setattr(_manager, "LeaderElector", CrashingElector)
-    await create_configmaps(client, namespace, ["busy"])
-    busy = Busy()
-    ctl = Controller(client, CM, busy, namespace=namespace)
-    mgr = Manager(
-        client,
-        leader_election=fast_election("drain-crash", namespace),
-        metrics_port=None,
-        drain_timeout=600,
-    ).add(ctl)
-    task = asyncio.create_task(mgr.run())
-    await asyncio.wait_for(busy.started.wait(), 60)
-    mgr.shutdown()
-    await asyncio.sleep(0.5)
-    assert not busy.cancelled.is_set()
+    busy, task = await draining(client, namespace, "drain-crash")
     crash.set()
+    # ...but not past the end of the elector.
     await asyncio.wait_for(busy.cancelled.wait(), 20)
     with pytest.raises(LeadershipLost):
         await asyncio.wait_for(task, 20)
@@ -148,7 +125,7 @@ async def test_the_lease_is_not_released_while_a_thread_reconcile_may_still_writ
         await asyncio.get_running_loop().run_in_executor(None, started.wait, 60)
         mgr.shutdown()  # the drain times out with the thread still running
         await asyncio.wait_for(task, 20)
-        lease = await request_json(client, "GET", lease_path(namespace, "thread-alive"))
+        lease = await request_json(client, "GET", f"{LEASES}/{namespace}/leases/thread-alive")
         assert lease["spec"]["holderIdentity"] == election.identity  # not released
     finally:
         release.set()
