@@ -19,9 +19,10 @@ Why the scheduler gives the rules:
    which reads the store when it starts and so sees the latest state.
 
 Results are yielded to the consumer as reconciles finish. The consumer applies backpressure:
-while it does not ask for the next result, no finished reconcile is acknowledged and no new
-one starts (running ones go on to completion), which keeps memory bounded even for a slow
-consumer.
+while it does not ask for the next result, no new reconcile starts (running ones go on to
+completion), which keeps memory bounded even for a slow consumer. A reconcile that ends is
+acknowledged to the scheduler at once, in its own task: its requeue or backoff holds even if
+its result is never consumed, and the scheduler's work duration is the reconcile's alone.
 """
 
 from __future__ import annotations
@@ -511,10 +512,13 @@ def applier(
     ready; triggers that arrive before are de-duplicated meanwhile.
 
     When `triggers` ends, no new reconcile starts; the running ones finish and the iterator
-    ends. Cancelling the iteration cancels the running reconciles. `scheduler` replaces the
-    default ``Scheduler(concurrency=concurrency, debounce=debounce)`` (for metrics, or to
-    run on the pure-Python model). Close the iterator when you stop early
-    (``contextlib.aclosing``) so its reconciles are cancelled at once.
+    ends. Cancelling the iteration cancels the running reconciles (a plain function's thread
+    cannot be stopped: its key stays in flight until it returns). A reconcile raising
+    `KeyboardInterrupt` or `SystemExit` releases its slot, then the iterator raises it.
+    `scheduler` replaces the default ``Scheduler(concurrency=concurrency,
+    debounce=debounce)`` (for metrics, or to run on the pure-Python model). Close the
+    iterator when you stop early (``contextlib.aclosing``) so its reconciles are cancelled
+    at once.
     """
     return _Driver(
         reconcile,
