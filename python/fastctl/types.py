@@ -115,7 +115,7 @@ _AWAIT_CHANGE = Action(None)
 @dataclass(frozen=True, slots=True)
 class Trigger:
     """A request to reconcile `ref`, with a scheduling `priority` (higher first; the initial
-    list uses -100) and a human-readable `reason` kept for logs."""
+    list uses -100; a signed 64-bit integer) and a human-readable `reason` kept for logs."""
 
     ref: ObjectRef
     priority: int = 0
