@@ -412,6 +412,8 @@ async def test_no_slot_leaks_after_exceptions_cancellations_and_timeouts() -> No
             raise asyncio.CancelledError
         if kind == "timeout":
             await asyncio.sleep(5)
+        if kind == "base-exc":
+            raise Custom
 
     def error_policy(obj: Any, exc: BaseException, ctx: None) -> Action:
         return Action.await_change()
@@ -429,7 +431,8 @@ async def test_no_slot_leaks_after_exceptions_cancellations_and_timeouts() -> No
     assert len(results) == 60
     assert sched.in_flight == 0
     errors = [r for r in results if not r.ok]
-    assert len(errors) == 36  # raise, cancel-self and timeout: 12 each
+    assert len(errors) == 48  # raise, cancel-self, timeout and base-exc: 12 each
+    assert sum(isinstance(r.error, Custom) for r in errors) == 12
 
 
 async def test_cancelling_the_iteration_cancels_running_reconciles() -> None:

@@ -11,7 +11,12 @@ The Manager
 - serves ``/metrics``, ``/healthz`` and ``/readyz`` on `metrics_port`;
 - shuts down gracefully on SIGTERM/SIGINT or `shutdown()`: no new reconciles start, running
   ones get `drain_timeout` seconds to finish, then they are cancelled; the lease is released
-  so a successor takes over at once.
+  so a successor takes over at once. If leadership ends during the drain (the lease is lost,
+  or the elector fails), the running reconciles are cancelled at once and `run()` raises
+  `LeadershipLost`;
+- never releases the Lease while a plain-function reconcile may still write: a thread
+  cannot be cancelled, so when one outlives the cancellation (`fastctl._threads`), the
+  Lease is left to expire, and ``fastctl run`` exits the process without waiting for it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fastctl._threads import live_threads
 from fastctl.errors import LeadershipLost
 from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
@@ -76,6 +82,7 @@ class Manager:
         self._running = False
         self._failed: str | None = None
         self._elector_client: ApiClient | None = None
+        self._led = False  # this replica has led (so a loss in the drain is a lost lease)
         self.registry.register(_LeaderCollector(self))
 
     def _alive(self) -> bool:
@@ -146,6 +153,7 @@ class Manager:
                 ctl._gate_on(self._leading)
         tasks: dict[asyncio.Task[None], str] = {}
         drain = True
+        lost_in_drain = False
         try:
             if self.metrics_port is not None:
                 self.health = HealthServer(
@@ -181,16 +189,22 @@ class Manager:
                 exc = task.exception() if not task.cancelled() else None
                 if exc is not None:
                     self._failed = tasks[task]
-                    # Without the lease, not one more write: cancel at once, no drain.
-                    drain = not isinstance(exc, LeadershipLost)
+                    # Without the lease (lost, or the elector failed), not one more write:
+                    # cancel at once, no drain.
+                    drain = not isinstance(exc, LeadershipLost) and task not in _leadership(tasks)
                     raise exc
                 if task is not lost:
                     log.warning("%s ended unexpectedly", tasks[task])
         finally:
-            await self._stop_everything(tasks, shared, drain=drain)
+            lost_in_drain = await self._stop_everything(tasks, shared, drain=drain)
             for sig in installed:
                 loop.remove_signal_handler(sig)
             self._running = False
+        if lost_in_drain and self._led:
+            raise LeadershipLost(
+                "lost the leader lease during the graceful drain; the running reconciles "
+                "were cancelled at once"
+            )
 
     async def _wait_stop(self) -> None:
         await self._stop.wait()
@@ -201,9 +215,10 @@ class Manager:
         term = await self.elector.wait_leading()
         log.info("leading (%s, term %d): reconciling", self.elector.identity, term)
         self._leading.set()
+        self._led = True
         await self.elector.wait_lost(term)
-        if not self._stop.is_set():
-            self._leading.clear()
+        self._leading.clear()
+        if not self._stop.is_set():  # during the drain, `_drain` acts on this task's end
             raise LeadershipLost(
                 "lost the leader lease (could not renew within the renew deadline); "
                 "stopped reconciling"
@@ -215,29 +230,67 @@ class Manager:
         shared: Iterable[SharedWatch],
         *,
         drain: bool,
-    ) -> None:
-        controllers = [t for t, what in tasks.items() if what.startswith("controller ")]
+    ) -> bool:
+        """Drain (or not), cancel everything, release the lease if that is safe. Returns
+        True if leadership ended during the drain."""
+        controllers = {t for t, what in tasks.items() if what.startswith("controller ")}
         for ctl in self.controllers:
             ctl.shutdown()
+        lost = False
         if controllers and drain:
-            _, pending = await asyncio.wait(controllers, timeout=self.drain_timeout)
-            if pending:
-                log.warning(
-                    "drain timeout (%.0f s) passed: cancelling %d controller(s)",
-                    self.drain_timeout,
-                    len(pending),
-                )
+            lost = await self._drain(controllers, _leadership(tasks))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for watch in shared:
             await watch.stop()
         if self.elector is not None:
-            await self.elector.release()
+            threads = live_threads()
+            if threads:
+                # A thread cannot be cancelled: it may still write. Releasing would let a
+                # successor start at once; leaving the Lease to expire gives it
+                # lease_duration, and `fastctl run` ends the process (and the thread) now.
+                log.error(
+                    "%d plain-function reconcile(s) still running in threads: not releasing "
+                    "the lease (it expires on its own); exit the process to stop them",
+                    threads,
+                )
+            else:
+                await self.elector.release()
         if self._elector_client is not None:
             await self._elector_client.close()
         if self.health is not None:
             await self.health.stop()
+        return lost
+
+    async def _drain(
+        self, controllers: set[asyncio.Task[None]], leadership: set[asyncio.Task[None]]
+    ) -> bool:
+        """Let the controllers finish their running reconciles, for up to `drain_timeout`,
+        unless leadership ends first (a lost lease, a failed elector): then stop draining
+        at once, so that the caller cancels them. True if leadership ended."""
+        pending = set(controllers)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.drain_timeout):
+                while pending:
+                    if any(task.done() for task in leadership):
+                        log.warning(
+                            "leadership ended during the drain: cancelling %d controller(s) "
+                            "at once",
+                            len(pending),
+                        )
+                        return True
+                    done, _ = await asyncio.wait(
+                        pending | leadership, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    pending -= done
+                return False
+        log.warning(
+            "drain timeout (%.0f s) passed: cancelling %d controller(s)",
+            self.drain_timeout,
+            len(pending),
+        )
+        return False
 
 
 class _LeaderCollector(Collector):
@@ -259,6 +312,12 @@ class _LeaderCollector(Collector):
         elector = self._manager.elector
         gauge.add_metric([config.name], 1.0 if elector is not None and elector.is_leader else 0.0)
         yield gauge
+
+
+def _leadership(tasks: dict[asyncio.Task[None], str]) -> set[asyncio.Task[None]]:
+    """The tasks whose end means this replica may no longer act: the elector and the task
+    that follows its terms."""
+    return {t for t, what in tasks.items() if what in ("leader election", "leadership")}
 
 
 def _shared_watch(
