@@ -1,5 +1,5 @@
 """Scheduler core benchmarks: the Rust `fastctl.Scheduler` beside the pure-Python model
-(`fastctl._model.ModelScheduler`) on the same workloads, plus resident memory per queued key.
+(`fastctl.testing.model.ModelScheduler`) on the same workloads, plus resident memory per queued key.
 
 Run (results in docs/benchmarks.md, "Scheduler core (issue 2)")::
 

@@ -80,6 +80,30 @@ fn non_negative_int(name: &str, value: i64) -> PyResult<usize> {
         .map_err(|_| PyValueError::new_err(format!("{name} must be an int >= 0, got {value}")))
 }
 
+/// `Config::default` as the keywords of `Scheduler()`, for Python code that needs to know
+/// them without writing them again (`debounce_max` is `None`: 10 × `debounce`).
+fn scheduler_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let Config {
+        concurrency,
+        debounce,
+        debounce_max,
+        max_wait,
+        backoff_base,
+        backoff_max,
+        seed: _,
+    } = Config::default();
+    let d = PyDict::new(py);
+    d.set_item("concurrency", concurrency)?;
+    d.set_item("debounce", debounce)?;
+    d.set_item("debounce_max", debounce_max)?;
+    d.set_item("max_wait", max_wait)?;
+    d.set_item("backoff_base", backoff_base)?;
+    d.set_item("backoff_max", backoff_max)?;
+    // Not `Config::default().seed`: from Python, no seed means a random one.
+    d.set_item("seed", py.None())?;
+    Ok(d)
+}
+
 fn histogram<'py>(py: Python<'py>, h: &HistogramSnapshot) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     let buckets = h
@@ -113,25 +137,27 @@ impl PyScheduler {
 
 #[pymethods]
 impl PyScheduler {
+    /// Every setting is optional: omitted or `None`, it takes its value from `Config::default`
+    /// (published as `SCHEDULER_DEFAULTS`), except `seed`, which is then drawn at random.
     #[new]
     #[pyo3(signature = (
         *,
-        concurrency = 0,
-        debounce = 0.0,
+        concurrency = None,
+        debounce = None,
         debounce_max = None,
-        max_wait = 30.0,
-        backoff_base = 0.005,
-        backoff_max = 300.0,
+        max_wait = None,
+        backoff_base = None,
+        backoff_max = None,
         seed = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        concurrency: i64,
-        debounce: f64,
+        concurrency: Option<i64>,
+        debounce: Option<f64>,
         debounce_max: Option<f64>,
-        max_wait: f64,
-        backoff_base: f64,
-        backoff_max: f64,
+        max_wait: Option<f64>,
+        backoff_base: Option<f64>,
+        backoff_max: Option<f64>,
         seed: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let seed = match seed {
@@ -144,13 +170,18 @@ impl PyScheduler {
                 ))
             })?,
         };
+        let default = Config::default();
+        let concurrency = match concurrency {
+            Some(n) => non_negative_int("concurrency", n)?,
+            None => default.concurrency,
+        };
         let config = Config {
-            concurrency: non_negative_int("concurrency", concurrency)?,
-            debounce,
-            debounce_max,
-            max_wait,
-            backoff_base,
-            backoff_max,
+            concurrency,
+            debounce: debounce.unwrap_or(default.debounce),
+            debounce_max: debounce_max.or(default.debounce_max),
+            max_wait: max_wait.unwrap_or(default.max_wait),
+            backoff_base: backoff_base.unwrap_or(default.backoff_base),
+            backoff_max: backoff_max.unwrap_or(default.backoff_max),
             seed,
         };
         let inner = Scheduler::new(config).map_err(|e| to_py_err(e, None))?;
@@ -387,6 +418,7 @@ impl PyScheduler {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyScheduler>()?;
     m.add("MAX_DELAY", MAX_DELAY)?;
+    m.add("SCHEDULER_DEFAULTS", scheduler_defaults(m.py())?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -6,7 +6,7 @@ Widget operators (issue 7): the same work in every framework. For each Widget wh
 anything else (the event caused by that very patch) is a no-op.
 
 - ``fastctl``: `fastctl.Controller`, Rust scheduler.
-- ``fastctl-model``: the same with the pure-Python scheduler model (`fastctl._model`).
+- ``fastctl-model``: the same with the pure-Python scheduler model (`fastctl.testing.model`).
 - ``fastctl-no-trust-env``: fastctl with one experimental change (see `_no_trust_env`).
 - ``kopf``: ``@kopf.on.create`` + ``@kopf.on.update``, with kopf's bookkeeping kept in the
   status (`StatusProgressStorage`, `StatusDiffBaseStorage`), so each change costs kopf one

@@ -1,6 +1,6 @@
 """Watch consumers for the issue 5 benchmark, each run as its own process by the driver.
 
-- ``fastctl``: `fastctl.watcher` through `fastctl.store.reflector` into a `fastctl.Store`
+- ``fastctl``: `fastctl.watcher` through `fastctl.reflector` into a `fastctl.Store`
   (what a fastctl Controller does with its primary resource).
 - ``typed``: kubernetes-asyncio's ``Watch().stream(CoreV1Api.list_namespaced_config_map)``,
   each event's typed ``V1ConfigMap`` kept in a dict by name (the same cache, typed).

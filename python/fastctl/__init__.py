@@ -12,7 +12,7 @@ The package follows the data path, one layer per folder (docs/architecture.md):
 - `fastctl.testing`: a real local control plane, pytest fixtures, the scheduler model.
 """
 
-from fastctl._applier import DEFAULT_CONCURRENCY, applier
+from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, applier
 from fastctl._core import Scheduler
 from fastctl.errors import (
     ApiError,
@@ -32,6 +32,7 @@ from fastctl.kube import (
     ResolvedResource,
     Resource,
     Store,
+    WatchConfig,
     WatchEvent,
     finalizer,
     load_client,
@@ -60,6 +61,7 @@ __all__ = [
     "INITIAL_LIST_PRIORITY",
     "Action",
     "ApiError",
+    "ApplierConfig",
     "Controller",
     "Discovery",
     "ErrorPolicy",
@@ -83,6 +85,7 @@ __all__ = [
     "Scheduler",
     "Store",
     "Trigger",
+    "WatchConfig",
     "WatchError",
     "WatchEvent",
     "WatchStreamError",

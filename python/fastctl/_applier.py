@@ -1,4 +1,4 @@
-"""The applier (`fastctl.applier`): concurrent reconciles under the three rules.
+"""The applier (`fastctl.applier`): concurrent reconciles under the rules of docs/contract.md.
 
 One asyncio driver owns a `fastctl.Scheduler`. A separate ingest task feeds triggers into it
 as they arrive (the scheduler de-duplicates them at once, so memory is bounded by the number
@@ -8,7 +8,7 @@ requeue or the failure. It sleeps on a single future that is woken by a new trig
 finished reconcile, or a timer armed for the scheduler's next ready time: no polling, no
 busy loop, and O(1) work per wake-up however many reconciles are running.
 
-Why the scheduler gives the rules:
+How the rules are kept:
 
 1. a key handed out by ``pop`` is in flight until ``done``; the scheduler never hands it out
    again meanwhile, so one object never has two reconciles at once;
@@ -19,9 +19,10 @@ Why the scheduler gives the rules:
    which reads the store when it starts and so sees the latest state.
 
 Results are yielded to the consumer as reconciles finish. The consumer applies backpressure:
-while it does not ask for the next result, no finished reconcile is acknowledged and no new
-one starts (running ones go on to completion), which keeps memory bounded even for a slow
-consumer.
+while it does not ask for the next result, no new reconcile starts (running ones go on to
+completion), which keeps memory bounded even for a slow consumer. A reconcile that ends is
+acknowledged to the scheduler at once, in its own task: its requeue or backoff holds even if
+its result is never consumed, and the scheduler's work duration is the reconcile's alone.
 """
 
 from __future__ import annotations
@@ -39,14 +40,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastctl._core import Scheduler
+from fastctl._options import pick
 
 if TYPE_CHECKING:
     from fastctl._core import SchedulerStats
+from fastctl._threads import ThreadCall
 from fastctl.errors import ReconcileCancelled, ReconcileTimeout
 from fastctl.log import current_object
 from fastctl.types import Action, ErrorPolicy, ObjectRef, Reconcile, ReconcileResult, Trigger
 
-__all__ = ["DEFAULT_CONCURRENCY", "SchedulerLike", "applier"]
+__all__ = ["DEFAULT_CONCURRENCY", "ApplierConfig", "SchedulerLike", "applier"]
 
 log = logging.getLogger("fastctl.runner")
 
@@ -85,24 +88,57 @@ class SchedulerLike(Protocol):
     def stats(self) -> SchedulerStats: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ApplierConfig:
+    """How an applier runs reconciles: every option once, with its default.
+
+    A value (frozen, comparable), so one config can serve many appliers or controllers;
+    ``applier(...)`` and ``Controller(...)`` take the same options as keywords and build
+    this. Invalid values raise `ValueError` here, at construction.
+    """
+
+    concurrency: int = DEFAULT_CONCURRENCY
+    """Reconciles running at once (0: unbounded); see `DEFAULT_CONCURRENCY`."""
+    debounce: float = 0.0
+    """Seconds a triggered key waits before it is ready; triggers meanwhile fold into one
+    reconcile (the scheduler validates it)."""
+    timeout: float | None = None
+    """Seconds one reconcile may run before it counts as failed (`ReconcileTimeout`) and is
+    retried under the error policy; ``None``: no limit. A plain (thread) reconcile keeps its
+    slot until the thread really returns."""
+    executor: Executor | None = None
+    """Where plain (non-async) reconcile functions run; ``None``: the loop's thread pool."""
+
+    def __post_init__(self) -> None:
+        concurrency, timeout = self.concurrency, self.timeout
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
+            raise ValueError(f"concurrency must be an int >= 0 (0: unbounded), got {concurrency!r}")
+        if timeout is not None:
+            if (
+                isinstance(timeout, bool)
+                or not isinstance(timeout, int | float)
+                or math.isnan(timeout)
+                or timeout <= 0
+            ):
+                raise ValueError(
+                    f"timeout must be a number of seconds > 0 or None, got {timeout!r}"
+                )
+            object.__setattr__(self, "timeout", float(timeout))
+
+    def new_scheduler(self) -> Scheduler:
+        """The scheduler an applier with these options runs on when it is given none."""
+        return Scheduler(concurrency=self.concurrency, debounce=self.debounce)
+
+
+_DEFAULT_CONFIG = ApplierConfig()
+
+
 class _ReadyAware(Protocol):
     """A store that fills asynchronously (`fastctl.Store`): the applier waits for it."""
 
     @property
     def is_ready(self) -> bool: ...
     async def wait_ready(self) -> None: ...
-
-
-@dataclass(slots=True)
-class _Outcome:
-    """What one finished reconcile task reports back to the driver."""
-
-    key: str
-    ref: ObjectRef
-    obj: Any
-    returned: Any
-    error: BaseException | None
-    duration: float
 
 
 class _Driver:
@@ -115,22 +151,9 @@ class _Driver:
         context: Any,
         store: Mapping[ObjectRef, Any],
         triggers: AsyncIterable[ObjectRef | Trigger],
-        *,
-        concurrency: int,
-        debounce: float,
-        timeout: float | None,
+        config: ApplierConfig,
         scheduler: SchedulerLike | None,
-        executor: Executor | None,
     ) -> None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
-            raise ValueError(f"concurrency must be an int >= 0 (0: unbounded), got {concurrency!r}")
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or math.isnan(timeout)
-            or timeout <= 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
         if error_policy is not None and not callable(error_policy):
@@ -148,17 +171,19 @@ class _Driver:
         self.context = context
         self.store = store
         self.triggers = triggers
-        self.concurrency = concurrency
-        self.timeout = float(timeout) if timeout is not None else None
-        self.executor = executor
+        self.concurrency = config.concurrency
+        self.timeout = config.timeout
+        self.executor = config.executor
         self.scheduler: SchedulerLike = (
-            scheduler
-            if scheduler is not None
-            else Scheduler(concurrency=concurrency, debounce=debounce)
+            scheduler if scheduler is not None else config.new_scheduler()
         )
         self.loop: asyncio.AbstractEventLoop  # set when the iteration starts
         self.running: dict[str, asyncio.Task[None]] = {}
-        self.completed: deque[_Outcome] = deque()
+        self.completed: deque[ReconcileResult] = deque()
+        self.orphans: set[str] = set()  # cancelled while their thread runs on
+        self.cancelling = False
+        self.fatal: BaseException | None = None  # KeyboardInterrupt/SystemExit to re-raise
+        self.blocked = False  # the last pop got less than asked though keys were ready
         self.waiter: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at: float | None = None
@@ -238,6 +263,9 @@ class _Driver:
             else:
                 free = _UNBOUNDED_BATCH
             keys = scheduler.pop_many(free)
+            # Fewer keys than asked: none ready, or the scheduler's own limit (it may be
+            # lower than ours, or shared) is reached. `arm_ready_timer` tells which.
+            self.blocked = len(keys) < free
             if not keys:
                 return
             for key in keys:
@@ -255,63 +283,118 @@ class _Driver:
                 return
 
     async def run_one(self, key: str, ref: ObjectRef, obj: Any) -> None:
-        """Run one reconcile to its end and report the outcome; never raises (cancellation
-        by the driver excepted, which it handles itself)."""
+        """Run one reconcile to its end and apply its outcome to the scheduler at once (so
+        its requeue or backoff holds even if the result is never consumed); never raises
+        (cancellation by the driver excepted, which it handles itself).
+
+        Every ending releases the slot: a return, an `Exception`, any other
+        `BaseException`, a cancellation from inside. `KeyboardInterrupt` and `SystemExit`
+        release it and are then raised by the iterator: they ask the process to stop."""
         current_object.set(ref)
         started = time.monotonic()
         returned: Any = None
         error: BaseException | None = None
         try:
-            if self.is_async:
-                if self.timeout is None:
-                    returned = await self.reconcile(obj, self.context)  # type: ignore[misc]
-                else:
-                    async with asyncio.timeout(self.timeout):
-                        returned = await self.reconcile(obj, self.context)  # type: ignore[misc]
-            else:
-                returned = await self._run_in_thread(obj)
+            returned = await self._call(key, obj)
             if returned is not None and not isinstance(returned, Action):
                 raise TypeError(
                     f"reconcile of {key} returned {type(returned).__name__} ({returned!r:.100}); "
                     "expected fastctl.Action or None"
                 )
-        except TimeoutError:
-            error = ReconcileTimeout(key, self.timeout)
-        except Exception as exc:
-            error = exc
         except asyncio.CancelledError:
-            if _cancelling():
+            if self.cancelling or key in self.orphans:
                 raise  # the applier is being cancelled: the driver cleans up
+            _uncancel()
             error = ReconcileCancelled(key)
-        self.completed.append(_Outcome(key, ref, obj, returned, error, time.monotonic() - started))
+        except BaseException as exc:  # whatever ends it, the slot comes back
+            error = exc
+        del self.running[key]
+        result = self.finish(key, ref, obj, returned, error, time.monotonic() - started)
+        if result is not None:
+            self.completed.append(result)
         self.wake()
 
-    async def _run_in_thread(self, obj: Any) -> Any:
-        """A plain reconcile function runs in a thread. On timeout it is reported as an
-        error, but the slot stays held until the thread really returns: a thread cannot be
-        stopped, and releasing the slot early would let a second reconcile of the same
-        object start beside it."""
-        fut = self.loop.run_in_executor(self.executor, self.reconcile, obj, self.context)
+    async def _call(self, key: str, obj: Any) -> Any:
+        """Call the reconcile under the applier's timeout. Only the applier's own deadline
+        becomes `ReconcileTimeout`; a `TimeoutError` the reconcile raises itself (a client
+        timeout, say) is its error, with its own traceback."""
+        if not self.is_async:
+            return await self._run_in_thread(key, obj)
         if self.timeout is None:
-            return await fut
-        done, _ = await asyncio.wait({fut}, timeout=self.timeout)
-        if not done:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(fut)
-            raise TimeoutError
-        return fut.result()
+            return await self.reconcile(obj, self.context)  # type: ignore[misc]
+        deadline = asyncio.timeout(self.timeout)
+        try:
+            async with deadline:
+                return await self.reconcile(obj, self.context)  # type: ignore[misc]
+        except TimeoutError:
+            if deadline.expired():
+                raise ReconcileTimeout(key, self.timeout) from None
+            raise
 
-    def finish(self, outcome: _Outcome) -> ReconcileResult:
-        """Tell the scheduler how a reconcile ended and build its result."""
-        key = outcome.key
-        del self.running[key]
-        error = outcome.error
+    async def _run_in_thread(self, key: str, obj: Any) -> Any:
+        """A plain reconcile function runs in a thread, in a copy of the task's context (so
+        `current_object` names the object there too). A thread cannot be stopped: on
+        timeout the error is reported when the thread returns, and if the applier is
+        cancelled meanwhile the key stays in flight until it does (`_thread_ended`), so no
+        second reconcile of the same object can start beside it."""
+        call = ThreadCall(self.loop, self.reconcile)
+        fut = call.start(self.executor, obj, self.context)
+        try:
+            if self.timeout is None:
+                return await fut
+            done, _ = await asyncio.wait({fut}, timeout=self.timeout)
+            if not done:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(fut)
+                raise ReconcileTimeout(key, self.timeout)
+            return fut.result()
+        except asyncio.CancelledError:
+            if call.abandon(lambda: self._thread_ended(key)):
+                self.orphans.add(key)
+                del self.running[key]  # the slot is the thread's until it returns
+            raise
+
+    def _thread_ended(self, key: str) -> None:
+        """A thread whose reconcile was cancelled has returned: release its key now."""
+        self.orphans.discard(key)
+        log.warning("reconcile of %s: its thread returned after the applier stopped", key)
+        self.scheduler.done(key)
+        self.wake_peers(everyone=True)
+
+    def wake_peers(self, *, everyone: bool = False) -> None:
+        """Wake the other appliers running on this scheduler (a key or slot they wait for
+        may be free now); cheap when there are none."""
+        peers = _PEERS.get(id(self.scheduler), ())
+        if len(peers) > 1 or everyone:
+            for driver in peers:
+                if everyone or driver is not self:
+                    driver.wake()
+
+    def finish(
+        self,
+        key: str,
+        ref: ObjectRef,
+        obj: Any,
+        returned: Any,
+        error: BaseException | None,
+        duration: float,
+    ) -> ReconcileResult | None:
+        """Tell the scheduler how a reconcile ended and build its result (``None`` for an
+        ending that stops the applier)."""
         if error is None:
-            action: Action = outcome.returned if outcome.returned is not None else _AWAIT
+            action: Action = returned if returned is not None else _AWAIT
             self.scheduler.done(key, requeue_after=action.requeue_after)
+        elif isinstance(error, KeyboardInterrupt | SystemExit):
+            log.error("reconcile of %s raised %r: stopping the applier", key, error)
+            self.scheduler.done(key, failed=True)
+            if self.fatal is None:
+                self.fatal = error
+            self.wake_peers()
+            return None
         else:
-            action = self.apply_error_policy(outcome.obj, error, key)
-        return ReconcileResult(outcome.ref, action, error, outcome.duration, outcome.obj)
+            action = self.apply_error_policy(obj, error, key)
+        self.wake_peers()
+        return ReconcileResult(ref, action, error, duration, obj)
 
     def apply_error_policy(self, obj: Any, error: BaseException, key: str) -> Action:
         """Ask the user's error policy when to retry; without one (or if it fails), use the
@@ -340,7 +423,12 @@ class _Driver:
         return _BACKOFF
 
     async def cancel_running(self) -> None:
-        """Cancel every running reconcile, wait for them, and release their slots."""
+        """Cancel every running reconcile, wait for them, and release their slots.
+
+        Outcomes of reconciles that had ended were applied to the scheduler already (their
+        requeue or backoff holds); their results are dropped unseen. A thread that is still
+        running keeps its key in flight until it returns (see `_run_in_thread`)."""
+        self.cancelling = True
         tasks = list(self.running.values())
         for task in tasks:
             task.cancel()
@@ -350,6 +438,7 @@ class _Driver:
             del self.running[key]
             self.scheduler.done(key)
         self.completed.clear()
+        self.wake_peers()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -360,10 +449,13 @@ class _Driver:
             self.ready_task = self.loop.create_task(
                 self.await_store(), name="fastctl-applier-ready"
             )
+        _PEERS.setdefault(id(self.scheduler), []).append(self)
         try:
             while True:
+                if self.fatal is not None:
+                    raise self.fatal
                 while self.completed:
-                    yield self.finish(self.completed.popleft())
+                    yield self.completed.popleft()
                 if self.ingest_error is not None:
                     raise self.ingest_error
                 stopping = self.triggers_ended
@@ -371,12 +463,11 @@ class _Driver:
                     self.start_ready()
                 if stopping and not self.running and not self.completed:
                     return
-                self.arm_timer(
-                    self.scheduler.next_ready_at()
-                    if self.store_ready and not stopping and self._has_free_slot()
-                    else None
-                )
-                if self.completed:
+                if self.store_ready and not stopping and self._has_free_slot():
+                    self.arm_ready_timer()
+                else:
+                    self.arm_timer(None)
+                if self.completed or self.fatal is not None:
                     continue
                 self.waiter = self.loop.create_future()
                 try:
@@ -389,19 +480,40 @@ class _Driver:
                 if task is not None and not task.done():
                     task.cancel()
             await self.cancel_running()
+            peers = _PEERS[id(self.scheduler)]
+            peers.remove(self)
+            if not peers:
+                del _PEERS[id(self.scheduler)]
 
     def _has_free_slot(self) -> bool:
         return not self.concurrency or len(self.running) < self.concurrency
+
+    def arm_ready_timer(self) -> None:
+        """Arm the timer for the next ready key, unless that time has passed and the last
+        pop still came back short: then the scheduler's own limit holds the key back, and
+        the wake-up comes from a reconcile ending (ours or a peer's), not from the clock. A
+        timer in the past would fire at once, again and again: a busy loop."""
+        at = self.scheduler.next_ready_at()
+        if at is not None and self.blocked and at <= time.monotonic():
+            at = None
+        self.arm_timer(at)
 
 
 def _is_ready_aware(store: object) -> bool:
     return hasattr(store, "wait_ready") and hasattr(store, "is_ready")
 
 
-def _cancelling() -> bool:
+def _uncancel() -> None:
+    """Forget a cancellation the reconcile asked for itself (it is reported as an error)."""
     task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    if task is not None:
+        while task.cancelling():
+            task.uncancel()
 
+
+_PEERS: dict[int, list[_Driver]] = {}
+"""The appliers running on each scheduler (by ``id``): a key released by one, or by a
+thread that outlived its applier, may be what another one waits for."""
 
 _AWAIT = Action.await_change()
 _BACKOFF = Action(None)
@@ -420,8 +532,9 @@ def applier(
     timeout: float | None = None,
     scheduler: SchedulerLike | None = None,
     executor: Executor | None = None,
+    config: ApplierConfig | None = None,
 ) -> AsyncIterator[ReconcileResult]:
-    """Reconcile the objects named by `triggers`, concurrently, under the three rules.
+    """Reconcile the objects named by `triggers`, concurrently, under the rules of docs/contract.md.
 
     Each reconcile reads its object from `store` when it starts (objects missing from the
     store are skipped). `reconcile(obj, context)` returns an `Action` or ``None`` (await
@@ -432,20 +545,20 @@ def applier(
     ready; triggers that arrive before are de-duplicated meanwhile.
 
     When `triggers` ends, no new reconcile starts; the running ones finish and the iterator
-    ends. Cancelling the iteration cancels the running reconciles. `scheduler` replaces the
-    default ``Scheduler(concurrency=concurrency, debounce=debounce)`` (for metrics, or to
-    run on the pure-Python model). Close the iterator when you stop early
+    ends. Cancelling the iteration cancels the running reconciles (a plain function's thread
+    cannot be stopped: its key stays in flight until it returns). A reconcile raising
+    `KeyboardInterrupt` or `SystemExit` releases its slot, then the iterator raises it.
+    `scheduler` replaces the default ``Scheduler(concurrency=concurrency,
+    debounce=debounce)`` (for metrics, or to run on the pure-Python model). `concurrency`,
+    `debounce`, `timeout` and `executor` are the fields of `ApplierConfig`: pass them as
+    keywords or as one `config`, not both. Close the iterator when you stop early
     (``contextlib.aclosing``) so its reconciles are cancelled at once.
     """
-    return _Driver(
-        reconcile,
-        error_policy,
-        context,
-        store,
-        triggers,
-        concurrency=concurrency,
-        debounce=debounce,
-        timeout=timeout,
-        scheduler=scheduler,
-        executor=executor,
-    ).results()
+    options = pick(
+        config,
+        ApplierConfig(
+            concurrency=concurrency, debounce=debounce, timeout=timeout, executor=executor
+        ),
+        _DEFAULT_CONFIG,
+    )
+    return _Driver(reconcile, error_policy, context, store, triggers, options, scheduler).results()

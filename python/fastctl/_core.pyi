@@ -1,15 +1,33 @@
 """Type stub of the Rust extension `fastctl._core` (see docs/scheduler.md)."""
 
 from collections.abc import Iterable
-from typing import Final, TypedDict, final
+from typing import Final, Self, TypedDict, final
+
+__all__ = ["MAX_DELAY", "SCHEDULER_DEFAULTS", "Scheduler", "__version__"]
 
 __version__: Final[str]
 
 MAX_DELAY: Final[float]
 """Longest accepted delay in seconds (180 days); longer delays, and infinity, are clamped."""
 
-# Histogram and SchedulerStats exist only for type checkers (import them under
-# `if TYPE_CHECKING:`); at run time `stats()` returns plain dicts of this shape.
+# SchedulerDefaults, Histogram and SchedulerStats exist only for type checkers (import them
+# under `if TYPE_CHECKING:`); at run time they are plain dicts of this shape.
+
+class SchedulerDefaults(TypedDict):
+    """The value of each `Scheduler` keyword when it is omitted or None."""
+
+    concurrency: int
+    debounce: float
+    debounce_max: float | None
+    max_wait: float
+    backoff_base: float
+    backoff_max: float
+    seed: int | None
+
+SCHEDULER_DEFAULTS: Final[SchedulerDefaults]
+"""The scheduler's defaults, read from the Rust `Config::default` (the one place they are
+written): ``debounce_max`` None means 10 * ``debounce``, ``seed`` None a random seed. A copy
+to read; changing it changes nothing."""
 
 class Histogram(TypedDict):
     """A duration histogram: ``buckets`` are ``(upper_bound, cumulative_count)`` pairs, ending
@@ -48,17 +66,26 @@ class Scheduler:
     Times are seconds on the `time.monotonic()` clock; every `now` defaults to it.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
-        concurrency: int = 0,
-        debounce: float = 0.0,
-        debounce_max: float | None = None,
-        max_wait: float = 30.0,
-        backoff_base: float = 0.005,
-        backoff_max: float = 300.0,
-        seed: int | None = None,
-    ) -> None: ...
+        concurrency: int | None = ...,
+        debounce: float | None = ...,
+        debounce_max: float | None = ...,
+        max_wait: float | None = ...,
+        backoff_base: float | None = ...,
+        backoff_max: float | None = ...,
+        seed: int | None = ...,
+    ) -> Self:
+        """Every keyword omitted or None takes its value from `SCHEDULER_DEFAULTS`.
+
+        `concurrency`: most keys in flight at once (0: no limit). `debounce`: seconds an add
+        that would make a key ready now waits instead (0: off). `debounce_max`: longest a
+        debounce batch may be pushed back from its first add. `max_wait`: a ready key older
+        than this is served before keys of higher priority. `backoff_base`, `backoff_max`: the
+        first and the longest failure backoff, in seconds. `seed`: the jitter generator's
+        seed, in [0, 2**64).
+        """
     def add(
         self, key: str, *, after: float = 0.0, priority: int = 0, now: float | None = None
     ) -> None:
@@ -109,7 +136,7 @@ class Scheduler:
         """Keys popped and not yet done (dirty ones included)."""
 
     def is_in_flight(self, key: str) -> bool: ...
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: str, /) -> bool:
         """Whether `key` is queued: waiting, ready, or in flight with a follow-up."""
 
     def __len__(self) -> int:

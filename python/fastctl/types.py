@@ -115,7 +115,7 @@ _AWAIT_CHANGE = Action(None)
 @dataclass(frozen=True, slots=True)
 class Trigger:
     """A request to reconcile `ref`, with a scheduling `priority` (higher first; the initial
-    list uses -100) and a human-readable `reason` kept for logs."""
+    list uses -100; a signed 64-bit integer) and a human-readable `reason` kept for logs."""
 
     ref: ObjectRef
     priority: int = 0
@@ -126,6 +126,16 @@ class Trigger:
             raise TypeError(f"Trigger.ref must be an ObjectRef, got {type(self.ref).__name__}")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise TypeError(f"Trigger.priority must be an int, got {self.priority!r}")
+        if not _I64_MIN <= self.priority <= _I64_MAX:
+            # Refused here, where the caller can see it: the scheduler keeps priorities in
+            # 64 bits, and an OverflowError there would stop the whole applier.
+            raise ValueError(
+                f"Trigger.priority must fit in a signed 64-bit integer, got {self.priority}"
+            )
+
+
+_I64_MIN = -(2**63)
+_I64_MAX = 2**63 - 1
 
 
 class ReconcileResult(NamedTuple):

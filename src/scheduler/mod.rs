@@ -32,187 +32,40 @@
 //! waiting key that is due to the ready queue, in ready-time order. Because of that, keys
 //! enter the ready queue in the order they became ready, and one increasing sequence number
 //! gives FIFO order inside a priority with no time comparisons.
+//!
+//! # Files
+//!
+//! `config` (settings and their defaults), `error` (why an operation is refused), `time`
+//! (checks on times and delays), `schedule` (ready-time and debounce merging), `record`,
+//! `index`, `queues` and `running` (the per-key records and the queues over them),
+//! `backoff`, `stats` (counters and histograms), `invariants` (the consistency checker);
+//! this file holds the scheduler's operations.
 
 mod backoff;
+mod config;
+mod error;
 mod index;
+mod invariants;
 mod queues;
 mod record;
 mod running;
+mod schedule;
 mod stats;
 #[cfg(test)]
 mod tests;
-
-use std::fmt;
+mod time;
 
 pub use backoff::SplitMix64;
+pub use config::Config;
+use config::Settings;
+pub use error::Error;
 use queues::{Ready, Waiting};
 use record::{Records, State};
 use running::Running;
+use schedule::{FollowUp, Schedule};
 use stats::Histogram;
 pub use stats::{Counters, HistogramSnapshot, Stats, BUCKETS};
-
-/// The longest delay the scheduler accepts, in seconds (180 days, as kube-runtime clamps
-/// requeues): longer delays, including infinity, are cut to this. It keeps every sum of a
-/// time and a delay finite and far from overflow.
-pub const MAX_DELAY: f64 = 15_552_000.0;
-
-/// Why an operation was refused. A refused operation changes nothing.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Error {
-    /// A delay or duration argument that is NaN or negative.
-    InvalidDelay { name: &'static str, value: f64 },
-    /// A `now` that is NaN or infinite.
-    InvalidTime(f64),
-    /// A configuration value out of range.
-    InvalidConfig { name: &'static str, message: String },
-    /// `done` for a key that is not in flight.
-    NotInFlight(String),
-    /// More than `u32::MAX` keys at once.
-    TooManyKeys,
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::InvalidDelay { name, value } => {
-                write!(f, "{name} must be a number of seconds >= 0, got {value}")
-            }
-            Error::InvalidTime(value) => {
-                write!(f, "now must be a finite number of seconds, got {value}")
-            }
-            Error::InvalidConfig { name, message } => write!(f, "{name} {message}"),
-            Error::NotInFlight(key) => write!(f, "key {key:?} is not in flight"),
-            Error::TooManyKeys => write!(f, "too many keys for one scheduler (max 2**32 - 1)"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-/// Scheduler settings, as given by the caller (validated by `Scheduler::new`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    /// Most keys in flight at once; 0 means no limit.
-    pub concurrency: usize,
-    /// Seconds an add that would make a key ready now waits instead (0 disables debounce).
-    pub debounce: f64,
-    /// Longest a debounce batch may be pushed back, from its first add; default 10 × debounce.
-    pub debounce_max: Option<f64>,
-    /// A ready key older than this is served before keys of higher priority.
-    pub max_wait: f64,
-    /// The first failure's backoff, in seconds.
-    pub backoff_base: f64,
-    /// The longest backoff, in seconds.
-    pub backoff_max: f64,
-    /// Seed of the jitter generator.
-    pub seed: u64,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            concurrency: 0,
-            debounce: 0.0,
-            debounce_max: None,
-            max_wait: 30.0,
-            backoff_base: 0.005,
-            backoff_max: 300.0,
-            seed: 0,
-        }
-    }
-}
-
-/// Validated settings: every delay clamped to `MAX_DELAY`, `debounce_max` resolved.
-#[derive(Debug, Clone)]
-struct Settings {
-    concurrency: usize,
-    debounce: f64,
-    debounce_max: f64,
-    max_wait: f64,
-    backoff_base: f64,
-    backoff_max: f64,
-}
-
-/// Check a delay argument: NaN or negative is an error, anything above `MAX_DELAY`
-/// (infinity included) is clamped. `+ 0.0` turns `-0.0` into `0.0` so that every copy of the
-/// semantics (the Python model too) orders equal times the same way.
-pub fn check_delay(name: &'static str, value: f64) -> Result<f64, Error> {
-    if value.is_nan() || value < 0.0 {
-        return Err(Error::InvalidDelay { name, value });
-    }
-    Ok(value.min(MAX_DELAY) + 0.0)
-}
-
-/// Check a `now` argument: it must be finite.
-pub fn check_now(now: f64) -> Result<f64, Error> {
-    if now.is_finite() {
-        Ok(now + 0.0)
-    } else {
-        Err(Error::InvalidTime(now))
-    }
-}
-
-/// A requested ready time, and the debounce batch it belongs to.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Schedule {
-    at: f64,
-    /// Set while the ready time is a debounce time: the latest time further debounced adds
-    /// may push it to (the batch's `debounce_max` cap, or an earlier explicitly requested
-    /// ready time).
-    deadline: Option<f64>,
-}
-
-impl Schedule {
-    /// Merge an add into the current schedule (`None` for a key with no pending run).
-    ///
-    /// An add with `after == 0` while debounce is on would make the key ready now, so it is
-    /// debounced: it moves the ready time to `now + debounce` (trailing edge), but never past
-    /// the batch's deadline. Any other add is an explicit time and merges by earliest-wins,
-    /// which also caps the batch's deadline.
-    fn merge_add(current: Option<Schedule>, after: f64, now: f64, cfg: &Settings) -> Schedule {
-        let debounced = cfg.debounce > 0.0 && after == 0.0;
-        match (current, debounced) {
-            (None, false) => Schedule {
-                at: now + after,
-                deadline: None,
-            },
-            (None, true) => Schedule {
-                at: now + cfg.debounce,
-                deadline: Some(now + cfg.debounce_max),
-            },
-            (Some(s), false) => s.merge_time(now + after),
-            (Some(s), true) => match s.deadline {
-                Some(deadline) => Schedule {
-                    at: (now + cfg.debounce).min(deadline),
-                    deadline: Some(deadline),
-                },
-                // The key is already due at an explicit time; a debounce batch only starts if
-                // it would run sooner than that, and may then not be pushed past it.
-                None if now + cfg.debounce < s.at => Schedule {
-                    at: now + cfg.debounce,
-                    deadline: Some((now + cfg.debounce_max).min(s.at)),
-                },
-                None => s,
-            },
-        }
-    }
-
-    /// Earliest-wins merge of an explicit ready time (never debounced).
-    fn merge_time(self, at: f64) -> Schedule {
-        Schedule {
-            at: self.at.min(at),
-            deadline: self.deadline.map(|d| d.min(at)),
-        }
-    }
-}
-
-/// The follow-up of a dirty in-flight key: merged ready time and priority of the adds that
-/// arrived while it ran.
-#[derive(Debug, Clone, Copy)]
-struct FollowUp {
-    schedule: Schedule,
-    priority: i64,
-}
+pub use time::{check_delay, check_now, MAX_DELAY};
 
 /// The scheduler. Not synchronised: the binding wraps it in a mutex.
 #[derive(Debug)]
@@ -234,43 +87,10 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// A scheduler with the given settings; refuses NaN or negative durations and a
-    /// `debounce_max` shorter than `debounce`.
+    /// A scheduler with the given settings; refuses the ones `Settings::new` refuses.
     pub fn new(config: Config) -> Result<Self, Error> {
-        let duration = |name: &'static str, v: f64| {
-            check_delay(name, v).map_err(|_| Error::InvalidConfig {
-                name,
-                message: format!("must be a number of seconds >= 0, got {v}"),
-            })
-        };
-        let debounce = duration("debounce", config.debounce)?;
-        let debounce_max = match config.debounce_max {
-            Some(v) => duration("debounce_max", v)?,
-            None => (debounce * 10.0).min(MAX_DELAY),
-        };
-        if debounce_max < debounce {
-            return Err(Error::InvalidConfig {
-                name: "debounce_max",
-                message: format!("must be >= debounce ({debounce}), got {debounce_max}"),
-            });
-        }
-        if config.max_wait.is_nan() || config.max_wait < 0.0 {
-            return Err(Error::InvalidConfig {
-                name: "max_wait",
-                message: format!("must be a number of seconds >= 0, got {}", config.max_wait),
-            });
-        }
-        let cfg = Settings {
-            concurrency: config.concurrency,
-            debounce,
-            debounce_max,
-            // Not clamped: infinity simply switches the rule off.
-            max_wait: config.max_wait,
-            backoff_base: duration("backoff_base", config.backoff_base)?,
-            backoff_max: duration("backoff_max", config.backoff_max)?,
-        };
         Ok(Self {
-            cfg,
+            cfg: Settings::new(&config)?,
             records: Records::default(),
             waiting: Waiting::default(),
             ready: Ready::default(),
@@ -287,15 +107,7 @@ impl Scheduler {
 
     /// The settings in effect (with `debounce_max` resolved and delays clamped).
     pub fn config(&self) -> Config {
-        Config {
-            concurrency: self.cfg.concurrency,
-            debounce: self.cfg.debounce,
-            debounce_max: Some(self.cfg.debounce_max),
-            max_wait: self.cfg.max_wait,
-            backoff_base: self.cfg.backoff_base,
-            backoff_max: self.cfg.backoff_max,
-            seed: 0,
-        }
+        self.cfg.to_config()
     }
 
     /// Queue `key` to be ready `after` seconds from `now`, or merge into its record: a queued
@@ -666,92 +478,5 @@ impl Scheduler {
         rec.batch = schedule.deadline.is_some();
         rec.deadline = schedule.deadline.unwrap_or(0.0);
         self.waiting.insert(schedule.at, seq, idx);
-    }
-
-    /// Check every internal invariant (O(n)); for tests and debugging.
-    pub fn check_consistency(&self) -> Result<(), String> {
-        let (mut waiting, mut ready, mut running, mut dirty) = (0, 0, 0, 0);
-        let mut last_ready: Option<(i64, u64)> = None;
-        for (p, s, idx) in self.ready.iter() {
-            let rec = self.records.get(idx);
-            if rec.state != State::Ready || rec.priority != p || rec.seq != s {
-                return Err(format!(
-                    "ready entry {:?} does not match its record",
-                    rec.key
-                ));
-            }
-            if rec.at > self.clock {
-                return Err(format!("ready key {:?} is ready in the future", rec.key));
-            }
-            if let Some((lp, ls)) = last_ready {
-                if lp == p && ls > s {
-                    return Err("ready queue out of order".into());
-                }
-            }
-            last_ready = Some((p, s));
-        }
-        for (at, s, idx) in self.waiting.iter() {
-            let rec = self.records.get(idx);
-            if rec.state != State::Waiting || rec.at != at || rec.seq != s {
-                return Err(format!(
-                    "waiting entry {:?} does not match its record",
-                    rec.key
-                ));
-            }
-            if at <= self.clock {
-                return Err(format!("waiting key {:?} is overdue", rec.key));
-            }
-            if rec.batch && rec.deadline < rec.at {
-                return Err(format!(
-                    "waiting key {:?} is past its debounce cap",
-                    rec.key
-                ));
-            }
-        }
-        for (idx, s, dirty) in self.running.entries() {
-            let rec = self.records.get(idx);
-            let expected = if dirty {
-                State::RunningDirty
-            } else {
-                State::Running
-            };
-            if rec.state != expected || rec.seq != s {
-                return Err(format!(
-                    "in-flight entry {:?} does not match its record",
-                    rec.key
-                ));
-            }
-        }
-        self.running.check()?;
-        for idx in self.records.slots() {
-            let rec = self.records.get(idx);
-            match rec.state {
-                State::Free => continue,
-                State::Waiting => waiting += 1,
-                State::Ready => ready += 1,
-                State::Running => running += 1,
-                State::RunningDirty => dirty += 1,
-            }
-            if self.records.find(&rec.key) != Some(idx) {
-                return Err(format!("key {:?} is not indexed", rec.key));
-            }
-        }
-        let counts = (waiting, ready, running + dirty, dirty);
-        let expected = (
-            self.waiting.len(),
-            self.ready.len(),
-            self.running.len(),
-            self.dirty,
-        );
-        if counts != expected {
-            return Err(format!(
-                "state counts {counts:?} differ from queue lengths {expected:?}"
-            ));
-        }
-        if self.records.len() != waiting + ready + running + dirty {
-            return Err("index length differs from live records".into());
-        }
-        self.waiting.check()?;
-        self.ready.check_heads()
     }
 }

@@ -10,6 +10,9 @@ and streams the answers back line by line, so it can:
 - `freeze` the streams open right now (they stop forwarding but stay open: a dead peer);
 - `cut` the streams open right now (the client sees the connection drop);
 - `inject` a line into the open watch streams, before the next real line;
+- `hold_list_ends`: forward a streaming list's objects but hold back its end marker (the
+  bookmark annotated ``k8s.io/initial-events-end``) until `release_list_ends`, so a test
+  can look at a client in the middle of a (re)list, with every object received;
 - `fail` the next requests matching a predicate with a given status and Status body
   (`heal` forgets those not yet used);
 - be `down` (every request answered 503) while a test changes the world behind it.
@@ -57,6 +60,9 @@ class FaultProxy:
         self._streams: set[_Stream] = set()
         self._failures: list[_Failure] = []
         self._closing = asyncio.Event()
+        self._list_ends = asyncio.Event()
+        self._list_ends.set()
+        self.held_list_ends = 0  # list end markers waiting for `release_list_ends`
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.url = ""
@@ -106,6 +112,15 @@ class FaultProxy:
         for stream in watches:
             stream.injected.append(line)
         return len(watches)
+
+    def hold_list_ends(self) -> None:
+        """From now on, hold back every streaming list's end marker (see the module
+        docstring); `held_list_ends` counts those waiting."""
+        self._list_ends.clear()
+
+    def release_list_ends(self) -> None:
+        """Send the held list end markers, and stop holding them."""
+        self._list_ends.set()
 
     def fail(
         self,
@@ -181,6 +196,12 @@ class FaultProxy:
                         return response
                     while stream.injected:
                         await response.write(stream.injected.pop(0))
+                    if not self._list_ends.is_set() and _is_list_end(line):
+                        self.held_list_ends += 1
+                        try:
+                            await self._list_ends.wait()
+                        finally:
+                            self.held_list_ends -= 1
                     await response.write(line)
                 await response.write_eof()
             except (aiohttp.ClientError, ConnectionError, OSError):
@@ -189,6 +210,11 @@ class FaultProxy:
             finally:
                 self._streams.discard(stream)
         return response
+
+
+def _is_list_end(line: bytes) -> bool:
+    """A streaming list's last frame: a BOOKMARK annotated ``k8s.io/initial-events-end``."""
+    return b'"BOOKMARK"' in line and b"k8s.io/initial-events-end" in line
 
 
 def _status_response(

@@ -38,6 +38,22 @@ async def create_configmaps(client: ApiClient, namespace: str, names: list[str])
         )
 
 
+async def steal_lease(client: ApiClient, namespace: str, name: str) -> None:
+    """Another writer takes the lease (a long one), as a successor would."""
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+    for _ in range(10):
+        lease = await request_json(client, "GET", path)
+        lease["spec"]["holderIdentity"] = "intruder"
+        lease["spec"]["leaseDurationSeconds"] = 60
+        try:
+            await request_json(client, "PUT", path, body=orjson.dumps(lease))
+            return
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+    raise AssertionError("could not take the lease")
+
+
 class Operator:
     """One `fastctl run` process of the recording operator."""
 
@@ -314,17 +330,7 @@ async def test_a_lost_lease_cancels_running_reconciles_at_once(
     await asyncio.wait_for(started.wait(), 60)
     # Another writer takes the lease: at its next renewal the manager must stop, and must not
     # give the running reconcile its 30 s drain timeout.
-    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/lost-lease"
-    for _ in range(10):
-        lease = await request_json(client, "GET", path)
-        lease["spec"]["holderIdentity"] = "intruder"
-        lease["spec"]["leaseDurationSeconds"] = 60
-        try:
-            await request_json(client, "PUT", path, body=orjson.dumps(lease))
-            break
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+    await steal_lease(client, namespace, "lost-lease")
     taken_at = time.monotonic()
     with pytest.raises(LeadershipLost):
         await asyncio.wait_for(task, 20)

@@ -26,6 +26,7 @@ from fastctl.runtime.leader import (
     next_record,
     released_record,
 )
+from fastctl.runtime.leader._rules import MIN_SAFETY_MARGIN
 
 from .fake_lease import LeaseStore
 
@@ -64,7 +65,7 @@ def test_the_config_is_frozen_and_hashable() -> None:
 def test_lease_duration_seconds_round_up_so_others_never_wait_less() -> None:
     assert (
         LeaderElection(
-            "op", lease_duration=2.1, renew_deadline=2, retry_period=1
+            "op", lease_duration=2.1, renew_deadline=1.5, retry_period=1
         ).lease_duration_seconds
         == 3
     )
@@ -74,6 +75,8 @@ def test_lease_duration_seconds_round_up_so_others_never_wait_less() -> None:
     ("kwargs", "message"),
     [
         ({"lease_duration": 10, "renew_deadline": 10}, "longer than renew_deadline"),
+        ({"lease_duration": 2.1, "renew_deadline": 2, "retry_period": 1}, "at least 0.5 s"),
+        ({"lease_duration": 10, "renew_deadline": 9.6}, "cancel its running reconciles"),
         ({"renew_deadline": 2.2, "retry_period": 2}, "retry_period"),
         ({"retry_period": 0}, "positive"),
         ({"lease_duration": math.nan}, "positive"),
@@ -84,6 +87,11 @@ def test_lease_duration_seconds_round_up_so_others_never_wait_less() -> None:
 def test_unsafe_or_empty_settings_are_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LeaderElection("op", **kwargs)
+
+
+def test_the_smallest_safety_margin_is_accepted() -> None:
+    config = LeaderElection("op", lease_duration=2.0, renew_deadline=1.5, retry_period=0.25)
+    assert config.lease_duration - config.renew_deadline == MIN_SAFETY_MARGIN
 
 
 # -- the pure timing rules -------------------------------------------------------------

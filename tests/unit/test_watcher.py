@@ -14,6 +14,7 @@ from fastctl.kube._watcher import (
     INITIAL_EVENTS_END,
     Backoff,
     EventKind,
+    WatchConfig,
     _Gone,
     _StreamingListUnsupported,
     _Watcher,
@@ -26,16 +27,10 @@ def make(*, strip: bool = False) -> _Watcher:
     return _Watcher(
         ApiClient.__new__(ApiClient),  # never used: no request is made
         CM,
-        namespace="ns",
-        label_selector=None,
-        field_selector=None,
-        page_size=500,
-        timeout_seconds=290,
-        read_timeout=90,
-        streaming_list=None,
-        strip_managed_fields=strip,
-        backoff=Backoff(),
-        on_error=None,
+        "ns",
+        WatchConfig(strip_managed_fields=strip),
+        Backoff(),
+        None,
     )
 
 

@@ -11,6 +11,12 @@
 Controllers are run in a `Manager`, so every operator gets ``/metrics``, ``/healthz``,
 ``/readyz``, graceful shutdown on SIGTERM/SIGINT and, with ``--leader-elect``, leader
 election. A Manager returned by `attr` is run as it is.
+
+Exit status: 0 after a graceful stop, 3 when the leader lease was lost (the process is meant
+to be restarted as a follower, as controller-runtime does), 1 for other errors. If
+plain-function reconciles are still running in threads when the Manager has stopped (a
+thread cannot be cancelled), the process exits at once with that status instead of waiting
+for them: they may still write, and only ending the process stops them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import asyncio
 import importlib
 import inspect
 import logging
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -130,6 +137,7 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
         client = await load_client(args.kubeconfig)
     except KubeconfigError as exc:
         raise CliError(str(exc)) from None
+    lost: LeadershipLost | None = None
     try:
         built = await _build(target, client, args)
         if isinstance(built, Manager):
@@ -162,10 +170,36 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
         except HealthServerError as exc:
             raise CliError(str(exc)) from None
         except LeadershipLost as exc:
-            raise CliError(str(exc), code=3) from None
+            lost = exc
     finally:
         await client.close()
-    return 0
+    code = 0 if lost is None else 3
+    exit_now_if_threads_run(code, "" if lost is None else f"fastctl: error: {lost}")
+    if lost is not None:
+        raise CliError(str(lost), code=3)
+    return code
+
+
+def exit_now_if_threads_run(code: int, message: str) -> None:
+    """End the process with `code` at once if plain-function reconciles still run in
+    threads: ``asyncio.run`` and the interpreter would otherwise wait for them (for ever,
+    if one hangs), while they go on writing without a lease. `message` is printed first."""
+    from fastctl._threads import live_threads
+
+    alive = live_threads()
+    if not alive:
+        return
+    if message:
+        print(message, file=sys.stderr)
+    print(
+        f"fastctl: {alive} plain-function reconcile(s) still running in threads: "
+        "exiting without waiting for them",
+        file=sys.stderr,
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 async def _build(target: Any, client: Any, args: argparse.Namespace) -> Any:

@@ -29,12 +29,8 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.kube._events import Recorder
-from fastctl.kube._finalizer import finalizer
-from fastctl.kube._objects import apply, apply_status, delete, get
-from fastctl.kube._resource import Resource
-from fastctl.runtime._controller import Controller
-from fastctl.types import Action
+from fastctl import Action, Controller
+from fastctl.kube import Recorder, Resource, apply, apply_status, delete, finalizer, get
 
 __all__ = [
     "CONFIGMAP",

@@ -22,7 +22,7 @@ from fastctl.kube._objects import (
 )
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.kube._store import Store, controller_uid, reflector
-from fastctl.kube._watcher import Backoff, EventKind, WatchEvent, watcher
+from fastctl.kube._watcher import Backoff, EventKind, WatchConfig, WatchEvent, watcher
 
 __all__ = [
     "ApiError",
@@ -36,6 +36,7 @@ __all__ = [
     "Resource",
     "ResourceNotFound",
     "Store",
+    "WatchConfig",
     "WatchEvent",
     "add_finalizer",
     "apply",

@@ -209,7 +209,9 @@ async def reflector(store: Store, events: AsyncIterable[WatchEvent]) -> AsyncIte
     `DELETE` for every object that vanished between the lists.
 
     The store is updated before the event is yielded, so a consumer that reads the store
-    on an event sees the state the event describes (the DELETEs find the object gone).
+    on an event sees the state the event describes (the DELETEs find the object gone). A
+    list's `INIT_APPLY` objects are only buffered until `INIT_DONE`: act on a list at its
+    `INIT_DONE` (as the controller does), not per object.
     """
     async for event in events:
         vanished = store.apply(event)

@@ -17,7 +17,7 @@ every failure the API server or the network can produce into a retry:
 - **410 Gone** (the resourceVersion was compacted away, or the server restarted with a
   fresh cache): list again. The watcher itself does not remember objects; the `Store`
   compares the new list with what it holds and reports objects that vanished meanwhile as
-  `DELETE` events (see `fastctl.store.reflector`), which is where client-go does it too.
+  `DELETE` events (see `fastctl.kube.reflector`), which is where client-go does it too.
 - **Connection errors, 5xx, 429** and anything else transient: back off (exponential, with
   0.8-1.2 jitter, capped at 30 s; a 429's ``retryAfterSeconds`` is honoured) and resume
   from the last resourceVersion, so nothing is lost and nothing is replayed twice.
@@ -48,11 +48,12 @@ import aiohttp
 import orjson
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl._options import pick
 from fastctl.errors import ApiError, WatchError, WatchStreamError
 from fastctl.kube._http import error_from_response, request
 from fastctl.kube._resource import ResolvedResource, Resource
 
-__all__ = ["Backoff", "EventKind", "WatchEvent", "WatchStreamError", "watcher"]
+__all__ = ["Backoff", "EventKind", "WatchConfig", "WatchEvent", "WatchStreamError", "watcher"]
 
 log = logging.getLogger("fastctl.watcher")
 
@@ -118,6 +119,42 @@ class Backoff:
         self.failures = 0
 
 
+@dataclass(frozen=True, slots=True)
+class WatchConfig:
+    """How a `watcher` lists and watches: every option once, with its default.
+
+    A value (frozen, comparable), so one config can serve many watchers; ``watcher(...)``
+    takes the same options as keywords and builds this. Invalid values raise `ValueError`
+    here, at construction, not on the first event.
+    """
+
+    label_selector: str | None = None
+    """Only objects whose labels match (``app=web,tier!=cache``); ``None``: all."""
+    field_selector: str | None = None
+    """Only objects whose fields match (``metadata.name=x``); ``None``: all."""
+    page_size: int = 500
+    """The ``limit`` of each page of a paginated list; 0: one unpaginated list."""
+    timeout_seconds: int = 290
+    """The server-side watch timeout: the server ends the stream cleanly after it, and the
+    watcher resumes at once from the last resourceVersion."""
+    read_timeout: float = 90.0
+    """How long the connection may stay silent before it is presumed dead and reopened.
+    The server sends a bookmark every minute or so, so 90 s never fires on a healthy
+    stream, while a dead TCP connection (which can otherwise hang forever) is noticed."""
+    streaming_list: bool | None = None
+    """The streaming initial list (``sendInitialEvents``): True forces it (an error if the
+    server refuses), False forbids it (paginated list), ``None`` tries it and falls back."""
+    strip_managed_fields: bool = False
+    """Drop ``metadata.managedFields`` from every object, which often halves a cache's
+    memory (reconcilers rarely read it, server-side apply does not need it)."""
+
+    def __post_init__(self) -> None:
+        if self.page_size < 0:
+            raise ValueError(f"page_size must be >= 0, got {self.page_size}")
+        if self.timeout_seconds <= 0 or self.read_timeout <= 0:
+            raise ValueError("timeout_seconds and read_timeout must be > 0")
+
+
 async def watcher(
     client: ApiClient,
     resource: Resource | ResolvedResource,
@@ -132,42 +169,38 @@ async def watcher(
     strip_managed_fields: bool = False,
     backoff: Backoff | None = None,
     on_error: Callable[[BaseException], None] | None = None,
+    config: WatchConfig | None = None,
 ) -> AsyncIterator[WatchEvent]:
     """Events of `resource` (in `namespace`, or all namespaces), forever.
 
-    `page_size` is the ``limit`` of each list page (0: one unpaginated list).
-    `timeout_seconds` is the server-side watch timeout after which the stream is resumed.
-    `read_timeout` is how long the connection may stay silent before it is presumed dead;
-    the server sends a bookmark every minute or so, so the default of 90 s never fires on
-    a healthy stream. `streaming_list` forces (True) or forbids (False) the streaming
-    initial list; ``None`` tries it and falls back. `strip_managed_fields` drops
-    ``metadata.managedFields`` from every object, which often halves a cache's memory.
-    `on_error` hears every error the watcher retries (for metrics, health, tests); a
-    `Resource` that the server does not serve raises `ResourceNotFound` before any event.
+    The options between `namespace` and `backoff` are those of `WatchConfig` (see its
+    fields); pass them as keywords or as one `config`, not both. `backoff` is the retry
+    state (a fresh `Backoff` by default). `on_error` hears every error the watcher retries
+    (for metrics, health, tests); a `Resource` that the server does not serve raises
+    `ResourceNotFound` before any event.
     """
+    options = pick(
+        config,
+        WatchConfig(
+            label_selector=label_selector,
+            field_selector=field_selector,
+            page_size=page_size,
+            timeout_seconds=timeout_seconds,
+            read_timeout=read_timeout,
+            streaming_list=streaming_list,
+            strip_managed_fields=strip_managed_fields,
+        ),
+        _DEFAULT_CONFIG,
+    )
     resolved = (
         resource if isinstance(resource, ResolvedResource) else await resource.resolve(client)
     )
-    if page_size < 0:
-        raise ValueError(f"page_size must be >= 0, got {page_size}")
-    if timeout_seconds <= 0 or read_timeout <= 0:
-        raise ValueError("timeout_seconds and read_timeout must be > 0")
-    state = _Watcher(
-        client,
-        resolved,
-        namespace=namespace,
-        label_selector=label_selector,
-        field_selector=field_selector,
-        page_size=page_size,
-        timeout_seconds=timeout_seconds,
-        read_timeout=read_timeout,
-        streaming_list=streaming_list,
-        strip_managed_fields=strip_managed_fields,
-        backoff=backoff or Backoff(),
-        on_error=on_error,
-    )
+    state = _Watcher(client, resolved, namespace, options, backoff or Backoff(), on_error)
     async for event in state.run():
         yield event
+
+
+_DEFAULT_CONFIG = WatchConfig()
 
 
 class _Watcher:
@@ -177,35 +210,25 @@ class _Watcher:
         self,
         client: ApiClient,
         resource: ResolvedResource,
-        *,
         namespace: str | None,
-        label_selector: str | None,
-        field_selector: str | None,
-        page_size: int,
-        timeout_seconds: int,
-        read_timeout: float,
-        streaming_list: bool | None,
-        strip_managed_fields: bool,
+        config: WatchConfig,
         backoff: Backoff,
         on_error: Callable[[BaseException], None] | None,
     ) -> None:
         self.client = client
         self.resource = resource
         self.namespace = namespace
+        self.config = config
         self.path = resource.collection_path(namespace)
         self.selectors: dict[str, str | int | bool | None] = {
-            "labelSelector": label_selector or None,
-            "fieldSelector": field_selector or None,
+            "labelSelector": config.label_selector or None,
+            "fieldSelector": config.field_selector or None,
         }
-        self.page_size = page_size
-        self.timeout_seconds = timeout_seconds
-        self.read_timeout = read_timeout
-        self.streaming = streaming_list
-        self.strip_managed_fields = strip_managed_fields
+        self.streaming = config.streaming_list
         self.backoff = backoff
         self.on_error = on_error
         self.rv: str | None = None  # None: a (re)list is needed
-        self.paginate = page_size > 0
+        self.paginate = config.page_size > 0
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -280,7 +303,9 @@ class _Watcher:
     async def _get(self, query: dict[str, str | int | bool | None]) -> aiohttp.ClientResponse:
         """GET the collection; no total timeout (lists can be long, watches are), but a
         read timeout so a silent connection is noticed."""
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.read_timeout)
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=30, sock_read=self.config.read_timeout
+        )
         return await request(self.client, "GET", self.path, query=query, client_timeout=timeout)
 
     # -- list -------------------------------------------------------------------------
@@ -292,7 +317,7 @@ class _Watcher:
         while True:
             query = {
                 **self.selectors,
-                "limit": self.page_size if self.paginate else None,
+                "limit": self.config.page_size if self.paginate else None,
                 "continue": cont,
             }
             async with await self._get(query) as resp:
@@ -315,14 +340,14 @@ class _Watcher:
             for obj in doc.get("items") or ():
                 obj.setdefault("apiVersion", api_version)
                 obj.setdefault("kind", kind)
-                if self.strip_managed_fields:
+                if self.config.strip_managed_fields:
                     obj.get("metadata", {}).pop("managedFields", None)
                 yield WatchEvent(EventKind.INIT_APPLY, obj)
             meta = doc.get("metadata") or {}
             cont = meta.get("continue") or None
             if cont is None:
                 self.rv = str(meta.get("resourceVersion") or "") or None
-                self.paginate = self.page_size > 0
+                self.paginate = self.config.page_size > 0
                 self.backoff.reset()
                 if self.rv is None:  # pragma: no cover - every real server sets it
                     raise WatchStreamError("list response without metadata.resourceVersion")
@@ -340,7 +365,7 @@ class _Watcher:
             **self.selectors,
             "watch": True,
             "allowWatchBookmarks": True,
-            "timeoutSeconds": self.timeout_seconds,
+            "timeoutSeconds": self.config.timeout_seconds,
         }
         if initial:
             query["sendInitialEvents"] = True
@@ -370,7 +395,7 @@ class _Watcher:
                 except TimeoutError:
                     # No byte, not even a bookmark, for read_timeout seconds: presume the
                     # connection dead and reconnect at once (no backoff: nothing failed).
-                    log.info("%s: no data for %.0f s; reconnecting", self, self.read_timeout)
+                    log.info("%s: no data for %.0f s; reconnecting", self, self.config.read_timeout)
                     if initial:
                         raise
                     return
@@ -427,7 +452,7 @@ class _Watcher:
             if rv:
                 self.rv = rv
             return None
-        if self.strip_managed_fields:
+        if self.config.strip_managed_fields:
             meta.pop("managedFields", None)
         if initial:
             if etype != "ADDED":

@@ -6,8 +6,10 @@ resources whose changes trigger the objects they map to; `reconcile_all_on` re-t
 every cached object whenever an external stream yields. All triggers flow through one
 bounded `Channel` into the applier, which runs the reconciles on its own `Scheduler`.
 
-Events from a (re)list get priority -100, so that after a restart the live changes are
-served before the backlog of objects that merely exist (as controller-runtime does).
+A (re)list triggers its objects only once it is complete and the store has swapped it in
+(`fastctl.runtime._triggers`), so a reconcile never reads the cache from before the list;
+those triggers get priority -100, so that after a restart the live changes are served
+before the backlog of objects that merely exist (as controller-runtime does).
 """
 
 from __future__ import annotations
@@ -18,19 +20,20 @@ import logging
 import signal
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl._applier import DEFAULT_CONCURRENCY, SchedulerLike, applier
+from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike, applier
 from fastctl._channel import Channel, ChannelClosed
-from fastctl._core import Scheduler
+from fastctl._options import pick
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._store import Store, reflector
-from fastctl.kube._watcher import EventKind, WatchEvent, watcher
+from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._shared_watch import SharedWatch
+from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
 from fastctl.types import ErrorPolicy, Mapper, ObjectRef, Reconcile, ReconcileResult, Trigger
 
 if TYPE_CHECKING:
@@ -40,8 +43,9 @@ __all__ = ["INITIAL_LIST_PRIORITY", "Controller"]
 
 log = logging.getLogger("fastctl.controller")
 
-INITIAL_LIST_PRIORITY = -100
-"""Priority of triggers from a (re)list: below every live change."""
+_DEFAULT_CONFIG = ApplierConfig()
+_DEFAULT_WATCH_CONFIG = WatchConfig(strip_managed_fields=True)
+"""A controller's cache drops managedFields unless told otherwise (see `Controller`)."""
 
 EventSource = Callable[[], AsyncIterator[WatchEvent]]
 """Makes the event stream of one watched resource (the Manager shares these)."""
@@ -57,7 +61,7 @@ class _Relation:
 
 
 class Controller:
-    """Reconciles every object of one primary `resource` (see DESIGN.md, "Kubernetes layer").
+    """Reconciles every object of one primary `resource` (docs/contract.md, "Controllers").
 
     ``reconcile(obj, ctx)`` gets the parsed JSON object (a dict) as it is in the cache when
     the reconcile starts, and returns `Action` or ``None``. The cache drops
@@ -87,7 +91,15 @@ class Controller:
         executor: Executor | None = None,
         scheduler: SchedulerLike | None = None,
         strip_managed_fields: bool = True,
+        config: ApplierConfig | None = None,
+        watch_config: WatchConfig | None = None,
     ) -> None:
+        """`concurrency`, `debounce`, `timeout` and `executor` are the fields of
+        `ApplierConfig`, `label_selector` and `strip_managed_fields` those of `WatchConfig`
+        (for the primary resource; related resources are watched without the selector):
+        pass each group as keywords or as one object (`config`, `watch_config`), not both.
+        `scheduler` replaces the default one built from `config` (for metrics or the model).
+        """
         if not isinstance(resource, Resource):
             raise TypeError(f"resource must be a fastctl.Resource, got {type(resource).__name__}")
         if not callable(reconcile):
@@ -97,17 +109,23 @@ class Controller:
         self.reconcile = reconcile
         self.context = context
         self.error_policy = error_policy
-        self._concurrency = concurrency
-        self.timeout = timeout
+        self.config = pick(
+            config,
+            ApplierConfig(
+                concurrency=concurrency, debounce=debounce, timeout=timeout, executor=executor
+            ),
+            _DEFAULT_CONFIG,
+        )
+        self.watch_config = pick(
+            watch_config,
+            WatchConfig(label_selector=label_selector, strip_managed_fields=strip_managed_fields),
+            _DEFAULT_WATCH_CONFIG,
+            name="watch_config",
+        )
         self.namespace = namespace
-        self.label_selector = label_selector
         self._name = name or f"{resource.kind.lower()}"
-        self.executor = executor
-        self.strip_managed_fields = strip_managed_fields
         self.scheduler: SchedulerLike = (
-            scheduler
-            if scheduler is not None
-            else Scheduler(concurrency=concurrency, debounce=debounce)
+            scheduler if scheduler is not None else self.config.new_scheduler()
         )
         self.store = Store()
         self._counters = ReconcileCounters()
@@ -158,7 +176,12 @@ class Controller:
 
     @property
     def concurrency(self) -> int:
-        return self._concurrency
+        return self.config.concurrency
+
+    @property
+    def label_selector(self) -> str | None:
+        """The primary resource's label selector (`WatchConfig.label_selector`)."""
+        return self.watch_config.label_selector
 
     def _scheduler_stats(self) -> SchedulerStats:
         return self.scheduler.stats()
@@ -173,7 +196,7 @@ class Controller:
         Manager shares one watch and one cache per resource among its controllers). For the
         primary resource the shared store becomes this controller's cache."""
         self._check_not_running()
-        self._event_sources[resource] = shared.subscribe()
+        self._event_sources[resource] = shared.subscribe(on_error=self._on_watch_error)
         if resource == self.resource:
             self.store = shared.store
             self._primary_shared = True
@@ -266,10 +289,8 @@ class Controller:
                 self.context,
                 self.store if self._gate is None else _GatedStore(self.store, self._gate),
                 triggers,
-                concurrency=self._concurrency,
-                timeout=self.timeout,
+                config=self.config,
                 scheduler=self.scheduler,
-                executor=self.executor,
             ):
                 counters.count(
                     error=result.error is not None, requeue_after=result.action.requeue_after
@@ -294,10 +315,16 @@ class Controller:
             self.client,
             resource,
             namespace=self.namespace,
-            label_selector=self.label_selector if resource == self.resource else None,
-            strip_managed_fields=self.strip_managed_fields,
+            config=self._watch_config_for(resource),
             on_error=self._on_watch_error,
         )
+
+    def _watch_config_for(self, resource: Resource) -> WatchConfig:
+        """The primary resource is watched with `watch_config`; related ones without its
+        selectors (they select primary objects, not the objects related to them)."""
+        if resource == self.resource:
+            return self.watch_config
+        return replace(self.watch_config, label_selector=None, field_selector=None)
 
     def _on_watch_error(self, exc: BaseException) -> None:
         """The watcher retries by itself; count what it retried, for metrics."""
@@ -307,50 +334,25 @@ class Controller:
         events = self._events(self.resource)
         if not self._primary_shared:
             events = reflector(self.store, events)
+        store = self.store
         try:
             async for event in events:
-                kind = event.kind
-                if kind is EventKind.APPLY:
-                    assert event.obj is not None
-                    await triggers.put(ObjectRef.from_object(event.obj))
-                elif kind is EventKind.INIT_APPLY:
-                    assert event.obj is not None
-                    await triggers.put(
-                        Trigger(
-                            ObjectRef.from_object(event.obj),
-                            priority=INITIAL_LIST_PRIORITY,
-                            reason="initial list",
-                        )
-                    )
+                for trigger in primary_triggers(event, store):
+                    await triggers.put(trigger)
         except ChannelClosed:
             return
 
     async def _watch_related(self, rel: _Relation, triggers: Channel[ObjectRef | Trigger]) -> None:
-        mapper = rel.mapper if rel.mapper is not None else self._owner_of
+        related = RelatedTriggers(
+            rel.mapper if rel.mapper is not None else self._owner_of,
+            rel.reason,
+            controller=self.name,
+            kind=rel.resource.kind,
+        )
         try:
             async for event in self._events(rel.resource):
-                if event.obj is None or event.kind in (EventKind.INIT, EventKind.INIT_DONE):
-                    continue
-                priority = INITIAL_LIST_PRIORITY if event.kind is EventKind.INIT_APPLY else 0
-                try:
-                    refs = list(mapper(event.obj))
-                except Exception:
-                    log.exception(
-                        "controller %s: mapper for %s failed; event skipped",
-                        self.name,
-                        rel.resource.kind,
-                    )
-                    continue
-                for ref in refs:
-                    if not isinstance(ref, ObjectRef):
-                        log.error(
-                            "controller %s: mapper for %s returned %r, not an ObjectRef",
-                            self.name,
-                            rel.resource.kind,
-                            ref,
-                        )
-                        continue
-                    await triggers.put(Trigger(ref, priority=priority, reason=rel.reason))
+                for trigger in related.on_event(event):
+                    await triggers.put(trigger)
         except ChannelClosed:
             return
 

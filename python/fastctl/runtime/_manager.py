@@ -11,7 +11,12 @@ The Manager
 - serves ``/metrics``, ``/healthz`` and ``/readyz`` on `metrics_port`;
 - shuts down gracefully on SIGTERM/SIGINT or `shutdown()`: no new reconciles start, running
   ones get `drain_timeout` seconds to finish, then they are cancelled; the lease is released
-  so a successor takes over at once.
+  so a successor takes over at once. If leadership ends during the drain (the lease is lost,
+  or the elector fails), the running reconciles are cancelled at once and `run()` raises
+  `LeadershipLost`;
+- never releases the Lease while a plain-function reconcile may still write: a thread
+  cannot be cancelled, so when one outlives the cancellation (`fastctl._threads`), the
+  Lease is left to expire, and ``fastctl run`` exits the process without waiting for it.
 """
 
 from __future__ import annotations
@@ -21,16 +26,17 @@ import contextlib
 import logging
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fastctl._threads import live_threads
 from fastctl.errors import LeadershipLost
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import WatchEvent, watcher
+from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._controller import Controller
 from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics import FastctlCollector
@@ -40,6 +46,10 @@ from fastctl.runtime.leader import LeaderElection, LeaderElector
 __all__ = ["LeadershipLost", "Manager"]
 
 log = logging.getLogger("fastctl.manager")
+
+_WatchKey = tuple[Resource, str | None, WatchConfig]
+"""What makes two controllers' watches of a resource the same: (resource, namespace, the
+watch options)."""
 
 
 class Manager:
@@ -72,6 +82,7 @@ class Manager:
         self._running = False
         self._failed: str | None = None
         self._elector_client: ApiClient | None = None
+        self._led = False  # this replica has led (so a loss in the drain is a lost lease)
         self.registry.register(_LeaderCollector(self))
 
     def _alive(self) -> bool:
@@ -106,23 +117,22 @@ class Manager:
 
     def _share_watches(self) -> list[SharedWatch]:
         """One SharedWatch for every resource that more than one controller watches in the
-        same namespace (a primary watched with a label selector keeps its own watch)."""
-        uses: Counter[tuple[Resource, str | None]] = Counter()
+        same namespace with the same watch options (`WatchConfig`): a controller shares a
+        watch only when it would have watched the resource exactly so itself. Controllers
+        that disagree (on `strip_managed_fields`, a label selector, ...) get one watch per
+        set of options, so each cache holds what its controllers asked for."""
+        uses: Counter[_WatchKey] = Counter()
         for ctl in self.controllers:
             for resource in ctl.resources:
-                uses[(resource, ctl.namespace)] += 1
-        shared: dict[tuple[Resource, str | None], SharedWatch] = {}
+                uses[(resource, ctl.namespace, ctl._watch_config_for(resource))] += 1
+        shared: dict[_WatchKey, SharedWatch] = {}
         for ctl in self.controllers:
             for resource in ctl.resources:
-                key = (resource, ctl.namespace)
-                primary_with_selector = resource == ctl.resource and ctl.label_selector
-                if uses[key] < 2 or primary_with_selector:
+                key = (resource, ctl.namespace, ctl._watch_config_for(resource))
+                if uses[key] < 2:
                     continue
                 if key not in shared:
-                    shared[key] = SharedWatch(
-                        f"{resource}",
-                        _watch_factory(self.client, resource, ctl.namespace),
-                    )
+                    shared[key] = _shared_watch(self.client, *key)
                 ctl._use_shared_watch(resource, shared[key])
         return list(shared.values())
 
@@ -143,6 +153,7 @@ class Manager:
                 ctl._gate_on(self._leading)
         tasks: dict[asyncio.Task[None], str] = {}
         drain = True
+        lost_in_drain = False
         try:
             if self.metrics_port is not None:
                 self.health = HealthServer(
@@ -178,16 +189,22 @@ class Manager:
                 exc = task.exception() if not task.cancelled() else None
                 if exc is not None:
                     self._failed = tasks[task]
-                    # Without the lease, not one more write: cancel at once, no drain.
-                    drain = not isinstance(exc, LeadershipLost)
+                    # Without the lease (lost, or the elector failed), not one more write:
+                    # cancel at once, no drain.
+                    drain = not isinstance(exc, LeadershipLost) and task not in _leadership(tasks)
                     raise exc
                 if task is not lost:
                     log.warning("%s ended unexpectedly", tasks[task])
         finally:
-            await self._stop_everything(tasks, shared, drain=drain)
+            lost_in_drain = await self._stop_everything(tasks, shared, drain=drain)
             for sig in installed:
                 loop.remove_signal_handler(sig)
             self._running = False
+        if lost_in_drain and self._led:
+            raise LeadershipLost(
+                "lost the leader lease during the graceful drain; the running reconciles "
+                "were cancelled at once"
+            )
 
     async def _wait_stop(self) -> None:
         await self._stop.wait()
@@ -198,9 +215,10 @@ class Manager:
         term = await self.elector.wait_leading()
         log.info("leading (%s, term %d): reconciling", self.elector.identity, term)
         self._leading.set()
+        self._led = True
         await self.elector.wait_lost(term)
-        if not self._stop.is_set():
-            self._leading.clear()
+        self._leading.clear()
+        if not self._stop.is_set():  # during the drain, `_drain` acts on this task's end
             raise LeadershipLost(
                 "lost the leader lease (could not renew within the renew deadline); "
                 "stopped reconciling"
@@ -212,29 +230,67 @@ class Manager:
         shared: Iterable[SharedWatch],
         *,
         drain: bool,
-    ) -> None:
-        controllers = [t for t, what in tasks.items() if what.startswith("controller ")]
+    ) -> bool:
+        """Drain (or not), cancel everything, release the lease if that is safe. Returns
+        True if leadership ended during the drain."""
+        controllers = {t for t, what in tasks.items() if what.startswith("controller ")}
         for ctl in self.controllers:
             ctl.shutdown()
+        lost = False
         if controllers and drain:
-            _, pending = await asyncio.wait(controllers, timeout=self.drain_timeout)
-            if pending:
-                log.warning(
-                    "drain timeout (%.0f s) passed: cancelling %d controller(s)",
-                    self.drain_timeout,
-                    len(pending),
-                )
+            lost = await self._drain(controllers, _leadership(tasks))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for watch in shared:
             await watch.stop()
         if self.elector is not None:
-            await self.elector.release()
+            threads = live_threads()
+            if threads:
+                # A thread cannot be cancelled: it may still write. Releasing would let a
+                # successor start at once; leaving the Lease to expire gives it
+                # lease_duration, and `fastctl run` ends the process (and the thread) now.
+                log.error(
+                    "%d plain-function reconcile(s) still running in threads: not releasing "
+                    "the lease (it expires on its own); exit the process to stop them",
+                    threads,
+                )
+            else:
+                await self.elector.release()
         if self._elector_client is not None:
             await self._elector_client.close()
         if self.health is not None:
             await self.health.stop()
+        return lost
+
+    async def _drain(
+        self, controllers: set[asyncio.Task[None]], leadership: set[asyncio.Task[None]]
+    ) -> bool:
+        """Let the controllers finish their running reconciles, for up to `drain_timeout`,
+        unless leadership ends first (a lost lease, a failed elector): then stop draining
+        at once, so that the caller cancels them. True if leadership ended."""
+        pending = set(controllers)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.drain_timeout):
+                while pending:
+                    if any(task.done() for task in leadership):
+                        log.warning(
+                            "leadership ended during the drain: cancelling %d controller(s) "
+                            "at once",
+                            len(pending),
+                        )
+                        return True
+                    done, _ = await asyncio.wait(
+                        pending | leadership, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    pending -= done
+                return False
+        log.warning(
+            "drain timeout (%.0f s) passed: cancelling %d controller(s)",
+            self.drain_timeout,
+            len(pending),
+        )
+        return False
 
 
 class _LeaderCollector(Collector):
@@ -258,7 +314,22 @@ class _LeaderCollector(Collector):
         yield gauge
 
 
-def _watch_factory(
-    client: ApiClient, resource: Resource, namespace: str | None
-) -> Callable[[], AsyncIterator[WatchEvent]]:
-    return lambda: watcher(client, resource, namespace=namespace, strip_managed_fields=True)
+def _leadership(tasks: dict[asyncio.Task[None], str]) -> set[asyncio.Task[None]]:
+    """The tasks whose end means this replica may no longer act: the elector and the task
+    that follows its terms."""
+    return {t for t, what in tasks.items() if what in ("leader election", "leadership")}
+
+
+def _shared_watch(
+    client: ApiClient, resource: Resource, namespace: str | None, config: WatchConfig
+) -> SharedWatch:
+    """A shared watch of `resource` whose watcher reports its retried errors to every
+    subscriber (each controller counts them in its own metrics)."""
+
+    def events() -> AsyncIterator[WatchEvent]:
+        return watcher(
+            client, resource, namespace=namespace, config=config, on_error=watch.report_error
+        )
+
+    watch = SharedWatch(f"{resource}", events)
+    return watch

@@ -5,6 +5,10 @@ every ConfigMap. A `SharedWatch` runs one watcher into one `Store` and hands eac
 after the store has applied it, to every subscriber. Subscribers read through a bounded
 `Channel` each: a slow subscriber slows the shared watch (backpressure) rather than making
 memory grow; the controllers' subscribers only turn events into scheduler adds, which is fast.
+
+Every subscriber hears the errors the shared watcher retries (`subscribe`'s `on_error`), so
+each controller counts them in its ``fastctl_watch_errors_total`` as if the watch were its
+own.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ log = logging.getLogger("fastctl.shared_watch")
 class SharedWatch:
     """Fan one event stream (applied to `store`) out to many subscribers.
 
-    `events` makes the underlying stream (a `fastctl.watcher.watcher(...)` call); it starts
+    `events` makes the underlying stream (a `fastctl.kube.watcher(...)` call); it starts
     when `start()` is called, after every subscriber has subscribed, so none misses the
     initial list.
     """
@@ -44,15 +48,31 @@ class SharedWatch:
         self._events = events
         self._buffer = buffer
         self._subscribers: list[Channel[WatchEvent]] = []
+        self._error_listeners: list[Callable[[BaseException], None]] = []
         self._task: asyncio.Task[None] | None = None
 
-    def subscribe(self) -> Callable[[], AsyncIterator[WatchEvent]]:
-        """A source for one subscriber: call it once to get that subscriber's events."""
+    def subscribe(
+        self, *, on_error: Callable[[BaseException], None] | None = None
+    ) -> Callable[[], AsyncIterator[WatchEvent]]:
+        """A source for one subscriber: call it once to get that subscriber's events.
+        `on_error` hears every error the watch retries (pass `report_error` to the
+        watcher's ``on_error`` for this to happen)."""
         if self._task is not None:
             raise RuntimeError(f"shared watch {self.name} already started")
         channel: Channel[WatchEvent] = Channel(self._buffer)
         self._subscribers.append(channel)
+        if on_error is not None:
+            self._error_listeners.append(on_error)
         return lambda: aiter(channel)
+
+    def report_error(self, exc: BaseException) -> None:
+        """Tell every subscriber's `on_error` of one retried watch error; a listener that
+        fails is logged and does not keep the error from the others."""
+        for listener in self._error_listeners:
+            try:
+                listener(exc)
+            except Exception:
+                log.exception("shared watch %s: on_error listener failed", self.name)
 
     def start(self) -> asyncio.Task[None]:
         """Start the shared watch; the task ends (with the error) if the watch fails."""

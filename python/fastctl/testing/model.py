@@ -129,7 +129,12 @@ class _Record:
 
 
 class ModelScheduler:
-    """Pure-Python twin of `fastctl.Scheduler` (same constructor, methods and results)."""
+    """Pure-Python twin of `fastctl.Scheduler` (same constructor, methods and results).
+
+    Its defaults are written here as literals, not read from the extension, so that the model
+    stays an independent statement of the semantics; tests/unit/test_scheduler_defaults.py
+    checks that they equal `fastctl._core.SCHEDULER_DEFAULTS`.
+    """
 
     def __init__(
         self,

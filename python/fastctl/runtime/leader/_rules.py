@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
+    "MIN_SAFETY_MARGIN",
     "RETRY_JITTER",
     "LeaderElection",
     "LeaseRecord",
@@ -31,6 +32,17 @@ __all__ = [
 RETRY_JITTER = 0.2
 """A candidate waits ``retry_period · (1 + U[0, RETRY_JITTER])`` between attempts, so that
 replicas started together do not poll in lock step."""
+
+
+MIN_SAFETY_MARGIN = 0.5
+"""The least ``lease_duration - renew_deadline`` accepted, in seconds.
+
+The margin is the time between the end of a leader's tenure and the earliest moment a
+successor may start. In it the former leader must notice the end (a timer on its event
+loop), cancel its running reconciles, and let their cancellations run (each one an event
+loop turn, plus whatever cleanup the reconcile does on the way out). A margin of a few
+milliseconds is eaten by one slow callback or GC pause; half a second leaves room for
+that on a loaded machine while still allowing the short leases of tests."""
 
 
 def default_identity() -> str:
@@ -58,8 +70,9 @@ class LeaderElection:
     - `lease_duration` (15): how long the others wait, after they last saw the lease change,
       before they take it over. Written to the Lease as whole seconds, rounded up.
     - `renew_deadline` (10): how long a leader keeps leading after its last successful
-      renewal was sent. Must be shorter than `lease_duration`: the difference is the safety
-      margin for request latency and clock rate differences.
+      renewal was sent. Must be shorter than `lease_duration` by `MIN_SAFETY_MARGIN` (0.5 s)
+      at least: the difference is the safety margin for request latency, clock rate
+      differences, and the cancellation of running reconciles.
     - `retry_period` (2): how often the leader renews and candidates retry.
     """
 
@@ -91,10 +104,11 @@ class LeaderElection:
         ):
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{what} must be a positive number of seconds, not {value!r}")
-        if not lease_duration > renew_deadline:
+        if not lease_duration - renew_deadline >= MIN_SAFETY_MARGIN:
             raise ValueError(
                 f"lease_duration ({lease_duration}) must be longer than renew_deadline "
-                f"({renew_deadline}): a leader must give up before its lease expires for others"
+                f"({renew_deadline}) by at least {MIN_SAFETY_MARGIN} s: a leader must give "
+                "up, and cancel its running reconciles, before its lease expires for others"
             )
         if not renew_deadline > retry_period * (1 + RETRY_JITTER):
             raise ValueError(

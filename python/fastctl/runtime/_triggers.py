@@ -1,0 +1,152 @@
+"""Watch events into triggers, so that a reconcile sees the state its trigger describes.
+
+A (re)list is framed ``INIT, INIT_APPLY*, INIT_DONE`` and the `Store` swaps the new list in
+only at ``INIT_DONE``, keeping the old state until then. A trigger sent for an
+``INIT_APPLY`` would start a reconcile that reads the *old* cache: an object created while
+the watch was down would be missing (its trigger dropped, never reconciled) and a changed
+one reconciled with its old state, with nothing to re-trigger it after the swap. So a list
+triggers nothing until it is complete:
+
+- `primary_triggers`: ``APPLY`` triggers its object at once; ``INIT_DONE`` (the store has
+  swapped) triggers every object of the store at `INITIAL_LIST_PRIORITY`. It needs no
+  memory of its own: after the swap the store *is* the list. Objects that vanished get no
+  trigger (there is nothing left to reconcile; finalizers keep an object, as an ``APPLY``
+  with a ``deletionTimestamp``, until its controller lets it go).
+- `RelatedTriggers`: a related resource (``owns``/``watches``) has no cache of its own, so
+  it keeps a slim map, related object → the primary refs it mapped to (refs only, no
+  objects). A list is collected in a second map and diffed at ``INIT_DONE`` as the store
+  does: a related object that vanished meanwhile (a child deleted while the watch was down,
+  whose ``DELETED`` event was compacted away) re-triggers the primaries it mapped to, so an
+  owner recreates its child. A change that moves an object from one primary to another
+  triggers both. The map costs a ref per target: a mapper that fans one object out to many
+  primaries costs as many. With a shared watch the reflector also sends a ``DELETE`` for
+  each vanished object; its triggers repeat the diff's, and the scheduler merges them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.types import Mapper, ObjectRef, Trigger
+
+__all__ = ["INITIAL_LIST_PRIORITY", "RelatedTriggers", "primary_triggers"]
+
+log = logging.getLogger("fastctl.controller")
+
+INITIAL_LIST_PRIORITY = -100
+"""Priority of triggers from a (re)list: below every live change."""
+
+_NONE: tuple[ObjectRef, ...] = ()
+
+
+def primary_triggers(
+    event: WatchEvent, store: Mapping[ObjectRef, Any]
+) -> Iterable[ObjectRef | Trigger]:
+    """The triggers for one event of the primary resource, once `store` has applied it."""
+    kind = event.kind
+    if kind is EventKind.APPLY and event.obj is not None:
+        return (ObjectRef.from_object(event.obj),)
+    if kind is EventKind.INIT_DONE:
+        # A snapshot of the refs: the caller awaits between triggers, the store moves on.
+        refs = list(store)
+        return (Trigger(ref, priority=INITIAL_LIST_PRIORITY, reason="list") for ref in refs)
+    return ()
+
+
+class RelatedTriggers:
+    """The triggers a related resource's events produce, and the slim state that lets a
+    relist report the related objects that vanished (see the module docstring)."""
+
+    __slots__ = ("_controller", "_kind", "_listing", "_mapper", "_reason", "_targets")
+
+    def __init__(self, mapper: Mapper, reason: str, *, controller: str, kind: str) -> None:
+        self._mapper = mapper
+        self._reason = reason
+        self._controller = controller
+        self._kind = kind
+        self._targets: dict[ObjectRef, tuple[ObjectRef, ...]] = {}
+        self._listing: dict[ObjectRef, tuple[ObjectRef, ...]] | None = None
+
+    def __len__(self) -> int:
+        """How many related objects map to at least one primary object."""
+        return len(self._targets)
+
+    def on_event(self, event: WatchEvent) -> list[Trigger]:
+        kind = event.kind
+        obj = event.obj
+        if kind is EventKind.INIT:
+            self._listing = {}
+        elif kind is EventKind.INIT_DONE:
+            return self._swap()
+        elif obj is None:
+            pass
+        elif kind is EventKind.INIT_APPLY:
+            if self._listing is None:  # tolerate a missing INIT, as the store does
+                self._listing = {}
+            targets = self._map(obj)
+            if targets:
+                self._listing[ObjectRef.from_object(obj)] = targets
+        elif kind is EventKind.APPLY:
+            ref = ObjectRef.from_object(obj)
+            targets = self._map(obj)
+            before = self._targets.pop(ref, _NONE)
+            if targets:
+                self._targets[ref] = targets
+            return self._triggers(_union(before, targets), 0)
+        elif kind is EventKind.DELETE:
+            before = self._targets.pop(ObjectRef.from_object(obj), _NONE)
+            return self._triggers(_union(before, self._map(obj)), 0)
+        return []
+
+    def _swap(self) -> list[Trigger]:
+        new = self._listing if self._listing is not None else {}
+        self._listing = None
+        old, self._targets = self._targets, new
+        vanished: dict[ObjectRef, None] = {}
+        for ref, targets in old.items():
+            if ref not in new:
+                vanished.update(dict.fromkeys(targets))
+        listed: dict[ObjectRef, None] = {}
+        for targets in new.values():
+            listed.update(dict.fromkeys(targets))
+        # A vanished related object is a change (a child to recreate): live priority.
+        return [
+            *self._triggers(vanished, 0),
+            *self._triggers((r for r in listed if r not in vanished), INITIAL_LIST_PRIORITY),
+        ]
+
+    def _triggers(self, refs: Iterable[ObjectRef], priority: int) -> list[Trigger]:
+        return [Trigger(ref, priority=priority, reason=self._reason) for ref in refs]
+
+    def _map(self, obj: dict[str, Any]) -> tuple[ObjectRef, ...]:
+        """The mapper's refs for `obj` (a failing mapper or a wrong value is logged)."""
+        try:
+            refs = tuple(self._mapper(obj))
+        except Exception:
+            log.exception(
+                "controller %s: mapper for %s failed; event skipped", self._controller, self._kind
+            )
+            return _NONE
+        if all(isinstance(ref, ObjectRef) for ref in refs):
+            return refs
+        for ref in refs:
+            if not isinstance(ref, ObjectRef):
+                log.error(
+                    "controller %s: mapper for %s returned %r, not an ObjectRef",
+                    self._controller,
+                    self._kind,
+                    ref,
+                )
+        return tuple(ref for ref in refs if isinstance(ref, ObjectRef))
+
+
+def _union(first: tuple[ObjectRef, ...], second: tuple[ObjectRef, ...]) -> Iterator[ObjectRef]:
+    """The refs of both, each once, in order."""
+    if not first:
+        return iter(second)
+    if not second or first == second:
+        return iter(first)
+    return iter(dict.fromkeys((*first, *second)))

@@ -1,0 +1,253 @@
+"""A Controller across relists, without a server: in-memory event sources stand in for the
+watcher (its own watch, or a Manager's `SharedWatch`), so each test decides exactly where a
+relist pauses and what it lacks.
+
+What must hold: a reconcile triggered by a relist reads the state the relist describes (not
+the cache before it); an object created during the outage is reconciled; an object deleted
+during it is not; and the owner of a related object that vanished is re-triggered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from fastctl import Action, ObjectRef
+from fastctl.kube._resource import Resource
+from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.runtime import _controller
+from fastctl.runtime._controller import Controller
+from fastctl.runtime._shared_watch import SharedWatch
+
+# plural and scope given: resolving needs no server
+WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
+CHILD = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
+NS = "default"
+INIT = WatchEvent(EventKind.INIT)
+DONE = WatchEvent(EventKind.INIT_DONE)
+
+
+def widget(name: str, version: int) -> dict[str, Any]:
+    meta = {"name": name, "namespace": NS, "uid": f"uid-{name}"}
+    return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta, "v": version}
+
+
+def child(name: str, owner: str) -> dict[str, Any]:
+    ref = {"apiVersion": "example.com/v1", "kind": "Widget", "name": owner, "uid": f"uid-{owner}"}
+    meta = {"name": name, "namespace": NS, "ownerReferences": [{**ref, "controller": True}]}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"owner": owner}}
+
+
+def listing(*objs: dict[str, Any]) -> list[WatchEvent]:
+    return [INIT, *(WatchEvent(EventKind.INIT_APPLY, o) for o in objs), DONE]
+
+
+class Feed:
+    """An event source the test pushes into: what a watcher would yield, when it says."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+
+    def push(self, *events: WatchEvent) -> None:
+        for event in events:
+            self.queue.put_nowait(event)
+
+    async def events(self) -> AsyncIterator[WatchEvent]:
+        while True:
+            yield await self.queue.get()
+
+
+class Seen:
+    """What each reconcile was given: (name, version) in start order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    async def reconcile(self, obj: dict[str, Any], ctx: Any) -> Action | None:
+        self.calls.append((obj["metadata"]["name"], obj["v"]))
+        return None
+
+    def last(self, name: str) -> int | None:
+        versions = [v for n, v in self.calls if n == name]
+        return versions[-1] if versions else None
+
+    def names(self, since: int = 0) -> set[str]:
+        return {n for n, _ in self.calls[since:]}
+
+
+async def settle(rounds: int = 200) -> None:
+    """Let every task run until nothing is left to do (bounded in loop turns, not time)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    for _ in range(2000):
+        if check():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never happened: {what}")
+
+
+@contextlib.asynccontextmanager
+async def running(ctl: Controller, *watches: SharedWatch) -> AsyncIterator[None]:
+    for watch in watches:
+        watch.start()
+    task = asyncio.create_task(ctl.run(handle_signals=False))
+    try:
+        yield
+    finally:
+        ctl.shutdown()
+        for watch in watches:
+            await watch.stop()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
+
+class Sources:
+    """Where the controller's events come from: its own watches (the watcher patched to
+    read the feeds) or a Manager's shared watches, one per resource."""
+
+    def __init__(self, shared: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.shared = shared
+        self.feeds = {WIDGET: Feed(), CHILD: Feed()}
+        self.watches: list[SharedWatch] = []
+
+        def fake_watcher(client: Any, resource: Resource, **_: Any) -> AsyncIterator[WatchEvent]:
+            return self.feeds[resource].events()
+
+        monkeypatch.setattr(_controller, "watcher", fake_watcher)
+
+    def bind(self, ctl: Controller) -> list[SharedWatch]:
+        if self.shared:
+            for resource in ctl.resources:
+                watch = SharedWatch(str(resource), self.feeds[resource].events)
+                ctl._use_shared_watch(resource, watch)
+                self.watches.append(watch)
+        return self.watches
+
+
+def client() -> ApiClient:
+    return ApiClient.__new__(ApiClient)  # never used: the events are faked
+
+
+@pytest.fixture(params=[False, True], ids=["own-watch", "shared-watch"])
+def sources(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Sources:
+    return Sources(request.param, monkeypatch)
+
+
+async def test_a_relist_triggers_reconciles_of_the_state_it_lists(sources: Sources) -> None:
+    """The relist pauses after its objects, before INIT_DONE: nothing may be reconciled
+    against the old cache meanwhile, and after the swap every listed object is reconciled
+    with its listed state; the one created during the outage too, the deleted one not."""
+    seen = Seen()
+    ctl = Controller(client(), WIDGET, seen.reconcile, name="widgets")
+    watches = sources.bind(ctl)
+    feed = sources.feeds[WIDGET]
+    async with running(ctl, *watches):
+        feed.push(*listing(widget("changed", 0), widget("kept", 0), widget("deleted", 0)))
+        await until(lambda: seen.names() == {"changed", "kept", "deleted"}, "initial list")
+        before = len(seen.calls)
+        # the outage: "changed" changed, "deleted" deleted, "created" created; then a relist
+        relist = listing(widget("changed", 1), widget("kept", 0), widget("created", 0))
+        feed.push(*relist[:-1])  # everything but the INIT_DONE
+        await settle()
+        assert seen.calls[before:] == [], "reconciled against the cache before the swap"
+        feed.push(DONE)
+        await until(lambda: seen.names(before) >= {"changed", "kept", "created"}, "relist")
+        await settle()
+    assert seen.last("changed") == 1
+    assert seen.last("created") == 0
+    assert "deleted" not in seen.names(before)
+
+
+async def test_a_live_change_is_not_held_back_by_a_relation_relisting(sources: Sources) -> None:
+    """While a related resource relists (its INIT_DONE not yet come), the primary's live
+    changes are reconciled at once."""
+    seen = Seen()
+    ctl = Controller(client(), WIDGET, seen.reconcile, name="widgets").owns(CHILD)
+    watches = sources.bind(ctl)
+    sources.feeds[WIDGET].push(*listing(widget("a", 0)))
+    sources.feeds[CHILD].push(*listing(child("c", "a")))
+    async with running(ctl, *watches):
+        await until(lambda: seen.last("a") == 0, "initial list")
+        sources.feeds[CHILD].push(INIT, WatchEvent(EventKind.INIT_APPLY, child("c", "a")))
+        sources.feeds[WIDGET].push(WatchEvent(EventKind.APPLY, widget("a", 1)))
+        await until(lambda: seen.last("a") == 1, "live change")
+
+
+@pytest.mark.parametrize("relation", ["owns", "watches"])
+async def test_the_owner_of_a_child_deleted_during_an_outage_is_retriggered(
+    sources: Sources, relation: str
+) -> None:
+    """The child's relist lacks it (its DELETE was compacted away): the relation's diff
+    must produce the deletion and re-trigger the owner (or the objects the mapper chose)."""
+    seen = Seen()
+    ctl = Controller(client(), WIDGET, seen.reconcile, name="widgets")
+    if relation == "owns":
+        ctl.owns(CHILD)
+    else:
+        ctl.watches(CHILD, lambda obj: [ObjectRef(obj["data"]["owner"], NS)])
+    watches = sources.bind(ctl)
+    sources.feeds[WIDGET].push(*listing(widget("w1", 0), widget("w2", 0), widget("w3", 0)))
+    sources.feeds[CHILD].push(*listing(child("c1", "w1"), child("c2", "w2")))
+    async with running(ctl, *watches):
+        await until(lambda: seen.names() == {"w1", "w2", "w3"}, "initial lists")
+        await settle()
+        before = len(seen.calls)
+        sources.feeds[CHILD].push(*listing(child("c2", "w2")))  # c1 vanished
+        await until(lambda: "w1" in seen.names(before), "owner of the vanished child")
+        await settle()
+    assert "w3" not in seen.names(before)  # owns nothing: not triggered by the child relist
+
+
+async def test_an_owner_that_lost_a_child_to_another_is_triggered() -> None:
+    """A child whose controller reference moves triggers both owners, the old and the new."""
+    seen = Seen()
+    ctl = Controller(client(), WIDGET, seen.reconcile, name="widgets").owns(CHILD)
+    widgets, children = Feed(), Feed()
+    sources = {WIDGET: widgets, CHILD: children}
+    watches = []
+    for resource, source in sources.items():
+        watch = SharedWatch(str(resource), source.events)
+        ctl._use_shared_watch(resource, watch)
+        watches.append(watch)
+    widgets.push(*listing(widget("w1", 0), widget("w2", 0)))
+    children.push(*listing(child("c", "w1")))
+    async with running(ctl, *watches):
+        await until(lambda: seen.names() == {"w1", "w2"}, "initial lists")
+        await settle()
+        before = len(seen.calls)
+        children.push(WatchEvent(EventKind.APPLY, child("c", "w2")))
+        await until(lambda: seen.names(before) == {"w1", "w2"}, "both owners")
+
+
+async def test_a_reconcile_running_at_the_swap_gets_one_follow_up_with_the_new_state(
+    sources: Sources,
+) -> None:
+    seen = Seen()
+    release = asyncio.Event()
+
+    async def slow(obj: dict[str, Any], ctx: Any) -> Action | None:
+        await seen.reconcile(obj, ctx)
+        await release.wait()
+        return None
+
+    ctl = Controller(client(), WIDGET, slow, name="widgets")
+    watches = sources.bind(ctl)
+    feed = sources.feeds[WIDGET]
+    async with running(ctl, *watches):
+        feed.push(*listing(widget("a", 0)))
+        await until(lambda: seen.calls == [("a", 0)], "first reconcile running")
+        feed.push(*listing(widget("a", 1)))  # the relist swaps while it runs
+        await settle()
+        release.set()
+        await until(lambda: len(seen.calls) == 2, "the follow-up")
+        await settle()
+    assert seen.calls == [("a", 0), ("a", 1)]

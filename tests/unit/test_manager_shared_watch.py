@@ -1,0 +1,116 @@
+"""The Manager's shared watches honour their controllers' watch options, without a server:
+the watcher is replaced by a fake that records how it was opened and reports one retried
+error, as a real watcher does for a 503 it backs off from."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from fastctl import Action
+from fastctl.errors import ApiError
+from fastctl.kube._resource import Resource
+from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent
+from fastctl.runtime import _controller, _manager
+from fastctl.runtime._controller import Controller
+from fastctl.runtime._manager import Manager
+
+WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
+CHILD = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
+
+
+class FakeWatchers:
+    """Stands in for `watcher`: each call is recorded (resource, strip_managed_fields), says
+    once to its `on_error` that it retried a 503, lists nothing, and then waits."""
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, bool]] = []
+
+    def __call__(
+        self,
+        client: Any,
+        resource: Resource,
+        *,
+        config: WatchConfig,
+        on_error: Any = None,
+        **_: Any,
+    ) -> AsyncIterator[WatchEvent]:
+        self.opened.append((resource.kind, config.strip_managed_fields))
+        return self._events(on_error)
+
+    async def _events(self, on_error: Any) -> AsyncIterator[WatchEvent]:
+        if on_error is not None:
+            on_error(ApiError(503, "ServiceUnavailable", "try later", method="GET", path="/x"))
+        yield WatchEvent(EventKind.INIT)
+        yield WatchEvent(EventKind.INIT_DONE)
+        await asyncio.Event().wait()
+
+
+async def nothing(obj: dict[str, Any], ctx: Any) -> Action | None:
+    return None
+
+
+@pytest.fixture
+def watchers(monkeypatch: pytest.MonkeyPatch) -> FakeWatchers:
+    fake = FakeWatchers()
+    monkeypatch.setattr(_manager, "watcher", fake)
+    monkeypatch.setattr(_controller, "watcher", fake)
+    return fake
+
+
+async def run_until_ready(manager: Manager) -> None:
+    task = asyncio.create_task(manager.run())
+    try:
+        for _ in range(2000):
+            if manager.is_ready():
+                break
+            await asyncio.sleep(0)
+        assert manager.is_ready()
+    finally:
+        manager.shutdown()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(task, 10)
+
+
+def controller(name: str, *, strip: bool = True) -> Controller:
+    client = ApiClient.__new__(ApiClient)  # never used: the watcher is faked
+    return Controller(client, WIDGET, nothing, name=name, strip_managed_fields=strip).owns(CHILD)
+
+
+async def test_every_controller_counts_the_errors_of_a_shared_watch(
+    watchers: FakeWatchers,
+) -> None:
+    manager = Manager(ApiClient.__new__(ApiClient), metrics_port=None)
+    manager.add(controller("a")).add(controller("b"))
+    await run_until_ready(manager)
+    assert sorted(watchers.opened) == [("ConfigMap", True), ("Widget", True)]  # shared
+    for name in ("a", "b"):
+        # one retried error on each of the two watches the controller uses
+        errors = manager.registry.get_sample_value(
+            "fastctl_watch_errors_total", {"controller": name}
+        )
+        assert errors == 2, name
+
+
+async def test_controllers_that_disagree_on_managed_fields_get_their_own_watches(
+    watchers: FakeWatchers,
+) -> None:
+    """One shared watch per set of options: the two that keep managedFields share theirs."""
+    manager = Manager(ApiClient.__new__(ApiClient), metrics_port=None)
+    keep = [controller(f"keeps-{i}", strip=False) for i in range(2)]
+    manager.add(controller("a")).add(controller("b")).add(keep[0]).add(keep[1])
+    await run_until_ready(manager)
+    assert sorted(watchers.opened) == [
+        ("ConfigMap", False),
+        ("ConfigMap", True),
+        ("Widget", False),
+        ("Widget", True),
+    ]
+    assert keep[0].store is keep[1].store
+    assert keep[0].store is not manager.controllers[0].store
+    assert manager.controllers[0].store is manager.controllers[1].store
