@@ -1,0 +1,124 @@
+"""The record of one simulated run: what ran when, on the virtual clock.
+
+Everything the invariants need is written here as it happens: object changes (from the API
+server), scheduler calls (adds, pops and dones, from the scheduler wrapper), reconciles
+(start, end, the resourceVersion each saw, its writes), the leader's tenures and the Lease's
+release, and when a stop was asked for and when it ended. A global sequence number orders
+events that share a virtual instant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Run:
+    """One reconcile: of `key` by controller `ctl`, as it really ran (a thread reconcile
+    ends when its function returns, whatever the applier did meanwhile)."""
+
+    ctl: str
+    key: str
+    rv: str
+    outcome: str
+    thread: bool
+    start: float
+    start_seq: int
+    end: float | None = None
+    end_seq: int | None = None
+
+
+@dataclass(slots=True)
+class Change:
+    t: float
+    seq: int
+    rv: int
+    deleted: bool
+
+
+@dataclass(slots=True)
+class SchedCall:
+    """A scheduler call: ``add``, ``pop``, or ``done`` (with what it asked for)."""
+
+    op: str
+    key: str
+    seq: int
+    t: float
+    retry: bool = False  # done with failed=True or requeue_after
+
+
+@dataclass
+class Record:
+    seq: int = 0
+    runs: list[Run] = field(default_factory=list)
+    primary_changes: dict[str, list[Change]] = field(default_factory=lambda: defaultdict(list))
+    child_changes: dict[str, list[Change]] = field(default_factory=lambda: defaultdict(list))
+    sched: dict[str, list[SchedCall]] = field(default_factory=lambda: defaultdict(list))
+    pop_many_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    spins: list[str] = field(default_factory=list)
+    writes: list[tuple[float, str, str]] = field(default_factory=list)
+    tenures: list[list[float]] = field(default_factory=list)
+    rival_terms: list[tuple[float, float]] = field(default_factory=list)
+    released_at: list[float] = field(default_factory=list)
+    misreported_timeouts: list[str] = field(default_factory=list)
+    stop_asked: float | None = None
+    stopped: float | None = None
+    ended_with: str = ""
+    settled_at: float | None = None
+    quiet_from: float = 0.0
+    settled_running: bool = False
+    in_flight_at_settle: dict[str, int] = field(default_factory=dict)
+    running_at_settle: dict[str, int] = field(default_factory=dict)
+    in_flight_at_end: dict[str, int] = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+
+    def _next(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    @property
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def change(self, plural: str, name: str, owner: str | None, rv: int, *, deleted: bool) -> None:
+        c = Change(self.now, self._next(), rv, deleted)
+        if plural == "widgets":
+            self.primary_changes[name].append(c)
+        elif owner is not None:
+            self.child_changes[owner].append(c)
+        self.log.append(f"{c.t:.2f} {'delete' if deleted else 'put'} {plural}/{name} rv={rv}")
+
+    def sched_call(self, ctl: str, op: str, key: str, *, retry: bool = False) -> None:
+        self.sched[ctl].append(SchedCall(op, key, self._next(), self.now, retry))
+
+    def start(self, ctl: str, key: str, rv: str, outcome: str, *, thread: bool) -> Run:
+        run = Run(ctl, key, rv, outcome, thread, self.now, self._next())
+        self.runs.append(run)
+        self.log.append(f"{run.start:.2f} start {ctl} {key} rv={rv} {outcome}")
+        return run
+
+    def end(self, run: Run) -> None:
+        run.end, run.end_seq = self.now, self._next()
+        self.log.append(f"{run.end:.2f} end {run.ctl} {run.key} {run.outcome}")
+
+    def write(self, ctl: str, key: str) -> None:
+        self.writes.append((self.now, ctl, key))
+
+    def tenure_start(self, at: float) -> None:
+        self.tenures.append([at, float("inf")])
+        self.log.append(f"{at:.2f} leading")
+
+    def tenure_end(self, at: float) -> None:
+        if self.tenures and self.tenures[-1][1] == float("inf"):
+            self.tenures[-1][1] = at
+            self.log.append(f"{at:.2f} not leading")
+
+    def lease_released(self, at: float) -> None:
+        self.released_at.append(at)
+        self.log.append(f"{at:.2f} lease released")
+
+    def rival_leads(self, start: float, end: float) -> None:
+        self.rival_terms.append((start, end))
+        self.log.append(f"{start:.2f} rival leads")
