@@ -71,11 +71,13 @@ def schedules(
     ops: tuple[str, ...],
     outcomes: tuple[str, ...] = ("ok", "requeue", "error"),
     threads: bool | None = None,
-    manager: bool = False,
+    manager: bool | None = False,
     scheduler_below: bool = False,
     max_ops: int = 12,
 ) -> Schedule:
-    kinds = [k for k in ops if k != "sigterm"]
+    if manager is None:
+        manager = draw(st.booleans())
+    kinds = [k for k in ops if k != "sigterm" and (manager or k != "partition")]
     op_list = draw(st.lists(st.one_of(*[_op(k) for k in kinds]), max_size=max_ops))
     if "sigterm" in ops and draw(st.booleans()):  # one stop, at any point
         at = draw(st.integers(0, len(op_list)))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 
+from . import counterexamples as cx
 from .check import check
 from .strategies import schedules, sim_settings
 from .world import Schedule
@@ -12,7 +13,7 @@ from .world import Schedule
 CHANGES = ("put", "delete", "put_child", "delete_child", "burst", "sigterm")
 
 
-@sim_settings(100)
+@sim_settings(400)
 @given(schedules(ops=CHANGES, outcomes=("ok", "requeue", "error", "hang")))
 def test_changes_bursts_and_outcomes(schedule: Schedule) -> None:
     """Object changes, deletes, trigger bursts and a SIGTERM at any point, with reconciles
@@ -23,6 +24,7 @@ def test_changes_bursts_and_outcomes(schedule: Schedule) -> None:
 @pytest.mark.xfail(reason="defect 1: relist triggers run against the old cache", strict=False)
 @sim_settings(60)
 @given(schedules(ops=("put", "delete", "outage", "relist", "burst")))
+@example(cx.RELIST_READS_OLD_CACHE)
 def test_relists_of_the_primary(schedule: Schedule) -> None:
     """Outages (with compaction: a 410 on resume) and relists at any point, paginated or
     streaming, pausing between items, while objects are created, changed and deleted."""
@@ -32,6 +34,7 @@ def test_relists_of_the_primary(schedule: Schedule) -> None:
 @pytest.mark.xfail(reason="defect 5: related watches lose deletions on a relist", strict=False)
 @sim_settings(60)
 @given(schedules(ops=("put_child", "delete_child", "outage", "relist")))
+@example(cx.CHILD_DELETED_DURING_RELIST)
 def test_relists_of_owned_children(schedule: Schedule) -> None:
     """Children of the primary objects change and vanish during outages."""
     check(schedule)
@@ -40,6 +43,7 @@ def test_relists_of_owned_children(schedule: Schedule) -> None:
 @pytest.mark.xfail(reason="defect 4: a BaseException or self-cancel leaks the slot", strict=False)
 @sim_settings(60)
 @given(schedules(ops=CHANGES, outcomes=("ok", "error", "base", "cancel")))
+@example(cx.BASE_EXCEPTION_LEAKS_SLOT)
 def test_base_exceptions_and_self_cancel(schedule: Schedule) -> None:
     """Reconciles that raise a BaseException that is not an Exception, or cancel their
     own task."""
@@ -49,6 +53,7 @@ def test_base_exceptions_and_self_cancel(schedule: Schedule) -> None:
 @pytest.mark.xfail(reason="defect 7: a reconcile's own TimeoutError is misreported", strict=False)
 @sim_settings(40)
 @given(schedules(ops=("put", "burst"), outcomes=("ok", "timeouterror")))
+@example(cx.OWN_TIMEOUT_ERROR)
 def test_own_timeout_error(schedule: Schedule) -> None:
     """Reconciles that raise a TimeoutError of their own, well within the timeout."""
     check(schedule)
@@ -57,6 +62,7 @@ def test_own_timeout_error(schedule: Schedule) -> None:
 @pytest.mark.xfail(reason="defect 6: busy loop when the scheduler's limit is lower", strict=False)
 @sim_settings(40)
 @given(schedules(ops=("put", "burst"), scheduler_below=True))
+@example(cx.SCHEDULER_BELOW_CONCURRENCY)
 def test_scheduler_below_the_applier_concurrency(schedule: Schedule) -> None:
     """A supplied scheduler whose concurrency is below the controller's."""
     check(schedule)

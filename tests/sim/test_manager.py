@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 
+from . import counterexamples as cx
 from .check import check
 from .strategies import schedules, sim_settings
 from .world import Schedule
@@ -14,16 +15,24 @@ LEADER_OPS = ("put", "delete", "put_child", "burst", "partition", "sigterm")
 
 @pytest.mark.xfail(reason="defect 2: a lease lost during the drain is ignored", strict=False)
 @sim_settings(80)
-@given(schedules(ops=LEADER_OPS, outcomes=("ok", "requeue", "error", "hang"), threads=False))
+@given(
+    schedules(
+        ops=LEADER_OPS, outcomes=("ok", "requeue", "error", "hang"), threads=False, manager=True
+    )
+)
+@example(cx.LEASE_LOST_DURING_DRAIN)
 def test_leader_election_async(schedule: Schedule) -> None:
     """One or two controllers on the same objects under a Manager with leader election:
     lease partitions and a rival that takes the lease over, SIGTERM at any point."""
     check(schedule)
 
 
-@pytest.mark.xfail(reason="defect 3: plain-function reconciles outlive their slot", strict=False)
+@pytest.mark.xfail(
+    reason="defect 3 (and 2): plain-function reconciles outlive their slot", strict=False
+)
 @sim_settings(60)
-@given(schedules(ops=LEADER_OPS, outcomes=("ok", "error", "hang"), threads=True))
+@given(schedules(ops=LEADER_OPS, outcomes=("ok", "error", "hang"), threads=True, manager=True))
+@example(cx.THREAD_OUTLIVES_DRAIN)
 def test_leader_election_threads(schedule: Schedule) -> None:
     """The same with plain-function reconciles, which run in threads that cannot be
     stopped."""

@@ -415,8 +415,7 @@ async def _simulate(clock: VirtualClock, schedule: Schedule, record: Record) -> 
             if manager
             else max(MAX_DURATION, THREAD_HANG, schedule.timeout)
         )
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(task), bound + 1.0)
+        await asyncio.wait({task}, timeout=bound + 1.0)
         if task.done():
             if record.ended_with == "running":
                 record.ended_with = _how(task)

@@ -1,0 +1,68 @@
+"""The shrunk schedules that broke a property, pinned on their tests with `@example`.
+
+Each ran on the code as it was when found; the comment says which property broke and why.
+Once the defect is fixed the schedule must pass, and it stays as a regression check.
+"""
+
+from __future__ import annotations
+
+from .apiserver import ServerConfig
+from .world import Op, Outcome, Schedule
+
+OLD_SERVER = ServerConfig(streaming=False, page_size=1, item_delay=0.0)
+"""Paginated lists, one object per page: a relist takes several requests."""
+
+RELIST_READS_OLD_CACHE = Schedule(
+    objects=2,
+    ops=(Op(0.05, "outage", 0, 1.0, True), Op(0.0, "put", 0)),
+    concurrency=1,
+    server=OLD_SERVER,
+)
+"""lost-trigger: w0 changes during an outage that ends in a 410; the relist's trigger for
+w0 starts its reconcile before the list is complete, against the old cache (rv 1); after
+the swap nothing triggers it again, so its last reconcile never sees rv 3."""
+
+CHILD_DELETED_DURING_RELIST = Schedule(
+    objects=1,
+    ops=(Op(1.0, "put_child", 0), Op(1.0, "relist", flag=True), Op(0.0, "delete_child", 0)),
+)
+"""lost-trigger: the owned child c0 is deleted while the children's watch is down and
+compacted; the relist of the children does not report the deletion, so w0 is never
+reconciled after its child vanished."""
+
+BASE_EXCEPTION_LEAKS_SLOT = Schedule(objects=1, scripts=((Outcome("base", 0.0),),), concurrency=1)
+"""slots + stop-bound: a reconcile raising a BaseException that is not an Exception leaves
+its key in flight for good (1 in flight, 0 running), and the graceful stop never ends."""
+
+OWN_TIMEOUT_ERROR = Schedule(
+    objects=0, ops=(Op(0.0, "put", 0),), scripts=((Outcome("timeouterror", 0.0),),), concurrency=1
+)
+"""timeout-report: the reconcile's own TimeoutError, raised at once, is reported as the
+applier's ReconcileTimeout of 5 s."""
+
+SCHEDULER_BELOW_CONCURRENCY = Schedule(objects=2, concurrency=2, scheduler_concurrency=1)
+"""spin: with a scheduler limited to 1 under an applier allowing 2, the driver re-arms a
+0-second timer forever: 121 ``pop_many`` calls for 2 adds before virtual time moves."""
+
+LEASE_LOST_DURING_DRAIN = Schedule(
+    objects=1,
+    manager=True,
+    ops=(Op(0.05, "partition", 0, 30.0), Op(5.0, "sigterm")),
+    scripts=((Outcome("ok", 12.0),),),
+    drain_timeout=10.0,
+    timeout=30.0,
+)
+"""leader-safety: the leader is cut off from the Lease, SIGTERM starts the drain, and the
+tenure ends (1010.01) while a reconcile still runs; the drain ignores the loss and the
+reconcile runs, and writes, until 1012.21."""
+
+THREAD_OUTLIVES_DRAIN = Schedule(
+    objects=1,
+    manager=True,
+    threads=True,
+    ops=(Op(0.2, "sigterm"),),
+    scripts=((Outcome("ok", 4.0),),),
+    drain_timeout=3.0,
+)
+"""leader-safety: a 4 s plain-function reconcile outlives the 3 s drain; the Manager
+cancels its future, releases the Lease (1003.21), and the thread still writes (1004.02)."""
