@@ -33,6 +33,16 @@ class Deadlock(RuntimeError):
     """Nothing is ready and no timer is armed: the simulated system can never move again."""
 
 
+class Spin(RuntimeError):
+    """The loop went round `SPIN_LIMIT` times without the virtual clock moving: something
+    re-arms itself at once, forever (a busy loop, which on a real clock burns a core)."""
+
+
+SPIN_LIMIT = 50_000
+"""Loop iterations at one virtual instant that count as a busy loop (a schedule needs a few
+hundred at most)."""
+
+
 class _JumpingSelector(selectors.DefaultSelector):
     """Polls the real file descriptors (only the loop's self-pipe is ever registered)
     without blocking, and instead of waiting moves the virtual clock by the timeout."""
@@ -40,14 +50,21 @@ class _JumpingSelector(selectors.DefaultSelector):
     def __init__(self, clock: VirtualClock) -> None:
         super().__init__()
         self._clock = clock
+        self._same_instant = 0
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         ready = super().select(0)
         if ready or timeout == 0:
+            self._same_instant += 1
+            if self._same_instant > SPIN_LIMIT:
+                raise Spin(
+                    f"spin: {SPIN_LIMIT} loop iterations at virtual time {self._clock.now:.3f}"
+                )
             return ready
         if timeout is None:
             raise Deadlock(f"nothing can happen any more (virtual time {self._clock.now:.3f})")
         self._clock.now += timeout
+        self._same_instant = 0
         return []
 
 

@@ -15,7 +15,9 @@ property's name, so a failing test says which rule broke and how:
 - ``stop-bound``: a graceful stop ends within its bound, and no reconcile starts after it;
 - ``leader-safety``: reconciles start, run and write only within a tenure of the lease,
   and the Lease is never released while a reconcile still runs;
-- ``spin``: ``pop_many`` calls stay within a constant factor of adds and dones;
+- ``crash``: the run ends only when stopped (or, under a Manager, on a lost lease);
+- ``spin``: ``pop_many`` calls stay within a constant factor of adds and dones, and the
+  loop never goes round and round at one virtual instant (`clock.Spin`);
 - ``timeout-report``: only a reconcile that ran past its timeout is reported as timed out.
 """
 
@@ -38,9 +40,20 @@ def violations(record: Record, schedule: Schedule) -> list[str]:
     out += _stop(record, schedule)
     if schedule.manager:
         out += _leader_safety(record)
+    out += _crash(record)
     out += [f"spin: {s}" for s in record.spins]
     out += [f"timeout-report: {s}" for s in record.misreported_timeouts]
     return out
+
+
+def _crash(record: Record) -> list[str]:
+    """A controller or Manager ends only when stopped, or (a Manager) when it lost the
+    lease; never by an exception of its own."""
+    if record.ended_with.startswith(("raised", "cancelled")):
+        return [f"crash: the run {record.ended_with}"]
+    if record.stop_asked is None and record.ended_with == "returned":
+        return ["crash: the run ended by itself, unstopped"]
+    return []
 
 
 def _by_ctl_key(record: Record) -> dict[tuple[str, str], list[Run]]:
