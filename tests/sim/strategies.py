@@ -45,8 +45,8 @@ def sim_settings(examples: int) -> settings:
     )
 
 
-def _op(kind: str) -> st.SearchStrategy[Op]:
-    index = st.integers(0, MAX_OBJECTS - 1)
+def _op(kind: str, indexes: int) -> st.SearchStrategy[Op]:
+    index = st.integers(0, indexes - 1)
     if kind in ("put", "delete", "put_child", "delete_child"):
         return st.builds(Op, DELAYS, st.just(kind), index)
     if kind == "outage":
@@ -73,12 +73,19 @@ def schedules(
     threads: bool | None = None,
     manager: bool | None = False,
     scheduler_below: bool = False,
+    min_ops: int = 0,
     max_ops: int = 12,
+    indexes: int = MAX_OBJECTS,
 ) -> Schedule:
+    """A schedule whose operations are of the kinds `ops` (on objects ``0..indexes-1``;
+    fewer indexes make operations on one object meet more often), and whose reconciles end
+    in `outcomes`."""
     if manager is None:
         manager = draw(st.booleans())
     kinds = [k for k in ops if k != "sigterm" and (manager or k != "partition")]
-    op_list = draw(st.lists(st.one_of(*[_op(k) for k in kinds]), max_size=max_ops))
+    op_list = draw(
+        st.lists(st.one_of(*[_op(k, indexes) for k in kinds]), min_size=min_ops, max_size=max_ops)
+    )
     if "sigterm" in ops and draw(st.booleans()):  # one stop, at any point
         at = draw(st.integers(0, len(op_list)))
         op_list = [*op_list[:at], Op(draw(STOP_DELAYS), "sigterm"), *op_list[at:]]
@@ -95,7 +102,7 @@ def schedules(
         rival_hold=draw(st.sampled_from([0.0, 10.0])) if manager else 0.0,
     )
     return Schedule(
-        objects=draw(st.integers(0, MAX_OBJECTS)),
+        objects=draw(st.integers(0 if indexes == MAX_OBJECTS else 1, MAX_OBJECTS)),
         ops=tuple(op_list),
         scripts=scripts,
         threads=draw(st.booleans()) if threads is None else threads,
