@@ -54,7 +54,9 @@ def _op(kind: str, indexes: int) -> st.SearchStrategy[Op]:
             Op, DELAYS, st.just(kind), st.just(0), st.sampled_from([1.0, 5.0, 30.0]), st.booleans()
         )
     if kind == "burst":
-        return st.builds(Op, DELAYS, st.just(kind), st.just(0), st.sampled_from([1.0, 3.0]))
+        # 300 re-triggers of up to 4 objects: more than the trigger channel holds (1,024)
+        sizes = st.sampled_from([1.0, 3.0, 300.0])
+        return st.builds(Op, DELAYS, st.just(kind), st.just(0), sizes)
     if kind == "partition":
         return st.builds(
             Op, DELAYS, st.just(kind), st.just(0), st.sampled_from([3.0, 8.0, 12.0, 30.0])
