@@ -9,8 +9,8 @@ events that share a virtual instant.
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -78,9 +78,12 @@ class Record:
         self.seq += 1
         return self.seq
 
+    clock: Callable[[], float] = field(default=lambda: 0.0)
+    """The virtual clock (read from the loop and from simulated threads alike)."""
+
     @property
     def now(self) -> float:
-        return asyncio.get_running_loop().time()
+        return self.clock()
 
     def change(self, plural: str, name: str, owner: str | None, rv: int, *, deleted: bool) -> None:
         c = Change(self.now, self._next(), rv, deleted)

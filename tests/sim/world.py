@@ -5,10 +5,10 @@ What is fake, and why it is faithful:
 
 - `SimScheduler` wraps the real Rust `Scheduler`, passing it the virtual time (``now=``),
   and writes every add, pop and done to the record (the applier accepts any scheduler).
-- `SimExecutor` stands in for the thread pool of plain-function reconciles. A submitted
-  reconcile starts at once and returns after its scripted duration on the virtual clock;
-  like a real thread it cannot be cancelled once running (``Future.cancel()`` fails on a
-  running future), so it goes on, and writes, after the applier has let it go.
+- `SimExecutor` stands in for the thread pool of plain-function reconciles: each call runs
+  in a real thread (whatever fastctl wraps around the reconcile runs unchanged), in
+  lockstep with the loop, and sleeps on the virtual clock; like a real thread it cannot be
+  cancelled once running, so it goes on, and writes, after the applier has let it go.
 - Reconciles follow a per-object script of outcomes (return, requeue, raise, raise a
   `BaseException`, cancel their own task, raise their own `TimeoutError`, hang past the
   timeout); after the script they return at once.
@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor, Future
@@ -228,44 +229,102 @@ class AsyncReconciler(_Reconciler):
 
 
 class ThreadReconciler(_Reconciler):
-    """A plain-function reconcile; `SimExecutor` runs it on the virtual clock."""
+    """A plain-function reconcile: it runs in a real thread (`SimExecutor`), whose waits
+    are on the virtual clock."""
 
-    def __call__(self, obj: dict[str, Any], ctx: Any) -> Action | None:  # pragma: no cover
-        raise AssertionError("run by SimExecutor.submit, never called directly")
+    def __init__(self, ctl: str, record: Record, schedule: Schedule, pool: SimExecutor) -> None:
+        super().__init__(ctl, record, schedule)
+        self.pool = pool
 
-    def begin(self, obj: dict[str, Any], ctx: Any) -> tuple[float, Callable[[], Any]]:
+    def __call__(self, obj: dict[str, Any], ctx: Any) -> Action | None:
         key, rv, outcome = self.next(obj)
-        if outcome.kind in ("cancel", "hang"):
-            outcome = Outcome("hang" if outcome.kind == "hang" else "error", outcome.duration)
+        if outcome.kind == "cancel":  # a thread cannot cancel a task: it fails instead
+            outcome = Outcome("error", outcome.duration)
         run = self.record.start(self.ctl, key, rv, outcome.kind, thread=True)
+        try:
+            self.pool.sleep(THREAD_HANG if outcome.kind == "hang" else outcome.duration)
+            return self.finish(key, outcome)
+        finally:
+            self.record.end(run)
 
-        def body() -> Any:
-            try:
-                return self.finish(key, outcome)
-            finally:
-                self.record.end(run)
 
-        return (THREAD_HANG if outcome.kind == "hang" else outcome.duration), body
+class _SimAbort(BaseException):
+    """Ends a simulated thread still asleep when the run is over."""
 
 
 class SimExecutor(Executor):
-    """Threads on the virtual clock: see the module docstring."""
+    """Threads in lockstep with the virtual clock: see the module docstring.
+
+    `submit` starts a real thread for whatever function the applier hands it (fastctl wraps
+    the reconcile), and the loop waits, blocked, until that thread is asleep in `sleep` or
+    done; `sleep` arms a loop timer for the wake-up, at which the loop again waits for the
+    thread. Only one side ever runs at a time, so runs stay deterministic; like a real
+    thread, a submitted call cannot be cancelled once it runs."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._idle = True
+        self._wants: tuple[float, threading.Event] | None = None
+        self._sleeping: list[threading.Event] = []
+        self._abort = False
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
         fut: Future[Any] = Future()
         fut.set_running_or_notify_cancel()
-        duration, body = fn.begin(*args)
-        asyncio.get_running_loop().call_later(duration, _complete, fut, body)
+
+        def thread() -> None:
+            try:
+                result = fn(*args, **kwargs)
+            except _SimAbort:
+                pass
+            except BaseException as exc:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+            finally:
+                with self._cond:
+                    self._idle = True
+                    self._cond.notify_all()
+
+        self._run_until_idle(lambda: threading.Thread(target=thread, daemon=True).start())
         return fut
 
+    def _run_until_idle(self, resume: Callable[[], None]) -> None:
+        """On the loop: let one thread run (start or wake it) until it sleeps or ends."""
+        with self._cond:
+            self._idle = False
+            self._wants = None
+        resume()
+        with self._cond:
+            self._cond.wait_for(lambda: self._idle)
+            wants, self._wants = self._wants, None
+        if wants is not None:
+            delay, event = wants
+            self._sleeping.append(event)
+            asyncio.get_running_loop().call_later(delay, self._wake, event)
 
-def _complete(fut: Future[Any], body: Callable[[], Any]) -> None:
-    try:
-        result = body()
-    except BaseException as exc:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(result)
+    def _wake(self, event: threading.Event) -> None:
+        if event in self._sleeping:
+            self._sleeping.remove(event)
+            self._run_until_idle(event.set)
+
+    def sleep(self, delay: float) -> None:
+        """In a simulated thread: sleep `delay` virtual seconds."""
+        event = threading.Event()
+        with self._cond:
+            self._wants = (delay, event)
+            self._idle = True
+            self._cond.notify_all()
+        event.wait()
+        if self._abort:
+            raise _SimAbort()
+
+    def abort(self) -> None:
+        """End every thread still asleep (the run is over)."""
+        self._abort = True
+        for event in self._sleeping:
+            event.set()
+        self._sleeping.clear()
 
 
 def _recording_elector(record: Record) -> type[LeaderElector]:
@@ -316,8 +375,9 @@ async def _bursts(queue: asyncio.Queue[None]) -> AsyncIterator[None]:
 def _controller(
     name: str, client: ApiClient, record: Record, schedule: Schedule, bursts: asyncio.Queue[None]
 ) -> Controller:
+    pool = SimExecutor()
     reconcile: Any = (
-        ThreadReconciler(name, record, schedule)
+        ThreadReconciler(name, record, schedule, pool)
         if schedule.threads
         else AsyncReconciler(name, record, schedule)
     )
@@ -330,7 +390,7 @@ def _controller(
         concurrency=schedule.concurrency,
         timeout=schedule.timeout,
         namespace=NAMESPACE,
-        executor=SimExecutor(),
+        executor=pool,
         scheduler=SimScheduler(name, record, sched_concurrency),
     )
     ctl.owns(CHILD)
@@ -428,6 +488,9 @@ async def _simulate(clock: VirtualClock, schedule: Schedule, record: Record) -> 
             record.in_flight_at_end[ctl.name] = ctl.scheduler.in_flight
         # let stray thread reconciles end, so their writes are on the record
         await asyncio.sleep(MAX_DURATION + 1.0)
+        for ctl in ctls:
+            if isinstance(ctl.executor, SimExecutor):
+                ctl.executor.abort()
     await client.close()
 
 
@@ -475,6 +538,7 @@ def simulate(schedule: Schedule) -> Record:
     record = Record()
 
     async def main(clock: VirtualClock) -> None:
+        record.clock = clock.monotonic
         await _simulate(clock, schedule, record)
 
     fastctl_log = logging.getLogger("fastctl")
