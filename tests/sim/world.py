@@ -373,9 +373,13 @@ async def _bursts(queue: asyncio.Queue[None]) -> AsyncIterator[None]:
 
 
 def _controller(
-    name: str, client: ApiClient, record: Record, schedule: Schedule, bursts: asyncio.Queue[None]
+    name: str,
+    client: ApiClient,
+    record: Record,
+    schedule: Schedule,
+    bursts: asyncio.Queue[None],
+    pool: SimExecutor,
 ) -> Controller:
-    pool = SimExecutor()
     reconcile: Any = (
         ThreadReconciler(name, record, schedule, pool)
         if schedule.threads
@@ -429,7 +433,8 @@ async def _simulate(clock: VirtualClock, schedule: Schedule, record: Record) -> 
     with _wired(server, record):
         names = ["a", "b"][: schedule.controllers]
         bursts = {n: asyncio.Queue[None]() for n in names}
-        ctls = [_controller(n, client, record, schedule, bursts[n]) for n in names]
+        pools = {n: SimExecutor() for n in names}
+        ctls = [_controller(n, client, record, schedule, bursts[n], pools[n]) for n in names]
         manager: Manager | None = None
         if schedule.manager:
             manager = Manager(
@@ -488,9 +493,8 @@ async def _simulate(clock: VirtualClock, schedule: Schedule, record: Record) -> 
             record.in_flight_at_end[ctl.name] = ctl.scheduler.in_flight
         # let stray thread reconciles end, so their writes are on the record
         await asyncio.sleep(MAX_DURATION + 1.0)
-        for ctl in ctls:
-            if isinstance(ctl.executor, SimExecutor):
-                ctl.executor.abort()
+        for pool in pools.values():
+            pool.abort()
     await client.close()
 
 
