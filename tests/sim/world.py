@@ -320,11 +320,10 @@ class SimExecutor(Executor):
             raise _SimAbort()
 
     def abort(self) -> None:
-        """End every thread still asleep (the run is over)."""
+        """End every thread still asleep, as the process exit does (on the loop)."""
         self._abort = True
-        for event in self._sleeping:
-            event.set()
-        self._sleeping.clear()
+        while self._sleeping:
+            self._run_until_idle(self._sleeping.pop().set)
 
 
 def _recording_elector(record: Record) -> type[LeaderElector]:
@@ -450,6 +449,10 @@ async def _simulate(clock: VirtualClock, schedule: Schedule, record: Record) -> 
             task = loop.create_task(_consume(ctls[0], record, schedule.timeout))
 
         task.add_done_callback(lambda _: setattr(record, "stopped", loop.time()))
+        if manager is not None:
+            # As `fastctl run` does: once Manager.run() returns, the process exits at once,
+            # and its threads with it (docs/leader-election.md, threads and a lost lease).
+            task.add_done_callback(lambda _: [pool.abort() for pool in pools.values()])
 
         def stop() -> None:
             if record.stop_asked is None:
