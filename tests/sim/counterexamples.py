@@ -56,13 +56,18 @@ LEASE_LOST_DURING_DRAIN = Schedule(
 tenure ends (1010.01) while a reconcile still runs; the drain ignores the loss and the
 reconcile runs, and writes, until 1012.21."""
 
-THREAD_OUTLIVES_DRAIN = Schedule(
-    objects=1,
+THREAD_OUTLIVES_LOST_LEASE = Schedule(
+    objects=3,
     manager=True,
     threads=True,
-    ops=(Op(0.2, "sigterm"),),
-    scripts=((Outcome("ok", 4.0),),),
+    concurrency=2,
+    ops=(Op(0.05, "partition", 0, 12.0), Op(8.0, "sigterm")),
+    scripts=((Outcome("hang", 12.0),),),
+    server=ServerConfig(streaming=True, item_delay=1.0),
     drain_timeout=3.0,
+    timeout=30.0,
 )
-"""leader-safety: a 4 s plain-function reconcile outlives the 3 s drain; the Manager
-cancels its future, releases the Lease (1003.21), and the thread still writes (1004.02)."""
+"""leader-safety: a plain-function reconcile hangs (8 s); the leader is cut off from the
+Lease, SIGTERM starts the drain, the tenure ends during it (1010.01) and the Manager goes on
+draining, so the thread runs, and writes, until 1011.01. (With the process ending when the
+Manager returns, as `fastctl run` now does, the thread ends with the lost lease.)"""

@@ -48,7 +48,7 @@ def test_leader_election_async(schedule: Schedule) -> None:
 )
 @sim_settings(60)
 @given(schedules(ops=LEADER_OPS, outcomes=("ok", "error", "hang"), threads=True, manager=True))
-@example(cx.THREAD_OUTLIVES_DRAIN)
+@example(cx.THREAD_OUTLIVES_LOST_LEASE)
 def test_leader_election_threads(schedule: Schedule) -> None:
     """The same with plain-function reconciles, which run in threads that cannot be
     stopped."""

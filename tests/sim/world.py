@@ -22,7 +22,7 @@ import logging
 import random
 import threading
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -452,7 +452,7 @@ async def _simulate(clock: VirtualClock, schedule: Schedule, record: Record) -> 
         if manager is not None:
             # As `fastctl run` does: once Manager.run() returns, the process exits at once,
             # and its threads with it (docs/leader-election.md, threads and a lost lease).
-            task.add_done_callback(lambda _: [pool.abort() for pool in pools.values()])
+            task.add_done_callback(lambda _: _process_exit(pools.values()))
 
         def stop() -> None:
             if record.stop_asked is None:
@@ -499,6 +499,11 @@ async def _simulate(clock: VirtualClock, schedule: Schedule, record: Record) -> 
         for pool in pools.values():
             pool.abort()
     await client.close()
+
+
+def _process_exit(pools: Iterable[SimExecutor]) -> None:
+    for pool in pools:
+        pool.abort()
 
 
 def _how(task: asyncio.Task[None]) -> str:
