@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import example, given
 
 from . import counterexamples as cx
@@ -21,7 +20,6 @@ def test_changes_bursts_and_outcomes(schedule: Schedule) -> None:
     check(schedule)
 
 
-@pytest.mark.xfail(reason="defect 1: relist triggers run against the old cache", strict=False)
 @sim_settings(60)
 @given(schedules(ops=("put", "delete", "outage", "relist", "burst"), indexes=2, min_ops=4))
 @example(cx.RELIST_READS_OLD_CACHE)
@@ -31,7 +29,6 @@ def test_relists_of_the_primary(schedule: Schedule) -> None:
     check(schedule)
 
 
-@pytest.mark.xfail(reason="defect 5: related watches lose deletions on a relist", strict=False)
 @sim_settings(60)
 @given(schedules(ops=("put_child", "delete_child", "relist"), indexes=1, min_ops=4))
 @example(cx.CHILD_DELETED_DURING_RELIST)
@@ -41,7 +38,6 @@ def test_relists_of_owned_children(schedule: Schedule) -> None:
     check(schedule)
 
 
-@pytest.mark.xfail(reason="defect 4: a BaseException or self-cancel leaks the slot", strict=False)
 @sim_settings(60)
 @given(schedules(ops=CHANGES, outcomes=("ok", "error", "base", "cancel")))
 @example(cx.BASE_EXCEPTION_LEAKS_SLOT)
@@ -51,7 +47,6 @@ def test_base_exceptions_and_self_cancel(schedule: Schedule) -> None:
     check(schedule)
 
 
-@pytest.mark.xfail(reason="defect 7: a reconcile's own TimeoutError is misreported", strict=False)
 @sim_settings(40)
 @given(schedules(ops=("put", "burst"), outcomes=("ok", "timeouterror")))
 @example(cx.OWN_TIMEOUT_ERROR)
@@ -60,7 +55,6 @@ def test_own_timeout_error(schedule: Schedule) -> None:
     check(schedule)
 
 
-@pytest.mark.xfail(reason="defect 6: busy loop when the scheduler's limit is lower", strict=False)
 @sim_settings(40)
 @given(schedules(ops=("put", "burst"), scheduler_below=True))
 @example(cx.SCHEDULER_BELOW_CONCURRENCY)

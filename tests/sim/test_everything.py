@@ -3,7 +3,6 @@ space the focused tests cut into pieces. This is the one to run long (tests/sim/
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 
 from .check import check
@@ -24,7 +23,6 @@ EVERY_OP = (
 EVERY_OUTCOME = ("ok", "requeue", "error", "base", "cancel", "timeouterror", "hang")
 
 
-@pytest.mark.xfail(reason="defects 1-7: any of them", strict=False)
 @sim_settings(60)
 @given(schedules(ops=EVERY_OP, outcomes=EVERY_OUTCOME, manager=None, max_ops=16))
 def test_everything(schedule: Schedule) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import example, given
 
 from . import counterexamples as cx
@@ -29,7 +28,6 @@ def test_leader_election_lost_while_reconciling(schedule: Schedule) -> None:
     check(schedule)
 
 
-@pytest.mark.xfail(reason="defect 2: a lease lost during the drain is ignored", strict=False)
 @sim_settings(80)
 @given(
     schedules(
@@ -43,9 +41,6 @@ def test_leader_election_async(schedule: Schedule) -> None:
     check(schedule)
 
 
-@pytest.mark.xfail(
-    reason="defect 3 (and 2): plain-function reconciles outlive their slot", strict=False
-)
 @sim_settings(60)
 @given(schedules(ops=LEADER_OPS, outcomes=("ok", "error", "hang"), threads=True, manager=True))
 @example(cx.THREAD_OUTLIVES_LOST_LEASE)
