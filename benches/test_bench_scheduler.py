@@ -1,7 +1,7 @@
 """Scheduler core benchmarks: the Rust `fastctl.Scheduler` beside the pure-Python model
 (`fastctl.testing.model.ModelScheduler`) on the same workloads, plus resident memory per queued key.
 
-Run (results in docs/benchmarks.md, "Scheduler core (issue 2)")::
+Run (results in docs/benchmarks.md, "Scheduler core")::
 
     .venv/bin/python -m pytest benches/test_bench_scheduler.py --benchmark-only \\
         --benchmark-timer=time.process_time --benchmark-json=/tmp/bench-scheduler.json

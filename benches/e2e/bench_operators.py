@@ -1,6 +1,6 @@
 """The operators under test, each run as its own process by the driver (`run_all.py`).
 
-Widget operators (issue 7): the same work in every framework. For each Widget whose
+Widget operators: the same work in every framework. For each Widget whose
 ``status.observedGeneration`` differs from ``metadata.generation``, read the spec and write
 ``status: {observedGeneration, items}`` with one merge patch of the ``status`` subresource;
 anything else (the event caused by that very patch) is a no-op.
@@ -17,7 +17,7 @@ anything else (the event caused by that very patch) is a no-op.
   persistence at all, the least kopf can do.
 - ``kopf-limited``: ``kopf`` with ``settings.queueing.worker_limit = --concurrency``.
 
-ConfigMap controllers (issue 5), fastctl only:
+ConfigMap controllers, fastctl only:
 
 - ``cm-record``: a no-op reconcile that records when each ConfigMap was first reconciled.
 - ``cm-latency``: a reconcile that GETs its object from the API server (one real request)

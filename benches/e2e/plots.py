@@ -153,7 +153,7 @@ def _watch(res: dict[str, Any], path: Path) -> None:
     for ax in axes:
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle(
-        f"Issue 5: {res['count']:,} ConfigMaps of {res['payload_bytes']:,} B, fastctl's "
+        f"{res['count']:,} ConfigMaps of {res['payload_bytes']:,} B, fastctl's "
         "watcher and cache beside kubernetes-asyncio's typed Watch"
     )
     fig.tight_layout()

@@ -40,7 +40,7 @@ def _p50_p99(summary: dict[str, float]) -> str:
 
 def configmaps_section(res: dict[str, Any]) -> list[str]:
     out = [
-        f"### Issue 5: {res['count']:,} ConfigMaps ({res['payload_bytes']:,}-byte value each)",
+        f"### {res['count']:,} ConfigMaps ({res['payload_bytes']:,}-byte value each)",
         "",
     ]
     c = res["create_to_reconciled"]
@@ -164,7 +164,7 @@ def _server_cpu(phase: dict[str, Any]) -> float:
 
 
 def operators_section(rows: list[dict[str, Any]]) -> list[str]:
-    out = ["### Issue 7: the same Widget operator in fastctl and kopf", ""]
+    out = ["### The same Widget operator in fastctl and kopf", ""]
     base = {r["count"]: r for r in rows if r["mode"] == "fastctl"}
     times, resources = [], []
     for r in rows:
@@ -239,7 +239,7 @@ def operators_section(rows: list[dict[str, Any]]) -> list[str]:
 
 def latency_section(res: dict[str, Any]) -> list[str]:
     out = [
-        f"### Issue 7: a live change behind a backlog of {res['backlog']:,} initial-list objects",
+        f"### A live change behind a backlog of {res['backlog']:,} initial-list objects",
         "",
     ]
     rows = []
@@ -298,7 +298,7 @@ def sweep_section(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def targets_section(results: dict[str, Any]) -> list[str]:
-    out = ["### Targets (issue 7)", ""]
+    out = ["### Targets", ""]
     rows = results.get("operators") or []
     by = {(r["mode"], r["count"]): r for r in rows}
     top = max((r["count"] for r in rows), default=0)

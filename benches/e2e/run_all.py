@@ -1,4 +1,4 @@
-"""Every end-to-end benchmark of issues 5 and 7, against the real local API server, in one
+"""Every end-to-end benchmark, against the real local API server, in one
 command::
 
     .venv/bin/python benches/e2e/run_all.py            # the full run (~11 min on 2 cores)
@@ -93,12 +93,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"machine": machine(), "args": vars(args)}
     started = time.monotonic()
     if "configmaps" in args.only:
-        log(f"== issue 5: {args.configmaps} ConfigMaps")
+        log(f"== {args.configmaps} ConfigMaps")
         results["configmaps"] = await run_configmaps(
             args.configmaps, args.payload, args.concurrency, log_dir
         )
     if "latency" in args.only:
-        log(f"== issue 7: live-change latency behind {args.backlog} initial-list objects")
+        log(f"== live-change latency behind {args.backlog} initial-list objects")
         results["latency"] = await run_latency(
             args.backlog, args.concurrency, 0.05, 400, ("rust", "model"), log_dir
         )
@@ -118,7 +118,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 for mode in modes:
                     if round_ >= repeats[mode]:
                         continue
-                    log(f"== issue 7: {mode} on {count} Widgets (run {round_ + 1}/{repeats[mode]})")
+                    log(f"== {mode} on {count} Widgets (run {round_ + 1}/{repeats[mode]})")
                     runs[mode].append(
                         await run_operator(
                             mode,

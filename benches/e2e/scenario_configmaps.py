@@ -1,4 +1,4 @@
-"""Issue 5: 5,000 ConfigMaps through fastctl, beside kubernetes-asyncio's typed Watch.
+"""5,000 ConfigMaps through fastctl, beside kubernetes-asyncio's typed Watch.
 
 On one fresh control plane:
 

@@ -1,4 +1,4 @@
-"""Issue 7: fastctl, fastctl with the pure-Python scheduler, and kopf, on the same Widgets.
+"""fastctl, fastctl with the pure-Python scheduler, and kopf, on the same Widgets.
 
 One scenario = one operator on one object count, on a fresh control plane:
 

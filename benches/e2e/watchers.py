@@ -1,4 +1,4 @@
-"""Watch consumers for the issue 5 benchmark, each run as its own process by the driver.
+"""Watch consumers for the ConfigMap benchmark, each run as its own process by the driver.
 
 - ``fastctl``: `fastctl.watcher` through `fastctl.reflector` into a `fastctl.Store`
   (what a fastctl Controller does with its primary resource).
