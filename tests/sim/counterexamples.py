@@ -71,3 +71,30 @@ THREAD_OUTLIVES_LOST_LEASE = Schedule(
 Lease, SIGTERM starts the drain, the tenure ends during it (1010.01) and the Manager goes on
 draining, so the thread runs, and writes, until 1011.01. (With the process ending when the
 Manager returns, as `fastctl run` now does, the thread ends with the lost lease.)"""
+
+TRANSIENT_CHILD_BETWEEN_RELISTS = Schedule(
+    objects=2,
+    ops=(
+        Op(0.0, "put_child", 0),
+        Op(0.0, "delete_child", 0),
+        Op(0.3, "delete_child", 0),
+        Op(0.0, "put_child", 0),
+        Op(0.05, "put_child", 0),
+        Op(0.0, "delete_child", 0),
+        Op(5.0, "relist", 0, 0.0, True),
+        Op(0.05, "put_child", 0),
+        Op(0.0, "put_child", 0),
+        Op(0.3, "delete_child", 0),
+        Op(5.0, "delete_child", 0),
+        Op(0.3, "relist", 0, 0.0, True),
+    ),
+    concurrency=1,
+    server=ServerConfig(streaming=True, page_size=3, item_delay=0.1, request_latency=0.01),
+    timeout=5.0,
+)
+"""Found by the long run (2,000 schedules per test), not yet understood: the child c0 is
+created, changed and deleted again (rv 8-11) between two relists of the children, and w0 is
+not reconciled after it. If those events were compacted before the watch delivered them, no
+list + watch client can see the child (it is absent before and after), and the invariant
+asks too much; if they were delivered, a trigger is lost. Kept as a strict xfail until one
+of the two is shown."""

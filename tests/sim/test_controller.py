@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import example, given
 
 from . import counterexamples as cx
@@ -61,3 +62,13 @@ def test_own_timeout_error(schedule: Schedule) -> None:
 def test_scheduler_below_the_applier_concurrency(schedule: Schedule) -> None:
     """A supplied scheduler whose concurrency is below the controller's."""
     check(schedule)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="long-run finding: a child created and deleted between two relists; either the "
+    "lost-trigger invariant asks for an unobservable change or a trigger is lost (see "
+    "counterexamples.TRANSIENT_CHILD_BETWEEN_RELISTS)",
+)
+def test_a_child_created_and_deleted_between_two_relists() -> None:
+    check(cx.TRANSIENT_CHILD_BETWEEN_RELISTS)
