@@ -28,6 +28,7 @@ PUBLIC_PACKAGES = (
     "fastctl.kube",
     "fastctl.runtime",
     "fastctl.runtime.leader",
+    "fastctl.runtime.sharding",
     "fastctl.errors",
     "fastctl.types",
     "fastctl.testing",

@@ -23,6 +23,7 @@ __all__ = [
     "LeaseRecord",
     "Observation",
     "Tenure",
+    "check_lease_timings",
     "default_identity",
     "micro_time",
     "next_record",
@@ -56,6 +57,36 @@ def micro_time(when: datetime | None = None) -> str:
     ``2026-12-02T13:45:00.123456Z`` (the format Go's ``metav1.MicroTime`` writes)."""
     when = datetime.now(UTC) if when is None else when.astimezone(UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def check_lease_timings(
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
+    why: str = "a leader must give up, and cancel its running reconciles, before its lease "
+    "expires for others",
+) -> None:
+    """The checks every Lease-based protocol needs (leader election, shard membership):
+    positive finite timings, a safety margin of `MIN_SAFETY_MARGIN` at least between
+    `renew_deadline` and `lease_duration` (`why` says what it protects), and room for a
+    retry within the renew deadline. Raises `ValueError` naming the option."""
+    for what, value in (
+        ("lease_duration", lease_duration),
+        ("renew_deadline", renew_deadline),
+        ("retry_period", retry_period),
+    ):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{what} must be a positive number of seconds, not {value!r}")
+    if not lease_duration - renew_deadline >= MIN_SAFETY_MARGIN:
+        raise ValueError(
+            f"lease_duration ({lease_duration}) must be longer than renew_deadline "
+            f"({renew_deadline}) by at least {MIN_SAFETY_MARGIN} s: {why}"
+        )
+    if not renew_deadline > retry_period * (1 + RETRY_JITTER):
+        raise ValueError(
+            f"renew_deadline ({renew_deadline}) must be longer than "
+            f"{1 + RETRY_JITTER} x retry_period ({retry_period}) to leave room for a retry"
+        )
 
 
 @dataclass(frozen=True, init=False)
@@ -97,24 +128,7 @@ class LeaderElection:
             raise ValueError("LeaderElection needs a lease name and a namespace")
         if identity == "":
             raise ValueError("identity must not be empty: an empty holder means a free lease")
-        for what, value in (
-            ("lease_duration", lease_duration),
-            ("renew_deadline", renew_deadline),
-            ("retry_period", retry_period),
-        ):
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{what} must be a positive number of seconds, not {value!r}")
-        if not lease_duration - renew_deadline >= MIN_SAFETY_MARGIN:
-            raise ValueError(
-                f"lease_duration ({lease_duration}) must be longer than renew_deadline "
-                f"({renew_deadline}) by at least {MIN_SAFETY_MARGIN} s: a leader must give "
-                "up, and cancel its running reconciles, before its lease expires for others"
-            )
-        if not renew_deadline > retry_period * (1 + RETRY_JITTER):
-            raise ValueError(
-                f"renew_deadline ({renew_deadline}) must be longer than "
-                f"{1 + RETRY_JITTER} x retry_period ({retry_period}) to leave room for a retry"
-            )
+        check_lease_timings(lease_duration, renew_deadline, retry_period)
         set_ = object.__setattr__  # frozen: assign through object, once
         set_(self, "name", name)
         set_(self, "namespace", namespace)

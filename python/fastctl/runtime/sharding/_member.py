@@ -1,0 +1,339 @@
+"""The loop of one shard member: renew its own Lease, read the group's, and serve, claim and
+drain slots by the rules of `_rules` (the safety argument is there and in docs/sharding.md).
+
+The runtime asks two things of it: `serves(slot)` before it starts a reconcile, and a
+`drainer` coroutine, given to the constructor, that returns once no reconcile of the given
+slots is running any more (it must stop starting them at once). `wait_change()` wakes
+whoever must restart a watch with a new ``shardSelector``.
+
+Time is the event loop's clock (``loop.time()``, monotonic), so the tests run the loop on a
+virtual clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient
+
+from fastctl.kube._http import ApiError
+from fastctl.runtime.leader._lease_api import TRANSIENT
+from fastctl.runtime.leader._rules import RETRY_JITTER, LeaseRecord
+from fastctl.runtime.sharding._member_api import GroupLeases, ShardLeaseClient, member_lease
+from fastctl.runtime.sharding._rules import SLOTS_ANNOTATION, Member, Sharding, parse_slots
+
+__all__ = ["Drainer", "ShardMember"]
+
+log = logging.getLogger("fastctl.sharding")
+
+Drainer = Callable[[frozenset[int], bool], Awaitable[None]]
+"""``drainer(slots, urgent)`` stops starting reconciles of `slots` and returns once none is
+running. `urgent` is True when the tenure ended (or the loop stopped): the running ones must
+be cancelled at once, within the safety margin; otherwise (the slots moved to another
+member) they may finish, as they do in a graceful drain."""
+
+
+async def _nothing_to_drain(slots: frozenset[int], urgent: bool) -> None:
+    return None
+
+
+class ShardMember:
+    """One replica's membership in a shard group, as configured by `Sharding`.
+
+    - `run()`: the membership loop, until `leave()` (cancel it to stop as a crash would:
+      the others take over the slots once this member's Lease expires);
+    - `serving` / `serves(slot)`: what may be reconciled now, from the clock at each call;
+    - `wait_change(seen)`: wait until the served slots differ from version `seen`;
+    - `leave()`: drain everything, then publish nothing, so the others take over at once.
+    """
+
+    def __init__(
+        self,
+        client: ApiClient | GroupLeases,
+        config: Sharding,
+        *,
+        drainer: Drainer = _nothing_to_drain,
+    ) -> None:
+        self.config = config
+        self._leases: GroupLeases = (
+            ShardLeaseClient(client, config.namespace, config.group, config.renew_deadline)
+            if isinstance(client, ApiClient)
+            else client
+        )
+        self._drainer = drainer
+        self._rules = Member(config.identity, config.slots, config.renew_deadline)
+        self._lease: dict[str, Any] | None = None  # our own, as last read or written
+        self._seen: dict[str, _Seen] = {}
+        self._version = 0
+        self._changed = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._drains: set[asyncio.Task[None]] = set()
+        self._last_error = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"<ShardMember {self.config.group!r} as {self.identity!r}: {len(self.serving)} slots>"
+        )
+
+    @property
+    def identity(self) -> str:
+        return self.config.identity
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    @property
+    def serving(self) -> frozenset[int]:
+        """The slots whose objects may be reconciled now (none once the tenure ran out)."""
+        rules = self._rules
+        return frozenset(rules.serving) if rules.valid(self._now()) else frozenset()
+
+    def serves(self, slot: int) -> bool:
+        return self._rules.serves(slot, self._now())
+
+    @property
+    def members(self) -> list[str]:
+        """The live members this one counts (itself included)."""
+        now = self._now()
+        live = [seen.holder for seen in self._seen.values() if now < seen.expires_at()]
+        return sorted({self.identity, *live})
+
+    @property
+    def version(self) -> int:
+        """Counts changes of `serving`; pass it to `wait_change`."""
+        return self._version
+
+    async def wait_change(self, seen: int) -> int:
+        """Wait until `serving` changed after version `seen`; return the new version."""
+        while self._version == seen:
+            await self._changed.wait()
+        return self._version
+
+    def _notify(self) -> None:
+        self._version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- the loop ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        log.info("shard group %s: joining as %r", self.config.group, self.identity)
+        try:
+            while not self._stop.is_set():
+                await self._round()
+                delay = self.config.retry_period * (1 + random.uniform(0, RETRY_JITTER))
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self._stop.wait()
+        finally:
+            stopped = self._abandon()
+            if stopped and not self._stop.is_set():
+                self._stopped(stopped, "the membership loop stopped")
+
+    async def _round(self) -> None:
+        """Write our Lease, then read the group's and act on it (rule 3: the read must come
+        after the write)."""
+        rules = self._rules
+        published = rules.to_publish()
+        body = member_lease(
+            self.config.lease_name,
+            self.config.group,
+            self.identity,
+            self.config.lease_duration_seconds,
+            published,
+        )
+        sent = self._now()
+        budget = rules.deadline - sent if rules.valid(sent) else self.config.renew_deadline
+        try:
+            async with asyncio.timeout(budget):
+                self._lease = await self._leases.write(self._lease, body)
+        except TRANSIENT as exc:
+            rules.write_failed()
+            if isinstance(exc, ApiError) and exc.status == 404:
+                self._lease = None  # deleted behind our back: create it again
+            self._note_error("writing the member Lease", exc)
+        else:
+            if self._now() < sent + self.config.renew_deadline:
+                rules.wrote(sent, published)
+                self._arm_timer()
+        try:
+            async with asyncio.timeout(self.config.renew_deadline):
+                items = await self._leases.list()
+        except TRANSIENT as exc:
+            self._note_error("listing the group's Leases", exc)
+            return
+        if self._last_error:
+            log.info("shard group %s: the API server answers again", self.config.group)
+            self._last_error = ""
+        self._observe(items)
+
+    def _observe(self, items: list[dict[str, Any]]) -> None:
+        now = self._now()
+        config = self.config
+        listed: set[str] = set()
+        for lease in items:
+            metadata = lease.get("metadata") or {}
+            name = metadata.get("name")
+            if not isinstance(name, str):
+                continue
+            if name == config.lease_name:
+                if self._lease is None or _version(lease) != _version(self._lease):
+                    self._lease = lease  # someone else wrote it: our next PUT needs this copy
+                continue
+            listed.add(name)
+            seen = self._seen.get(name)
+            if seen is None or seen.version != _version(lease):
+                self._seen[name] = _Seen.of(lease, now, config)
+        others: dict[str, frozenset[int]] = {}
+        for name, seen in list(self._seen.items()):
+            expiry = seen.expires_at()
+            if now < expiry:
+                # Counted until it expires even if it vanished from the list: a deleted
+                # Lease proves nothing about whether its holder stopped.
+                others[seen.holder] = seen.slots
+            elif name not in listed or now >= expiry + config.lease_duration:
+                del self._seen[name]
+                if name in listed and seen.holder:
+                    self._collect(seen.lease)
+        before = self.serving
+        stopped = self._rules.observed(others, now)
+        if stopped:
+            self._start_drain(frozenset(stopped), urgent=False)
+        if self.serving != before:
+            log.info(
+                "shard group %s: serving %d of %d slots (%d members)",
+                config.group,
+                len(self.serving),
+                config.slots,
+                len(others) + 1,
+            )
+            self._notify()
+
+    def _collect(self, lease: Mapping[str, Any]) -> None:
+        """Delete a Lease that has been expired for a whole lease duration more: its holder
+        is gone (a restarted replica has a new identity), and nobody else will."""
+
+        async def delete() -> None:
+            with contextlib.suppress(*TRANSIENT):
+                await self._leases.delete(lease)
+
+        task = asyncio.get_running_loop().create_task(delete())
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
+    def _start_drain(self, slots: frozenset[int], *, urgent: bool) -> None:
+        """Drain `slots` in the background; a graceful drain then stops publishing them."""
+
+        async def drain() -> None:
+            await self._drainer(slots, urgent)
+            if not urgent:
+                for slot in slots:
+                    self._rules.drained(slot)
+
+        task = asyncio.get_running_loop().create_task(drain())
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
+    def _arm_timer(self) -> None:
+        """End the tenure exactly at its deadline, whatever the loop is awaiting."""
+        if self._timer is not None:
+            self._timer.cancel()
+        delay = max(0.0, self._rules.deadline - self._now())
+        self._timer = asyncio.get_running_loop().call_later(
+            delay, self._end_tenure, "renewals failed for the renew deadline"
+        )
+
+    def _end_tenure(self, reason: str) -> None:
+        """The tenure ran out: stop serving everything at once (rule 2)."""
+        self._timer = None
+        stopped = self._rules.check(self._now())
+        if stopped:
+            self._stopped(frozenset(stopped), reason)
+
+    def _stopped(self, slots: frozenset[int], reason: str) -> None:
+        log.warning(
+            "shard group %s: stopped serving %d slots: %s", self.config.group, len(slots), reason
+        )
+        self._start_drain(slots, urgent=True)
+        self._notify()
+
+    def _abandon(self) -> frozenset[int]:
+        """Forget every slot and the tenure, as after a crash; the slots that were live."""
+        rules = self._rules
+        live = (
+            frozenset(rules.serving | rules.draining) if rules.valid(self._now()) else frozenset()
+        )
+        rules.serving.clear()
+        rules.claiming.clear()
+        rules.draining.clear()
+        rules.deadline = -math.inf
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return live
+
+    def _note_error(self, what: str, exc: BaseException) -> None:
+        message = "request timed out" if isinstance(exc, TimeoutError) else str(exc)
+        level = logging.DEBUG if message == self._last_error else logging.WARNING
+        log.log(level, "shard group %s: %s: %s", self.config.group, what, message)
+        self._last_error = message
+
+    # -- leaving ----------------------------------------------------------------------
+
+    async def leave(self, *, timeout: float | None = None) -> bool:
+        """Leave the group on purpose: stop serving everything, wait for the drainer, then
+        publish no slot (and no holder) so the others take over at once instead of waiting
+        for the Lease to expire. True if that last write succeeded within `timeout`
+        (default: `renew_deadline`)."""
+        self._stop.set()
+        everything = self._abandon()
+        if everything:
+            self._notify()
+        budget = self.config.renew_deadline if timeout is None else timeout
+        try:
+            async with asyncio.timeout(budget):
+                await self._drainer(everything, False)
+                body = member_lease(self.config.lease_name, self.config.group, "", 1, frozenset())
+                self._lease = await self._leases.write(self._lease, body)
+        except TRANSIENT as exc:
+            log.warning("shard group %s: could not leave cleanly: %s", self.config.group, exc)
+            return False
+        return True
+
+
+def _version(lease: Mapping[str, Any]) -> object:
+    return (lease.get("metadata") or {}).get("resourceVersion")
+
+
+@dataclass(slots=True)
+class _Seen:
+    """Another member's Lease as last received, and when (on our clock) it last changed."""
+
+    version: object
+    holder: str
+    duration: float
+    slots: frozenset[int]
+    observed_at: float
+    lease: dict[str, Any]
+
+    @classmethod
+    def of(cls, lease: dict[str, Any], now: float, config: Sharding) -> _Seen:
+        metadata = lease.get("metadata") or {}
+        record = LeaseRecord.from_lease(lease)
+        annotations = metadata.get("annotations") or {}
+        duration = record.lease_duration_seconds or config.lease_duration
+        slots = parse_slots(annotations.get(SLOTS_ANNOTATION), config.slots)
+        return cls(metadata.get("resourceVersion"), record.holder, duration, slots, now, lease)
+
+    def expires_at(self) -> float:
+        """Rule 1: a lease duration after it last changed; at once if nobody holds it."""
+        return self.observed_at + self.duration if self.holder else -math.inf
