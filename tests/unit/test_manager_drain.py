@@ -12,6 +12,7 @@ import types
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action
 from fastctl.runtime import _controller, _manager
@@ -53,9 +54,8 @@ class Lease(LeaseStore):
         return super().put(lease)
 
 
-@pytest.fixture
-def lease(monkeypatch: pytest.MonkeyPatch) -> Lease:
-    store = Lease()
+def elect_on(store: LeaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every Manager's elector use `store` instead of the API server."""
 
     def elector(client: Any, config: LeaderElection) -> LeaderElector:
         made = LeaderElector(client, config)
@@ -64,6 +64,19 @@ def lease(monkeypatch: pytest.MonkeyPatch) -> Lease:
 
     monkeypatch.setattr(_manager, "LeaderElector", elector)
     monkeypatch.setattr(_manager, "ApiClient", _ElectorClient)
+
+
+def manager_client() -> ApiClient:
+    """A client that is never used: the events and the Lease are faked."""
+    api = client()
+    api.configuration = None  # type: ignore[assignment]  # read only by the elector's client
+    return api
+
+
+@pytest.fixture
+def lease(monkeypatch: pytest.MonkeyPatch) -> Lease:
+    store = Lease()
+    elect_on(store, monkeypatch)
     monkeypatch.setattr(_elector, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
     return store
 
@@ -102,9 +115,9 @@ def _stop_during_a_reconcile(
     feed = Feed()
     monkeypatch.setattr(_controller, "watcher", lambda *a, **kw: feed.events())
     ctl = Controller(client(), WIDGET, work.reconcile, name="widgets")
-    api = client()
-    api.configuration = None  # type: ignore[assignment]  # read only by the elector's own client, faked here
-    mgr = Manager(api, leader_election=ELECTION, metrics_port=None, drain_timeout=DRAIN)
+    mgr = Manager(
+        manager_client(), leader_election=ELECTION, metrics_port=None, drain_timeout=DRAIN
+    )
     mgr.add(ctl)
 
     async def main(loop: VirtualTimeLoop) -> tuple[float, float]:
