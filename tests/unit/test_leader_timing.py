@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import types
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,9 +21,8 @@ RENEW_DEADLINE = 0.3
 
 
 @pytest.fixture(autouse=True)
-def _elector_on_the_loop_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _elector_on_the_loop_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_elector, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
-    yield
 
 
 def _leases(elector: _elector.LeaderElector) -> _FakeLeases:
