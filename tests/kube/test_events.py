@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+import types
 from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl.kube import _events
 from fastctl.kube._events import Recorder
 from fastctl.kube._http import request_json
 from fastctl.kube._resource import Resource
@@ -64,6 +67,32 @@ async def test_expired_series_starts_a_new_event(client: ApiClient, namespace: s
     second = await rec.publish(cm, reason="Tick")  # the PATCH 404s: a fresh event instead
     assert second["metadata"]["name"] != first["metadata"]["name"]
     assert "series" not in second
+
+
+async def test_a_repeat_after_the_series_window_starts_a_new_event(
+    client: ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder's clock jumps past the 6-minute window: the repeat is a new Event on the
+    server, and the old one keeps its count (a repeat inside the window still folds)."""
+    offset = [0.0]
+    clock = types.SimpleNamespace(
+        time=lambda: time.time() + offset[0], time_ns=time.time_ns, monotonic=time.monotonic
+    )
+    monkeypatch.setattr(_events, "time", clock)
+    cm = await make_configmap(client, namespace, "subject")
+    rec = Recorder(client, CONTROLLER, "pod-1")
+    first = await rec.publish(cm, reason="Tick")
+    offset[0] = _events._SERIES_WINDOW - 1.0
+    folded = await rec.publish(cm, reason="Tick")
+    assert folded["metadata"]["name"] == first["metadata"]["name"]
+    assert folded["series"]["count"] == 2
+    offset[0] += _events._SERIES_WINDOW + 1.0
+    fresh = await rec.publish(cm, reason="Tick")
+    assert fresh["metadata"]["name"] != first["metadata"]["name"]
+    assert "series" not in fresh
+    stored = {e["metadata"]["name"]: e for e in await events_in(client, namespace)}
+    assert set(stored) == {first["metadata"]["name"], fresh["metadata"]["name"]}
+    assert stored[first["metadata"]["name"]]["series"]["count"] == 2
 
 
 async def test_cluster_scoped_objects_report_to_default(client: ApiClient, namespace: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -70,8 +71,22 @@ class Terms:
 
     log: list[tuple[str, float, float]] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    tenures: list[tuple[str, float, float]] = field(default_factory=list)
+    """The electors' own tenures, exactly: from the answer that started one to its end (its
+    deadline, or the moment it was ended sooner); bounds on these need no slack."""
 
     def follow(self, elector: LeaderElector) -> None:
+        lose = elector._lose
+
+        def recording_lose(reason: str, *, level: int = logging.WARNING) -> None:
+            tenure = elector._tenure
+            if tenure is not None:
+                end = min(tenure.deadline, time.monotonic())
+                self.tenures.append((elector.identity, tenure.started_at, end))
+            lose(reason, level=level)
+
+        elector._lose = recording_lose  # type: ignore[method-assign]
+
         async def follow() -> None:
             while True:
                 term = await elector.wait_leading()
@@ -86,10 +101,14 @@ class Terms:
     def of(self, identity: str) -> list[tuple[float, float]]:
         return [(start, end) for who, start, end in self.log if who == identity]
 
+    def tenure(self, identity: str, index: int = 0) -> tuple[float, float]:
+        return [(start, end) for who, start, end in self.tenures if who == identity][index]
+
     def assert_no_overlap(self) -> None:
-        ordered = sorted(self.log, key=lambda term: term[1])
-        for (who, _, end), (next_who, start, _) in itertools.pairwise(ordered):
-            assert start >= end, f"{next_who} led from {start} before {who} stopped at {end}"
+        for record in (self.log, self.tenures):
+            ordered = sorted(record, key=lambda term: term[1])
+            for (who, _, end), (next_who, start, _) in itertools.pairwise(ordered):
+                assert start >= end, f"{next_who} led from {start} before {who} stopped at {end}"
 
     async def close(self) -> None:
         for task in self.tasks:
@@ -201,6 +220,7 @@ async def test_a_killed_leader_is_replaced_after_the_lease_duration(
         until = a.leading_until
         assert until is not None
         last_renewal_sent = until - a.config.renew_deadline
+        killed_before = time.monotonic()
         a_run.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await a_run
@@ -212,6 +232,11 @@ async def test_a_killed_leader_is_replaced_after_the_lease_duration(
     # b waits a full lease duration from the moment it saw a's last renewal, which it can
     # only have seen after a sent it; it wakes at the expiry, so not much later.
     assert b_led_at >= last_renewal_sent + config.lease_duration
+    a_end = terms.tenure("a")[1]
+    assert killed_before <= a_end <= killed_at  # cancelling run() ended it at once
+    # Safety on the tenures themselves, no slack: b started a full lease duration after a's
+    # last renewal was sent, so lease_duration - renew_deadline after a's deadline.
+    assert terms.tenure("b")[0] >= last_renewal_sent + config.lease_duration
     assert b_led_at - killed_at <= config.lease_duration + 1.2 * config.retry_period + 2 * SLACK
     spec = (await _lease(await clients(), namespace))["spec"]
     assert spec["holderIdentity"] == "b"
@@ -310,8 +335,10 @@ async def test_a_partitioned_leader_stops_before_the_lease_can_expire_for_others
     # it can only have seen after a sent it...
     assert b_led_at >= until - config.renew_deadline + config.lease_duration
     # ...so between a stopping and b starting lies lease_duration - renew_deadline (0.5 s).
+    # The tenures themselves, exactly (safety: no slack).
     margin = config.lease_duration - config.renew_deadline
-    assert b_led_at - a_lost_at >= margin - 0.2, (a_lost_at, b_led_at)
+    a_end, b_start = terms.tenure("a")[1], terms.tenure("b")[0]
+    assert b_start - a_end >= margin, (a_end, b_start)
 
 
 @pytest.mark.kube
@@ -326,6 +353,7 @@ async def test_a_leader_whose_lease_is_taken_reports_the_loss_at_its_next_renewa
             lease = await _lease(admin, namespace)
             record = next_record(LeaseRecord.from_lease(lease), "intruder", 2, micro_time())
             body = {**lease, "spec": record.to_spec()}
+            sent_at = time.monotonic()  # a can only see the write after this
             try:
                 await request_json(admin, "PUT", path, body=orjson.dumps(body))
                 break
@@ -339,8 +367,8 @@ async def test_a_leader_whose_lease_is_taken_reports_the_loss_at_its_next_renewa
         assert a.leader == "intruder"
         # The intruder never renews: a takes the lease back once it expired on a's clock.
         assert await asyncio.wait_for(a.wait_leading(), 10) == 2
-        again = time.monotonic() - taken_at
-    assert again >= 2.0 - 0.1
+    # Safety, no slack: the foreign record's 2 s counted from no earlier than its sending.
+    assert terms.tenure("a", 1)[0] - sent_at >= 2.0
     spec = (await _lease(admin, namespace))["spec"]
     assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("a", 2)
 

@@ -4,6 +4,7 @@ processes (kill -9 and graceful hand-over), /metrics after a known workload, SIG
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import signal
 import subprocess
@@ -128,6 +129,18 @@ async def wait_until(check: Any, limit: float, what: str) -> None:
         await asyncio.sleep(0.05)
 
 
+async def lease_of(client: ApiClient, namespace: str) -> dict[str, Any]:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/recording-test"
+    lease: dict[str, Any] = await request_json(client, "GET", path)
+    return lease
+
+
+def micro_seconds(micro_time: str) -> float:
+    """A Lease MicroTime as seconds since the epoch."""
+    parsed = datetime.datetime.strptime(micro_time, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return parsed.replace(tzinfo=datetime.UTC).timestamp()
+
+
 def reconciled_by(record: Path, identity: str, since: float = 0.0) -> bool:
     return any(i == identity and at >= since for k, i, _, at in read_record(record) if k == "S")
 
@@ -150,16 +163,30 @@ async def test_leader_election_between_processes(
     b = Operator(control_plane, namespace, record, "b", *election, **env)
     operators.append(b)
     await asyncio.sleep(4)  # b is up, its cache synced, but a holds the lease
+    assert b.proc.poll() is None, "the standby did not start"
     assert not reconciled_by(record, "b"), "a follower reconciled"
+    held = (await lease_of(client, namespace))["spec"]
 
     # kill -9 the leader: b takes over once the lease (3 s) has expired, not before.
     killed_at = time.time()
     a.proc.send_signal(signal.SIGKILL)
     a.proc.wait(10)
+    left = (await lease_of(client, namespace))["spec"]
+    # Not released (that would clear the holder and shorten the lease): it must expire.
+    assert left["holderIdentity"] == held["holderIdentity"] != ""
+    assert left["leaseDurationSeconds"] == 3
     await wait_until(lambda: reconciled_by(record, "b"), 3 + 5, "b to take over after kill -9")
     spans = intervals(record)
+    taken = (await lease_of(client, namespace))["spec"]
+    assert taken["holderIdentity"] not in ("", held["holderIdentity"])
+    assert taken["leaseTransitions"] == held["leaseTransitions"] + 1
+    # Safety, no slack: a's last renewal was written with renewTime before it was sent, and
+    # b waits a full lease duration from when it saw it (one machine, one wall clock).
+    assert spans["b"][0] >= micro_seconds(left["renewTime"]) + 3
     takeover = spans["b"][0] - killed_at
-    assert takeover < 3 + 2, f"takeover took {takeover:.1f} s"
+    assert takeover < 3 + 2, f"takeover took {takeover:.1f} s"  # liveness: slack allowed
+    # The killed process recorded each reconcile's start and end as it ran: none of its
+    # reconciles overlaps b's.
     assert spans["a"][1] < spans["b"][0], "a and b reconciled in the same interval"
 
     # Graceful hand-over: SIGTERM b, c (a follower) takes over within a few seconds.

@@ -251,3 +251,47 @@ async def test_a_reconcile_running_at_the_swap_gets_one_follow_up_with_the_new_s
         await until(lambda: len(seen.calls) == 2, "the follow-up")
         await settle()
     assert seen.calls == [("a", 0), ("a", 1)]
+
+
+@pytest.mark.parametrize("which", ["initial list", "relist"])
+async def test_a_live_change_overtakes_the_listed_objects_still_queued(
+    sources: Sources, which: str
+) -> None:
+    """A list's triggers have priority INITIAL_LIST_PRIORITY (-100), a live change 0: with
+    one reconcile at a time and the listed objects queued behind a running one, a new
+    object and a listed object that changed are served before every other listed object
+    (the changed one first: raised while ready, it keeps its age)."""
+    seen = Seen()
+    hold = asyncio.Event()
+    hold.set()
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> Action | None:
+        await seen.reconcile(obj, ctx)
+        await hold.wait()
+        return None
+
+    names = [f"l{i}" for i in range(6)]
+    ctl = Controller(client(), WIDGET, reconcile, name="widgets", concurrency=1)
+    watches = sources.bind(ctl)
+    feed = sources.feeds[WIDGET]
+    async with running(ctl, *watches):
+        if which == "relist":
+            feed.push(*listing(*(widget(n, 0) for n in names)))
+            await until(lambda: seen.names() == set(names), "the initial list")
+            await settle()
+        before = len(seen.calls)
+        hold.clear()
+        feed.push(*listing(*(widget(n, 1) for n in names)))
+        await until(lambda: len(seen.calls) == before + 1, "the first listed object running")
+        waiting = [n for n in names if n not in seen.names(before)]
+        feed.push(
+            WatchEvent(EventKind.APPLY, widget("live", 1)),
+            WatchEvent(EventKind.APPLY, widget(waiting[-1], 2)),
+        )
+        await settle()
+        hold.set()
+        await until(lambda: len(seen.calls) == before + 1 + len(names), "everything")
+        await settle()
+    served = seen.calls[before + 1 :]
+    assert served[:2] == [(waiting[-1], 2), ("live", 1)]
+    assert sorted(n for n, _ in served[2:]) == sorted(waiting[:-1])

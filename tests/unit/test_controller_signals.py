@@ -1,0 +1,88 @@
+"""`Controller.run()` and the process's signals (docs/contract.md): the first SIGTERM or
+SIGINT stops gracefully (no new reconcile starts, the running one finishes, `run()`
+returns), a second one cancels at once; the loop's handlers are removed when `run()`
+ends. The
+signals are real, sent to this process; what is checked is what happened, not when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+import pytest
+
+from fastctl import Action
+from fastctl.runtime import _controller
+from fastctl.runtime._controller import Controller
+
+from .test_controller_relist import WIDGET, Feed, client, listing, until, widget
+
+
+class Work:
+    """Reconciles that wait for `release`, noting which started, ended and were cancelled."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started: list[str] = []
+        self.ended: list[str] = []
+        self.cancelled: list[str] = []
+
+    async def reconcile(self, obj: dict[str, Any], ctx: Any) -> Action | None:
+        name = obj["metadata"]["name"]
+        self.started.append(name)
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(name)
+            raise
+        self.ended.append(name)
+        return None
+
+
+async def _running_one_of_two(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Work, asyncio.Task[None]]:
+    """A controller (one reconcile at a time) with "a" running and "b" queued."""
+    feed = Feed()
+    monkeypatch.setattr(_controller, "watcher", lambda *a, **kw: feed.events())
+    work = Work()
+    ctl = Controller(client(), WIDGET, work.reconcile, name="widgets", concurrency=1)
+    feed.push(*listing(widget("a", 0), widget("b", 0)))
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: len(work.started) == 1, "the first reconcile")
+    return work, task
+
+
+@pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGINT])
+async def test_the_first_signal_drains(
+    monkeypatch: pytest.MonkeyPatch, first: signal.Signals
+) -> None:
+    work, task = await _running_one_of_two(monkeypatch)
+    os.kill(os.getpid(), first)
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert not task.done(), "a graceful stop waits for the running reconcile"
+    assert work.cancelled == []
+    work.release.set()
+    await until(task.done, "run() to return")
+    assert task.exception() is None
+    assert work.ended == work.started  # the running one finished; the queued one never began
+    assert len(work.started) == 1
+    handlers = asyncio.get_running_loop()._signal_handlers  # type: ignore[attr-defined]
+    assert signal.SIGINT not in handlers
+    assert signal.SIGTERM not in handlers
+
+
+async def test_a_second_signal_cancels_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    work, task = await _running_one_of_two(monkeypatch)
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(200):
+        await asyncio.sleep(0)
+    os.kill(os.getpid(), signal.SIGINT)
+    await until(task.done, "run() to end")
+    assert task.cancelled()
+    assert work.cancelled == work.started
+    assert work.ended == []

@@ -1,0 +1,329 @@
+"""The watcher's fallbacks and retries (docs/kubernetes.md, "The watcher") against a
+scripted API server, on a virtual clock: each request the watcher makes is answered by the
+next step of the test's script, and the test checks the requests and the events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import types
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from fastctl.errors import ApiError, WatchError
+from fastctl.kube import _watcher
+from fastctl.kube._resource import Resource
+from fastctl.kube._watcher import INITIAL_EVENTS_END, Backoff, WatchEvent, watcher
+
+from .test_controller_relist import client
+from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
+
+CM = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
+Query = dict[str, Any]
+
+
+class _Content:
+    def __init__(self, lines: list[bytes]) -> None:
+        self._lines = list(lines)
+
+    async def readline(self, max_line_length: int = 0) -> bytes:
+        await asyncio.sleep(0)
+        return self._lines.pop(0) if self._lines else b""
+
+
+class Response:
+    """What `request` returns: a status, a body (a list) or the lines of a watch stream."""
+
+    def __init__(self, status: int, body: Any = None, lines: list[bytes] | None = None) -> None:
+        self.status = status
+        self._body = orjson.dumps(body) if body is not None else b""
+        self.content = _Content(lines or [])
+
+    async def read(self) -> bytes:
+        return self._body
+
+    async def __aenter__(self) -> Response:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def obj(name: str, rv: int) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)}}
+
+
+def page(names: list[str], *, cont: str | None = None, rv: int = 10) -> Response:
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if cont:
+        meta["continue"] = cont
+    return Response(200, {"items": [obj(n, rv) for n in names], "metadata": meta})
+
+
+def status(code: int, reason: str = "Failure") -> Response:
+    return Response(code, {"kind": "Status", "code": code, "reason": reason, "message": reason})
+
+
+def frame(etype: str, o: dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": etype, "object": o}) + b"\n"
+
+
+def end_of_initial_events(rv: int, *, annotated: bool = True) -> bytes:
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if annotated:
+        meta["annotations"] = {INITIAL_EVENTS_END: "true"}
+    return frame("BOOKMARK", {"metadata": meta})
+
+
+def stream(*lines: bytes) -> Response:
+    return Response(200, lines=list(lines))
+
+
+class ScriptOver(Exception):
+    """The script has nothing more to answer: the watcher does not retry this, it ends."""
+
+
+class Server:
+    """Answers the watcher's requests from `script(query)`, recording (time, query); when
+    the script has nothing more to say (None), the run ends."""
+
+    def __init__(self, script: Callable[[Query], Response | None]) -> None:
+        self.script = script
+        self.requests: list[tuple[float, Query]] = []
+
+    async def request(self, client: Any, method: str, path: str, **kw: Any) -> Response:
+        query = {k: v for k, v in kw["query"].items() if v is not None}
+        self.requests.append((asyncio.get_running_loop().time(), query))
+        answer = self.script(query)
+        if answer is None:
+            raise ScriptOver
+        return answer
+
+    def kinds(self) -> list[str]:
+        """'stream' (streaming list), 'list' (with `limit`), 'list-whole', 'watch'."""
+        out = []
+        for _, q in self.requests:
+            if q.get("sendInitialEvents"):
+                out.append("stream")
+            elif q.get("watch"):
+                out.append("watch")
+            else:
+                out.append("list" if "limit" in q else "list-whole")
+        return out
+
+
+def run(
+    server: Server,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    events: int = 1000,
+    **options: Any,
+) -> list[WatchEvent]:
+    """Run a watcher against `server` until it has yielded `events` events or the script
+    is over."""
+    monkeypatch.setattr(_watcher, "request", server.request)
+    monkeypatch.setattr(_watcher, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
+    options.setdefault("backoff", Backoff(jitter=0.0))
+    got: list[WatchEvent] = []
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        gen = watcher(client(), CM, namespace="ns", **options)
+        try:
+            async for event in gen:
+                got.append(event)
+                if len(got) == events:
+                    break
+        except ScriptOver:
+            pass
+        await gen.aclose()  # type: ignore[attr-defined]
+
+    run_virtual(main)
+    return got
+
+
+def framing(events: list[WatchEvent]) -> list[str]:
+    return [
+        e.kind.name if e.obj is None else f"{e.kind.name} {e.obj['metadata']['name']}"
+        for e in events
+    ]
+
+
+def test_an_expired_continue_token_restarts_the_list_in_one_piece(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def script(q: Query) -> Response | None:
+        if "continue" not in q and "limit" in q:
+            return page(["a", "b"], cont="c1")
+        if q.get("continue") == "c1":
+            return status(410, "Expired")
+        if "limit" not in q and not q.get("watch"):
+            return page(["a", "b", "c"])
+        return None
+
+    server = Server(script)
+    got = run(server, monkeypatch, events=8, streaming_list=False, page_size=2)
+    assert framing(got) == [
+        *("INIT", "INIT_APPLY a", "INIT_APPLY b"),
+        *("INIT", "INIT_APPLY a", "INIT_APPLY b", "INIT_APPLY c", "INIT_DONE"),
+    ]
+    assert server.kinds() == ["list", "list", "list-whole"]
+    assert server.requests[1][1]["continue"] == "c1"
+    assert server.requests[1][0] == server.requests[2][0]  # at once: no backoff
+
+
+def test_a_list_broken_half_way_starts_over_with_a_new_init(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken = [True]
+
+    def script(q: Query) -> Response | None:
+        if q.get("watch"):
+            return None
+        if "continue" not in q:
+            return page(["a", "b"], cont="c1")
+        if broken.pop() if broken else False:
+            return status(500, "InternalError")
+        return page(["c"])
+
+    server = Server(script)
+    got = run(server, monkeypatch, events=8, streaming_list=False, page_size=2)
+    assert framing(got) == [
+        *("INIT", "INIT_APPLY a", "INIT_APPLY b"),
+        *("INIT", "INIT_APPLY a", "INIT_APPLY b", "INIT_APPLY c", "INIT_DONE"),
+    ]
+    assert server.kinds() == ["list", "list", "list", "list"]
+    assert "continue" not in server.requests[2][1]  # from the first page again
+    assert server.requests[2][0] - server.requests[1][0] == 0.5  # after a backoff
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        status(400, "BadRequest"),
+        stream(frame("ADDED", obj("a", 5)), end_of_initial_events(5, annotated=False)),
+    ],
+    ids=["4xx", "ignored"],
+)
+def test_a_forced_streaming_list_never_falls_back(
+    monkeypatch: pytest.MonkeyPatch, refusal: Response
+) -> None:
+    def script(q: Query) -> Response | None:
+        if q.get("sendInitialEvents"):
+            return refusal
+        return None if q.get("watch") else page(["a"])
+
+    server = Server(script)
+    with pytest.raises(WatchError, match="streaming list failed"):
+        run(server, monkeypatch, events=10, streaming_list=True)
+    assert server.kinds() == ["stream"]
+
+
+@pytest.mark.parametrize("code", [403, 429])
+def test_403_and_429_retry_the_streaming_list_and_never_fall_back(
+    monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    refusals = [status(code), status(code)]
+    errors: list[BaseException] = []
+
+    def script(q: Query) -> Response | None:
+        if q.get("sendInitialEvents"):
+            if refusals:
+                return refusals.pop()
+            return stream(frame("ADDED", obj("a", 5)), end_of_initial_events(5))
+        return None
+
+    server = Server(script)
+    got = run(server, monkeypatch, events=3, on_error=errors.append)
+    assert framing(got) == ["INIT", "INIT_APPLY a", "INIT_DONE"]
+    assert server.kinds() == ["stream", "stream", "stream"]
+    assert [e.status for e in errors if isinstance(e, ApiError)] == [code, code]
+
+
+@pytest.mark.parametrize(
+    "first",
+    [end_of_initial_events(5, annotated=False), frame("MODIFIED", obj("a", 5))],
+    ids=["bookmark-without-annotation", "not-added"],
+)
+def test_a_server_that_ignores_send_initial_events_gets_paginated_lists_for_good(
+    monkeypatch: pytest.MonkeyPatch, first: bytes
+) -> None:
+    watches = [stream(frame("ERROR", {"kind": "Status", "code": 410, "message": "gone"}))]
+    streams = [1]
+
+    def script(q: Query) -> Response | None:
+        if q.get("sendInitialEvents"):
+            if not streams:
+                return None  # a second streaming attempt: the script ends the run
+            streams.pop()
+            return stream(frame("ADDED", obj("a", 4)), first)
+        if q.get("watch"):
+            return watches.pop() if watches else None
+        return page(["a"])
+
+    server = Server(script)
+    got = run(server, monkeypatch, events=7)
+    # the streaming attempt's INIT and object, then the list; after the 410, a list again
+    assert framing(got) == [
+        *("INIT", "INIT_APPLY a"),
+        *("INIT", "INIT_APPLY a", "INIT_DONE"),
+        *("INIT", "INIT_APPLY a"),
+    ]
+    assert server.kinds()[:4] == ["stream", "list", "watch", "list"]
+
+
+def test_errors_back_off_exponentially_and_an_accepted_watch_resets_the_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three failed watches wait 0.5, 1 and 2 s; the watch accepted after them resets the
+    backoff, so the next failure waits 0.5 s again. An empty watch that ends at once waits
+    too (no busy loop)."""
+    answers = [
+        status(500),
+        status(500),
+        status(500),
+        stream(frame("ADDED", obj("b", 11))),
+        status(500),
+        stream(),
+        stream(),
+    ]
+
+    def script(q: Query) -> Response | None:
+        if q.get("watch") and not q.get("sendInitialEvents"):
+            return answers.pop(0) if answers else None
+        if q.get("sendInitialEvents"):
+            return status(404)  # not supported: paginate
+        return page(["a"])
+
+    server = Server(script)
+    run(server, monkeypatch)
+    kinds = server.kinds()
+    watches = [at for (at, _), kind in zip(server.requests, kinds, strict=True) if kind == "watch"]
+    gaps = [round(b - a, 9) for a, b in itertools.pairwise(watches)]
+    assert gaps[:3] == [0.5, 1.0, 2.0]
+    assert gaps[4] == 0.5  # the failure after an accepted watch: reset
+    assert gaps[5:] == [0.5, 0.5]  # empty watches: never a busy loop
+
+
+def test_an_on_error_callback_that_raises_does_not_end_the_watch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    failures = [status(500), status(503)]
+    calls: list[BaseException] = []
+
+    def on_error(exc: BaseException) -> None:
+        calls.append(exc)
+        raise RuntimeError("a broken metrics hook")
+
+    def script(q: Query) -> Response | None:
+        if q.get("sendInitialEvents"):
+            return failures.pop() if failures else stream(end_of_initial_events(5))
+        return None
+
+    server = Server(script)
+    got = run(server, monkeypatch, events=2, on_error=on_error)
+    assert framing(got) == ["INIT", "INIT_DONE"]
+    assert len(calls) == 2
