@@ -14,6 +14,7 @@ The package follows the data path, one layer per folder (docs/architecture.md):
 
 from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, applier
 from fastctl._core import Scheduler
+from fastctl._version import version as _installed_version
 from fastctl.errors import (
     ApiError,
     FastctlError,
@@ -95,3 +96,6 @@ __all__ = [
     "reflector",
     "watcher",
 ]
+
+__version__: str = _installed_version()
+"""The version of fastctl: the one in Cargo.toml (see `fastctl._version`)."""

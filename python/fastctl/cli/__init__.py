@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
+from fastctl._version import version
+
 __all__ = ["COMMANDS", "CliError", "Subcommands", "build_parser", "main"]
 
 COMMANDS: tuple[str, ...] = ("fastctl.cli.run", "fastctl.cli.demo", "fastctl.cli.control_plane")
@@ -45,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastctl",
         description="Kubernetes controllers in Python on a Rust scheduling core.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"fastctl {version()}", help="print the version"
     )
     subcommands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name in COMMANDS:

@@ -62,10 +62,13 @@ _REQUIRED = ("etcd", "kube-apiserver")
 _ALL = (*_REQUIRED, "kubectl")
 
 HOW_TO_GET = (
-    "get them with `fastctl control-plane build` (or scripts/control-plane-build in a "
-    "checkout; needs Go >= 1.26 and the Go module proxy, 4-15 minutes on 2 cores), or set "
-    "KUBEBUILDER_ASSETS to a directory with etcd and kube-apiserver (e.g. from setup-envtest)"
+    "two ways to get them: install Go >= 1.26 and run `fastctl control-plane build` (it builds "
+    "them from the Go module proxy into the cache, 4-15 minutes on 2 cores; "
+    "scripts/control-plane-build in a checkout), or set KUBEBUILDER_ASSETS to a directory "
+    "with etcd and kube-apiserver (e.g. envtest's, from `setup-envtest use -p path`)"
 )
+"""What every "binaries not found" message ends with: the two ways to get them. A user who
+installed the wheel has no checkout and maybe no Go, so both are named, Go's first."""
 
 
 class ControlPlaneError(RuntimeError):
