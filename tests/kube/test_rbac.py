@@ -312,6 +312,7 @@ async def test_the_derived_role_is_sufficient_and_every_rule_is_used(
     forbidden = [s for s in log if s.status == 403]
     assert not forbidden, forbidden
     used = {s.grant for s in log}
+    granted -= CONFLICT_ONLY
     if streaming:  # no list request: the watches list by streaming
         granted = {g for g in granted if g[2] != "list"}
     assert used == granted, (
@@ -330,6 +331,7 @@ ROLE_GRANTS = sorted(
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "get"),
         ("coordination.k8s.io", "leases", "update"),
+        ("demo.fastctl.dev", "widgets", "get"),
         ("demo.fastctl.dev", "widgets", "list"),
         ("demo.fastctl.dev", "widgets", "patch"),
         ("demo.fastctl.dev", "widgets", "watch"),
@@ -339,6 +341,9 @@ ROLE_GRANTS = sorted(
     ]
 )
 """What the derivation must give the demo operator (also checked against the derivation)."""
+CONFLICT_ONLY = {("demo.fastctl.dev", "widgets", "get")}
+"""Used only when the finalizer's patch meets a concurrent change of the finalizers (it reads
+the object again): a Widget's quiet life never needs it, so no removal case observes it."""
 
 
 async def test_the_removal_cases_are_the_derived_rules(namespace: str) -> None:
@@ -346,7 +351,9 @@ async def test_the_removal_cases_are_the_derived_rules(namespace: str) -> None:
     assert sorted(grants_of(role)) == ROLE_GRANTS
 
 
-@pytest.mark.parametrize("removed", ROLE_GRANTS, ids=lambda g: f"{g[1]}-{g[2]}")
+@pytest.mark.parametrize(
+    "removed", [g for g in ROLE_GRANTS if g not in CONFLICT_ONLY], ids=lambda g: f"{g[1]}-{g[2]}"
+)
 async def test_without_any_one_rule_the_operator_is_forbidden(
     control_plane: ControlPlane,
     namespace: str,

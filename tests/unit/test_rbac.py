@@ -70,7 +70,7 @@ def by_resource(rules: tuple[Rule, ...]) -> dict[tuple[str, str], tuple[str, ...
 
 DEMO = {
     ("", "configmaps"): ("create", "delete", "list", "patch", "watch"),
-    ("demo.fastctl.dev", "widgets"): ("list", "patch", "watch"),
+    ("demo.fastctl.dev", "widgets"): ("get", "list", "patch", "watch"),
     ("demo.fastctl.dev", "widgets/status"): ("patch",),
     ("events.k8s.io", "events"): ("create", "patch"),
 }

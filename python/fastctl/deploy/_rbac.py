@@ -10,7 +10,8 @@ the primary resource               list, then watch (the reflector)             
 ``owns(resource)``/``watches``     list, then watch                             list watch
 the owned children (`Needs.owned`)  `apply` (a PATCH that may create), `delete`  create patch delete
 status (`Needs.status`)             `apply_status`: PATCH of ``<plural>/status``  patch
-a finalizer (`Needs.finalizer`)     JSON patch of ``metadata.finalizers``        patch
+a finalizer (`Needs.finalizer`)     JSON patch of ``metadata.finalizers``; a GET  get patch
+                                   of the object when another writer changed them
 Events (`Needs.events`)             `Recorder`: POST, then PATCH of a series     create patch
 leader election                     GET, POST, PUT of one ``coordination`` Lease  get create update
 =================================  ===========================================  =========
@@ -102,7 +103,8 @@ class Needs:
     operator does; turn off what a reconcile does not do, so the Role stays minimal).
 
     - `status`: writes the primary's status (`apply_status`): patch ``<plural>/status``.
-    - `finalizer`: uses `fastctl.kube.finalizer`: patch the primary.
+    - `finalizer`: uses `fastctl.kube.finalizer`: patch the primary, and get it (read again
+      when the patch meets a concurrent change of the finalizers).
     - `events`: publishes Events with a `Recorder`: create/patch ``events.k8s.io`` events.
     - `owned`: the verbs on every owned resource beyond list/watch: ``patch`` and
       ``create`` for `apply` (a server-side apply that creates the object is authorized as
@@ -279,7 +281,7 @@ def derive(
         if declared.status:
             grants.add_resource(scope, primary, ("patch",), sub="status")
         if declared.finalizer:
-            grants.add_resource(scope, primary, ("patch",))
+            grants.add_resource(scope, primary, ("get", "patch"))
         for resource in ctl.resources[1:]:
             grants.add_resource(scope, resolved[resource], ("list", "watch"))
         for resource in ctl.owned:
