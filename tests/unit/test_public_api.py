@@ -29,6 +29,7 @@ PUBLIC_PACKAGES = (
     "fastctl.runtime",
     "fastctl.runtime.leader",
     "fastctl.runtime.sharding",
+    "fastctl.deploy",
     "fastctl.errors",
     "fastctl.types",
     "fastctl.testing",
@@ -59,11 +60,23 @@ KUBE_ALL = _names(
     """
 )
 RUNTIME_ALL = {"INITIAL_LIST_PRIORITY", "Controller", "LeaderElection", "LeaderElector", "Manager"}
+DEPLOY_ALL = _names(
+    """
+    BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions Rule
+    collect_crds deployment derive describe manifests needs needs_of rbac_objects
+    resolve_offline resolve_resources service_account to_yaml
+    """
+)
 
 
 @pytest.mark.parametrize(
     ("package", "names"),
-    [("fastctl", FASTCTL_ALL), ("fastctl.kube", KUBE_ALL), ("fastctl.runtime", RUNTIME_ALL)],
+    [
+        ("fastctl", FASTCTL_ALL),
+        ("fastctl.kube", KUBE_ALL),
+        ("fastctl.runtime", RUNTIME_ALL),
+        ("fastctl.deploy", DEPLOY_ALL),
+    ],
 )
 def test_exports_only_grow(package: str, names: set[str]) -> None:
     exported = set(importlib.import_module(package).__all__)

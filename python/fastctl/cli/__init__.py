@@ -21,7 +21,12 @@ from fastctl._version import version
 
 __all__ = ["COMMANDS", "CliError", "Subcommands", "build_parser", "main"]
 
-COMMANDS: tuple[str, ...] = ("fastctl.cli.run", "fastctl.cli.demo", "fastctl.cli.control_plane")
+COMMANDS: tuple[str, ...] = (
+    "fastctl.cli.run",
+    "fastctl.cli.manifests",
+    "fastctl.cli.demo",
+    "fastctl.cli.control_plane",
+)
 """The modules that provide subcommands, in ``--help`` order."""
 
 if TYPE_CHECKING:

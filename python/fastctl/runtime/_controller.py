@@ -191,6 +191,11 @@ class Controller:
         """Every resource this controller watches: the primary first."""
         return [self.resource, *(rel.resource for rel in self._relations)]
 
+    @property
+    def owned(self) -> list[Resource]:
+        """The resources added with `owns` (what the reconcile writes, for RBAC)."""
+        return [rel.resource for rel in self._relations if rel.mapper is None]
+
     def _use_shared_watch(self, resource: Resource, shared: SharedWatch) -> None:
         """Take `resource`'s events from `shared` instead of opening a watch of its own (the
         Manager shares one watch and one cache per resource among its controllers). For the

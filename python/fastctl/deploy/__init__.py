@@ -1,0 +1,48 @@
+"""Deploying an operator: the RBAC rules its controllers need and the manifests that run it
+(``fastctl manifests``; docs/authoring.md, "Running in a cluster")."""
+
+from fastctl.deploy._manifests import (
+    DeployOptions,
+    collect_crds,
+    deployment,
+    manifests,
+    rbac_objects,
+    service_account,
+    to_yaml,
+)
+from fastctl.deploy._operator import Operator, describe, resolve_resources
+from fastctl.deploy._rbac import (
+    BUILTIN_RESOURCES,
+    EVENTS_RULE,
+    LEASE_RULE,
+    Needs,
+    Permissions,
+    Rule,
+    derive,
+    needs,
+    needs_of,
+    resolve_offline,
+)
+
+__all__ = [
+    "BUILTIN_RESOURCES",
+    "EVENTS_RULE",
+    "LEASE_RULE",
+    "DeployOptions",
+    "Needs",
+    "Operator",
+    "Permissions",
+    "Rule",
+    "collect_crds",
+    "deployment",
+    "derive",
+    "describe",
+    "manifests",
+    "needs",
+    "needs_of",
+    "rbac_objects",
+    "resolve_offline",
+    "resolve_resources",
+    "service_account",
+    "to_yaml",
+]

@@ -1,0 +1,223 @@
+"""The objects that deploy an operator: CRDs, ServiceAccount, RBAC, Deployment.
+
+Everything here is a pure function of what the operator declares (its controllers, its
+CRDs, its extra rules) and of `DeployOptions`: no cluster is needed, and the output is plain
+dicts, ready for ``kubectl apply`` once written as YAML (`to_yaml`).
+
+The Deployment runs ``fastctl run module:attr --leader-elect NAME`` with 2 replicas (one
+leads, the other keeps its caches warm, docs/leader-election.md), the Lease in the
+operator's namespace, ``/healthz`` as the liveness and ``/readyz`` as the readiness probe on
+the metrics port, a non-root user and a read-only root filesystem (``/tmp`` is an
+``emptyDir``; ``PYTHONDONTWRITEBYTECODE`` keeps Python from writing beside the code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastctl.deploy._rbac import Permissions, Rule
+
+__all__ = [
+    "DeployOptions",
+    "collect_crds",
+    "deployment",
+    "manifests",
+    "rbac_objects",
+    "service_account",
+    "to_yaml",
+]
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DeployOptions:
+    """How the operator is deployed.
+
+    - `target`: what ``fastctl run`` runs in the container (``module:attr``, importable
+      from the image's working directory).
+    - `name`: the ServiceAccount, (Cluster)Role, binding, Deployment and Lease name.
+    - `operator_namespace`: where the Deployment, ServiceAccount and Lease live.
+    - `watch_namespace`: the one namespace the controllers watch (``None``: all).
+    - `leader_election`: run with ``--leader-elect`` (needs the Lease rule).
+    """
+
+    target: str
+    name: str
+    image: str
+    operator_namespace: str
+    watch_namespace: str | None = None
+    replicas: int = 2
+    leader_election: bool = True
+    metrics_port: int = 8080
+    create_namespace: bool = False
+    requests: Mapping[str, str] = field(default_factory=lambda: {"cpu": "100m", "memory": "128Mi"})
+    limits: Mapping[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "512Mi"})
+    run_as_user: int = 65532
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {"app.kubernetes.io/name": self.name, "app.kubernetes.io/managed-by": "fastctl"}
+
+
+def collect_crds(declared: Iterable[Any]) -> list[Obj]:
+    """CRD dicts from `declared`: dicts as they are, and anything with a callable ``crd()``
+    (a typed resource model) by calling it; the first of each name wins."""
+    out: dict[str, Obj] = {}
+    for item in declared:
+        make = getattr(item, "crd", None)
+        crd = make() if callable(make) else item
+        if not isinstance(crd, Mapping) or crd.get("kind") != "CustomResourceDefinition":
+            continue
+        out.setdefault(str(crd["metadata"]["name"]), dict(crd))
+    return list(out.values())
+
+
+def _meta(name: str, namespace: str | None, labels: Mapping[str, str]) -> Obj:
+    meta: Obj = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(labels)
+    return meta
+
+
+def service_account(options: DeployOptions) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(options.name, options.operator_namespace, options.labels),
+    }
+
+
+def rbac_objects(options: DeployOptions, permissions: Permissions) -> list[Obj]:
+    """A ClusterRole and ClusterRoleBinding for the cluster-wide rules, a Role and
+    RoleBinding in each namespace for the namespaced ones, all bound to the
+    ServiceAccount."""
+    subject = {
+        "kind": "ServiceAccount",
+        "name": options.name,
+        "namespace": options.operator_namespace,
+    }
+    out: list[Obj] = []
+    scopes: list[tuple[str | None, Sequence[Rule]]] = []
+    if permissions.cluster:
+        scopes.append((None, permissions.cluster))
+    scopes.extend(sorted(permissions.namespaced.items()))
+    for namespace, rules in scopes:
+        kind = "ClusterRole" if namespace is None else "Role"
+        out.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": kind,
+                "metadata": _meta(options.name, namespace, options.labels),
+                "rules": [rule.as_policy_rule() for rule in rules],
+            }
+        )
+        out.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": f"{kind}Binding",
+                "metadata": _meta(options.name, namespace, options.labels),
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": kind,
+                    "name": options.name,
+                },
+                "subjects": [subject],
+            }
+        )
+    return out
+
+
+def run_args(options: DeployOptions) -> list[str]:
+    """The ``fastctl`` arguments of the container."""
+    args = ["run", options.target, "--metrics-port", str(options.metrics_port)]
+    args += ["--log-format", "json"]
+    if options.watch_namespace is not None:
+        args += ["--namespace", options.watch_namespace]
+    if options.leader_election:
+        args += ["--leader-elect", options.name]
+        args += ["--lease-namespace", options.operator_namespace]
+    return args
+
+
+def deployment(options: DeployOptions) -> Obj:
+    probe = {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10}
+    container: Obj = {
+        "name": "operator",
+        "image": options.image,
+        "command": ["fastctl"],
+        "args": run_args(options),
+        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "ports": [{"name": "metrics", "containerPort": options.metrics_port}],
+        "livenessProbe": {**probe, "initialDelaySeconds": 5, "failureThreshold": 3},
+        "readinessProbe": {**probe, "httpGet": {"path": "/readyz", "port": "metrics"}},
+        "resources": {"requests": dict(options.requests), "limits": dict(options.limits)},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    selector = {"app.kubernetes.io/name": options.name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(options.name, options.operator_namespace, options.labels),
+        "spec": {
+            "replicas": options.replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": options.labels},
+                "spec": {
+                    "serviceAccountName": options.name,
+                    # The Manager drains for up to 30 s after SIGTERM.
+                    "terminationGracePeriodSeconds": 40,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": options.run_as_user,
+                        "runAsGroup": options.run_as_user,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+
+
+def manifests(
+    options: DeployOptions, permissions: Permissions, crds: Iterable[Mapping[str, Any]] = ()
+) -> list[Obj]:
+    """Every object, in the order ``kubectl apply`` needs: CRDs, the Namespace (with
+    `DeployOptions.create_namespace`), ServiceAccount, RBAC, Deployment."""
+    out: list[Obj] = [dict(crd) for crd in crds]
+    if options.create_namespace:
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": _meta(options.operator_namespace, None, options.labels),
+            }
+        )
+    out.append(service_account(options))
+    out.extend(rbac_objects(options, permissions))
+    out.append(deployment(options))
+    return out
+
+
+def to_yaml(objects: Iterable[Mapping[str, Any]]) -> str:
+    """A multi-document YAML stream (needs PyYAML: the ``manifests`` extra)."""
+    try:
+        import yaml  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - the extra is missing
+        raise ImportError("writing YAML needs PyYAML: pip install 'fastctl[manifests]'") from exc
+    return str(
+        yaml.safe_dump_all(
+            [dict(obj) for obj in objects], sort_keys=False, default_flow_style=False
+        )
+    )

@@ -1,0 +1,96 @@
+"""What an operator declares, read without running it.
+
+``fastctl manifests`` builds the operator as ``fastctl run`` would (the factory gets an
+`ApiClient` that is never connected) and reads from what comes back and from its module:
+
+- the controllers (a `Controller`, several, or a `Manager`'s) and, for a `Manager`, its
+  own `LeaderElection`;
+- CRDs: the module's ``CRDS`` (a list of CRD dicts or of models with a ``crd()``
+  classmethod) and ``CRD`` (one dict), and every watched resource that has a ``crd()``;
+- extra rules: the module's ``RBAC`` (a list of `Rule` or ``PolicyRule`` dicts), for what
+  the reconciles touch that no controller declares (granted where the controllers are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from fastctl.deploy._manifests import collect_crds
+from fastctl.deploy._rbac import Rule, resolve_offline
+from fastctl.kube._resource import Discovery, ResolvedResource, Resource
+from fastctl.runtime._controller import Controller
+from fastctl.runtime._manager import Manager
+from fastctl.runtime.leader._rules import LeaderElection
+
+__all__ = ["Operator", "describe", "resolve_resources"]
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    """The controllers, CRDs and extra rules of one operator (see the module docstring).
+    `election` is the Manager's own `LeaderElection`; `manager` says a Manager was built,
+    which ``fastctl run`` runs as it is (its flags for leader election do not apply)."""
+
+    controllers: tuple[Controller, ...]
+    crds: tuple[dict[str, Any], ...] = ()
+    rules: tuple[Rule, ...] = ()
+    manager: bool = False
+    election: LeaderElection | None = None
+    resources: tuple[Resource, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        seen: dict[Resource, None] = {}
+        for ctl in self.controllers:
+            seen.update(dict.fromkeys(ctl.resources))
+        object.__setattr__(self, "resources", tuple(seen))
+
+
+def describe(built: Any, module: ModuleType | None = None) -> Operator:
+    """The `Operator` behind what a ``fastctl run`` target built (`built`) and its module."""
+    manager = isinstance(built, Manager)
+    if manager:
+        controllers = list(built.controllers)
+    elif isinstance(built, Controller):
+        controllers = [built]
+    elif isinstance(built, Iterable):
+        controllers = list(built)
+    else:
+        controllers = []
+    if not controllers or not all(isinstance(c, Controller) for c in controllers):
+        raise TypeError(f"expected Controllers or a Manager, got {type(built).__name__}")
+    declared: list[Any] = []
+    rules: list[Rule] = []
+    if module is not None:
+        declared.extend(getattr(module, "CRDS", None) or ())
+        if isinstance(getattr(module, "CRD", None), Mapping):
+            declared.append(module.CRD)
+        for value in getattr(module, "RBAC", None) or ():
+            rules.extend(Rule.of(value))
+    declared.extend(r for ctl in controllers for r in ctl.resources)
+    return Operator(
+        tuple(controllers),
+        tuple(collect_crds(declared)),
+        tuple(rules),
+        manager=manager,
+        election=built.leader_election if manager else None,
+    )
+
+
+async def resolve_resources(
+    operator: Operator, discovery: Discovery | None = None
+) -> dict[Resource, ResolvedResource]:
+    """Plural and scope of every resource the operator watches: offline (`resolve_offline`)
+    where possible, else from `discovery`; `LookupError` naming the first that neither
+    knows."""
+    out: dict[Resource, ResolvedResource] = {}
+    for resource in operator.resources:
+        try:
+            out[resource] = resolve_offline(resource, operator.crds)
+        except LookupError:
+            if discovery is None:
+                raise
+            out[resource] = await discovery.resolve(resource)
+    return out

@@ -1,0 +1,295 @@
+"""The RBAC rules an operator needs, derived from the controllers it declares.
+
+Kubernetes authorizes every request by (API group, resource, verb), so the rules follow from
+the requests fastctl makes for a controller, one source each:
+
+=================================  ===========================================  =========
+what the controller declares       the request fastctl sends                    verbs
+=================================  ===========================================  =========
+the primary resource               list, then watch (the reflector)             list watch
+``owns(resource)``/``watches``     list, then watch                             list watch
+the owned children (`Needs.owned`)  `apply` (a PATCH that may create), `delete`  create patch delete
+status (`Needs.status`)             `apply_status`: PATCH of ``<plural>/status``  patch
+a finalizer (`Needs.finalizer`)     JSON patch of ``metadata.finalizers``; a GET  get patch
+                                   of the object when another writer changed them
+Events (`Needs.events`)             `Recorder`: POST, then PATCH of a series     create patch
+leader election                     GET, POST, PUT of one ``coordination`` Lease  get create update
+=================================  ===========================================  =========
+
+A watch never GETs one object, so the primary and the watched resources get no ``get``: a
+reconcile that calls `fastctl.kube.get` declares it (``Needs(rules=...)`` or ``owned=``).
+What a controller's reconcile does beyond these is declared with `needs` (or a module-level
+``RBAC`` list, read by ``fastctl manifests``); the defaults of `Needs` are what the example
+operator and the patterns in docs/kubernetes.md use, and each can be turned off.
+
+Resources are named by plural, which `Resource` may not carry: `resolve_offline` takes it
+from the resource itself, from the CRDs the operator ships, or from a table of built-in
+kinds, and otherwise fails naming the resource (``fastctl manifests --kubeconfig`` asks
+discovery instead).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.runtime._controller import Controller
+
+__all__ = [
+    "BUILTIN_RESOURCES",
+    "EVENTS_RULE",
+    "LEASE_RULE",
+    "Needs",
+    "Permissions",
+    "Rule",
+    "derive",
+    "needs",
+    "needs_of",
+    "resolve_offline",
+]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Rule:
+    """One RBAC policy rule: `verbs` on `resources` (``plural`` or ``plural/subresource``)
+    of `api_group` (``""``: the core group)."""
+
+    api_group: str
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.resources or not self.verbs:
+            raise ValueError(f"a Rule needs resources and verbs, got {self!r}")
+
+    @classmethod
+    def of(cls, value: Rule | Mapping[str, Any]) -> list[Rule]:
+        """A `Rule`, or rules from a Kubernetes ``PolicyRule`` dict (``apiGroups``,
+        ``resources``, ``verbs``; one `Rule` per group)."""
+        if isinstance(value, Rule):
+            return [value]
+        groups = value.get("apiGroups")
+        resources = value.get("resources")
+        verbs = value.get("verbs")
+        if not groups or not resources or not verbs:
+            raise ValueError(f"an RBAC rule needs apiGroups, resources and verbs: {value!r}")
+        return [cls(g, tuple(resources), tuple(verbs)) for g in groups]
+
+    def as_policy_rule(self) -> dict[str, Any]:
+        """The ``PolicyRule`` of a Role or ClusterRole."""
+        return {
+            "apiGroups": [self.api_group],
+            "resources": list(self.resources),
+            "verbs": list(self.verbs),
+        }
+
+    def grants(self) -> set[tuple[str, str, str]]:
+        """Each (group, resource, verb) the rule allows."""
+        return {(self.api_group, r, v) for r in self.resources for v in self.verbs}
+
+
+EVENTS_RULE = Rule("events.k8s.io", ("events",), ("create", "patch"))
+"""What `fastctl.kube.Recorder` sends: a POST per new Event, a PATCH per repeat."""
+LEASE_RULE = Rule("coordination.k8s.io", ("leases",), ("create", "get", "update"))
+"""What the leader elector sends: GET, POST (the first time), PUT (acquire and renew)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What a controller's reconcile does beyond watching (the defaults: what the example
+    operator does; turn off what a reconcile does not do, so the Role stays minimal).
+
+    - `status`: writes the primary's status (`apply_status`): patch ``<plural>/status``.
+    - `finalizer`: uses `fastctl.kube.finalizer`: patch the primary, and get it (read again
+      when the patch meets a concurrent change of the finalizers).
+    - `events`: publishes Events with a `Recorder`: create/patch ``events.k8s.io`` events.
+    - `owned`: the verbs on every owned resource beyond list/watch: ``patch`` and
+      ``create`` for `apply` (a server-side apply that creates the object is authorized as
+      both), ``delete`` for `delete`; add ``get`` if the reconcile calls `get`.
+    - `rules`: anything else the reconcile touches (e.g. reading a Secret).
+    """
+
+    status: bool = True
+    finalizer: bool = True
+    events: bool = True
+    owned: tuple[str, ...] = ("create", "patch", "delete")
+    rules: tuple[Rule, ...] = ()
+
+
+_DECLARED: weakref.WeakKeyDictionary[Controller, Needs] = weakref.WeakKeyDictionary()
+
+
+def needs(
+    controller: Controller,
+    *,
+    status: bool = True,
+    finalizer: bool = True,
+    events: bool = True,
+    owned: Sequence[str] = ("create", "patch", "delete"),
+    rules: Iterable[Rule | Mapping[str, Any]] = (),
+) -> Controller:
+    """Declare what `controller`'s reconcile does (see `Needs`); returns the controller, so a
+    factory can end with ``return needs(Controller(...).owns(CM), events=False)``. It has no
+    effect on running: ``fastctl manifests`` reads it to write the Role."""
+    if not isinstance(controller, Controller):
+        raise TypeError(f"expected a fastctl.Controller, got {type(controller).__name__}")
+    extra = tuple(r for value in rules for r in Rule.of(value))
+    _DECLARED[controller] = Needs(status, finalizer, events, tuple(owned), extra)
+    return controller
+
+
+def needs_of(controller: Controller) -> Needs:
+    """What `needs` declared for `controller`, or the defaults."""
+    return _DECLARED.get(controller, Needs())
+
+
+# (group, kind) -> (plural, namespaced), for the kinds every cluster serves.
+BUILTIN_RESOURCES: Mapping[tuple[str, str], tuple[str, bool]] = {
+    ("", "ConfigMap"): ("configmaps", True),
+    ("", "Secret"): ("secrets", True),
+    ("", "Service"): ("services", True),
+    ("", "ServiceAccount"): ("serviceaccounts", True),
+    ("", "Pod"): ("pods", True),
+    ("", "Endpoints"): ("endpoints", True),
+    ("", "Event"): ("events", True),
+    ("", "PersistentVolumeClaim"): ("persistentvolumeclaims", True),
+    ("", "ResourceQuota"): ("resourcequotas", True),
+    ("", "LimitRange"): ("limitranges", True),
+    ("", "Namespace"): ("namespaces", False),
+    ("", "Node"): ("nodes", False),
+    ("", "PersistentVolume"): ("persistentvolumes", False),
+    ("apps", "Deployment"): ("deployments", True),
+    ("apps", "StatefulSet"): ("statefulsets", True),
+    ("apps", "DaemonSet"): ("daemonsets", True),
+    ("apps", "ReplicaSet"): ("replicasets", True),
+    ("batch", "Job"): ("jobs", True),
+    ("batch", "CronJob"): ("cronjobs", True),
+    ("autoscaling", "HorizontalPodAutoscaler"): ("horizontalpodautoscalers", True),
+    ("policy", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
+    ("networking.k8s.io", "Ingress"): ("ingresses", True),
+    ("networking.k8s.io", "NetworkPolicy"): ("networkpolicies", True),
+    ("coordination.k8s.io", "Lease"): ("leases", True),
+    ("events.k8s.io", "Event"): ("events", True),
+    ("discovery.k8s.io", "EndpointSlice"): ("endpointslices", True),
+    ("rbac.authorization.k8s.io", "Role"): ("roles", True),
+    ("rbac.authorization.k8s.io", "RoleBinding"): ("rolebindings", True),
+    ("rbac.authorization.k8s.io", "ClusterRole"): ("clusterroles", False),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): ("clusterrolebindings", False),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): ("customresourcedefinitions", False),
+    ("storage.k8s.io", "StorageClass"): ("storageclasses", False),
+}
+
+
+def crd_names(crds: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], tuple[str, bool]]:
+    """(group, kind) -> (plural, namespaced), from CustomResourceDefinition dicts."""
+    names: dict[tuple[str, str], tuple[str, bool]] = {}
+    for crd in crds:
+        spec = crd.get("spec") or {}
+        kind = (spec.get("names") or {}).get("kind")
+        plural = (spec.get("names") or {}).get("plural")
+        if spec.get("group") and kind and plural:
+            names[(spec["group"], kind)] = (plural, spec.get("scope", "Namespaced") != "Cluster")
+    return names
+
+
+def resolve_offline(resource: Resource, crds: Iterable[Mapping[str, Any]] = ()) -> ResolvedResource:
+    """`resource` with plural and scope from itself, from `crds`, or from the built-in
+    table; `LookupError` naming it when none knows (give ``plural=`` and ``namespaced=``,
+    ship its CRD, or ask discovery)."""
+    key = (resource.group, resource.kind)
+    plural, namespaced = resource.plural, resource.namespaced
+    known = crd_names(crds).get(key) or BUILTIN_RESOURCES.get(key)
+    if known is not None:
+        plural = plural or known[0]
+        namespaced = known[1] if namespaced is None else namespaced
+    if plural is None or namespaced is None:
+        raise LookupError(
+            f"{resource}: plural and scope unknown offline; give Resource(..., plural=..., "
+            "namespaced=...), export its CRD (CRDS), or pass --kubeconfig to use discovery"
+        )
+    return ResolvedResource(resource.group, resource.version, resource.kind, plural, namespaced)
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """The rules of an operator, by where they must be granted: `cluster` in a ClusterRole
+    (controllers of all namespaces, cluster-scoped resources), `namespaced` in a Role of
+    each namespace (controllers of one namespace, the Lease)."""
+
+    cluster: tuple[Rule, ...] = ()
+    namespaced: Mapping[str, tuple[Rule, ...]] = field(default_factory=dict)
+
+    def grants(self, namespace: str | None = None) -> set[tuple[str, str, str]]:
+        """Each (group, resource, verb) granted in `namespace` (cluster-wide ones too)."""
+        rules = [*self.cluster, *(self.namespaced.get(namespace, ()) if namespace else ())]
+        return {g for rule in rules for g in rule.grants()}
+
+
+class _Grants:
+    """(scope, group, resource) -> verbs, merged; scope ``None`` is cluster-wide."""
+
+    def __init__(self) -> None:
+        self._verbs: dict[tuple[str | None, str, str], set[str]] = {}
+
+    def add(self, scope: str | None, group: str, resource: str, verbs: Iterable[str]) -> None:
+        self._verbs.setdefault((scope, group, resource), set()).update(verbs)
+
+    def add_rules(self, scope: str | None, rules: Iterable[Rule]) -> None:
+        for rule in rules:
+            for plural in rule.resources:
+                self.add(scope, rule.api_group, plural, rule.verbs)
+
+    def add_resource(
+        self, scope: str | None, res: ResolvedResource, verbs: Iterable[str], sub: str = ""
+    ) -> None:
+        plural = f"{res.plural}/{sub}" if sub else res.plural
+        self.add(scope if res.namespaced else None, res.group, plural, verbs)
+
+    def permissions(self) -> Permissions:
+        cluster: list[Rule] = []
+        namespaced: dict[str, list[Rule]] = {}
+        for (scope, group, resource), verbs in sorted(
+            self._verbs.items(), key=lambda item: (item[0][0] or "", *item[0][1:])
+        ):
+            if not verbs:
+                continue
+            rule = Rule(group, (resource,), tuple(sorted(verbs)))
+            (cluster if scope is None else namespaced.setdefault(scope, [])).append(rule)
+        return Permissions(tuple(cluster), {ns: tuple(r) for ns, r in namespaced.items()})
+
+
+def derive(
+    controllers: Iterable[Controller],
+    resolved: Mapping[Resource, ResolvedResource],
+    *,
+    lease_namespace: str | None = None,
+    extra: Iterable[Rule] = (),
+    extra_namespace: str | None = None,
+) -> Permissions:
+    """The rules `controllers` need (see the module docstring), with every `Resource` they
+    name resolved in `resolved`; the Lease's in `lease_namespace` (``None``: no leader
+    election); `extra` rules in `extra_namespace` (``None``: cluster-wide)."""
+    grants = _Grants()
+    for ctl in controllers:
+        declared = needs_of(ctl)
+        scope = ctl.namespace
+        primary = resolved[ctl.resource]
+        grants.add_resource(scope, primary, ("list", "watch"))
+        if declared.status:
+            grants.add_resource(scope, primary, ("patch",), sub="status")
+        if declared.finalizer:
+            grants.add_resource(scope, primary, ("get", "patch"))
+        for resource in ctl.resources[1:]:
+            grants.add_resource(scope, resolved[resource], ("list", "watch"))
+        for resource in ctl.owned:
+            grants.add_resource(scope, resolved[resource], declared.owned)
+        if declared.events:
+            grants.add_rules(scope, [EVENTS_RULE])
+        grants.add_rules(scope, declared.rules)
+    if lease_namespace is not None:
+        grants.add_rules(lease_namespace, [LEASE_RULE])
+    grants.add_rules(extra_namespace, extra)
+    return grants.permissions()
