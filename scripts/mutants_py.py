@@ -141,7 +141,18 @@ def run(name: str) -> int:
     scratch = prepare(name, target)
     env = dict(os.environ, PYTHONPATH=str(scratch / "mutants" / "src"), **dict(target.env))
     rc = subprocess.call(["mutmut", "run", "--max-children", "1"], cwd=scratch, env=env)
+    summary(name)
+    return rc
+
+
+def summary(name: str) -> int:
+    """The summary of the last (or the running) mutmut run of `name`; mutants not yet run
+    are counted apart."""
+    target = TARGETS[name]
+    scratch = ROOT / "target" / "mutants" / name
     status = results(scratch)
+    not_run = sum(1 for v in status.values() if v == "not checked")
+    status = {k: v for k, v in status.items() if v != "not checked"}
     counts = Counter(status.values())
     survivors = sorted(k for k, v in status.items() if v not in ("killed", "timeout"))
     print_summary(
@@ -149,8 +160,10 @@ def run(name: str) -> int:
         counts,
         [f"{s} [{status[s]}]" for s in survivors],
     )
+    if not_run:
+        print(f"  not run yet: {not_run}")
     print(f"  (show one: cd {scratch} && mutmut show NAME)")
-    return rc
+    return 0
 
 
 def summary_rust(out: Path) -> int:
@@ -173,4 +186,6 @@ def summary_rust(out: Path) -> int:
 if __name__ == "__main__":
     if sys.argv[1] == "run":
         sys.exit(run(sys.argv[2]))
+    if sys.argv[1] == "summary":
+        sys.exit(summary(sys.argv[2]))
     sys.exit(summary_rust(Path(sys.argv[2])))
