@@ -196,19 +196,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn insert_find_remove_against_a_model() {
-        let mut rng = SplitMix64::new(9);
+    /// 20,000 random inserts and removes of 500 keys whose tags `tag` draws, against a model.
+    fn against_a_model(seed: u64, tag: impl Fn(u64) -> u64) {
+        let mut rng = SplitMix64::new(seed);
         let mut index = Index::default();
         let mut model: HashMap<u64, u32> = HashMap::new();
         let mut hashes: HashMap<u64, u64> = HashMap::new();
         let mut next_slot = 0u32;
         for step in 0..20_000u64 {
             let k = rng.next_u64() % 500;
-            // Few distinct tags: many collisions and long probe runs that wrap around.
             let hash = *hashes
                 .entry(k)
-                .or_insert_with(|| (rng.next_u64() % 64) << 32 | rng.next_u64() >> 32);
+                .or_insert_with(|| tag(rng.next_u64()) << 32 | rng.next_u64() >> 32);
             if let Some(slot) = model.remove(&k) {
                 index.remove(hash, slot);
                 assert_eq!(index.find(hash, |s| s == slot), None);
@@ -222,6 +221,19 @@ mod tests {
             }
         }
         check(&index, &model, &hashes);
+    }
+
+    #[test]
+    fn insert_find_remove_against_a_model() {
+        // Few distinct tags: many collisions and long probe runs.
+        against_a_model(9, |r| r % 64);
+    }
+
+    #[test]
+    fn probe_runs_that_wrap_around_the_end_of_the_table() {
+        // Tags whose home is among the last entries of any table: the runs wrap past the end,
+        // where removal's backward shift takes its other branch.
+        against_a_model(11, |r| u64::from(u32::MAX) - r % 8);
     }
 
     #[test]

@@ -695,3 +695,54 @@ fn many_keys_stay_consistent() {
         s.check_consistency().unwrap();
     }
 }
+
+// ---- found by mutation testing (scripts/mutants rust) -------------------------------------
+
+#[test]
+fn priority_still_orders_keys_late_on_the_clock() {
+    // Anti-starvation is about how long a key has waited, not about the clock's reading.
+    let mut s = default();
+    add(&mut s, "low", 0.0, 0, 1000.0);
+    add(&mut s, "high", 0.0, 1, 1000.0);
+    assert_eq!(pop_all(&mut s, 1000.0), ["high", "low"]);
+}
+
+#[test]
+fn pop_many_stops_at_max_and_the_counters_count_what_happened() {
+    let mut s = default();
+    assert!(s.is_empty());
+    add(&mut s, "a", 0.0, 0, 0.0);
+    add(&mut s, "a", 0.0, 0, 0.0);
+    add(&mut s, "b", 0.0, 0, 0.0);
+    add(&mut s, "c", 0.0, 0, 0.0);
+    assert!(!s.is_empty());
+    let mut out = Vec::new();
+    assert_eq!(s.pop_many(2, 0.0, |k| out.push(k.to_owned())).unwrap(), 2);
+    assert_eq!(out, ["a", "b"]);
+    let st = s.stats(0.0).unwrap();
+    assert_eq!(
+        (st.counters.adds, st.counters.merges, st.counters.pops),
+        (4, 1, 2)
+    );
+}
+
+#[test]
+fn stats_measure_the_longest_running_key_and_the_unfinished_work() {
+    let mut s = default();
+    add(&mut s, "a", 0.0, 0, 1.0);
+    assert_eq!(pop(&mut s, 1.0).as_deref(), Some("a"));
+    add(&mut s, "b", 0.0, 0, 3.0);
+    assert_eq!(pop(&mut s, 3.0).as_deref(), Some("b"));
+    let st = s.stats(10.0).unwrap();
+    assert_eq!(st.longest_running, 9.0);
+    assert_eq!(st.unfinished_work, 16.0);
+}
+
+#[test]
+fn errors_say_what_was_wrong() {
+    assert_eq!(
+        Error::NotInFlight("k".into()).to_string(),
+        "key \"k\" is not in flight"
+    );
+    assert!(Error::TooManyKeys.to_string().contains("too many keys"));
+}

@@ -787,7 +787,7 @@ async def test_plain_functions_retriggered_while_running_get_exactly_one_follow_
 
 
 async def test_plain_function_timeout_keeps_the_slot_until_the_thread_returns() -> None:
-    ref = ObjectRef("a")
+    ref = ObjectRef("widget-7")
     sched = Scheduler()
     returned = threading.Event()
 
@@ -797,7 +797,10 @@ async def test_plain_function_timeout_keeps_the_slot_until_the_thread_returns() 
 
     results = await run(reconcile, store_of([ref]), [ref], 1, timeout=0.05, scheduler=sched)
     assert returned.is_set()  # the result came only after the thread ended
-    assert isinstance(results[0].error, ReconcileTimeout)
+    error = results[0].error
+    assert isinstance(error, ReconcileTimeout)
+    # The error says which object and which limit, as for a coroutine's timeout.
+    assert (error.timeout, str(ref) in str(error)) == (0.05, True)
     assert sched.in_flight == 0
 
 

@@ -191,6 +191,22 @@ async def test_current_object_is_set_inside_a_thread_reconcile() -> None:
     assert seen == [ref]
 
 
+async def test_a_thread_reconcile_gets_the_applier_s_context() -> None:
+    ref = ObjectRef("a", "ns")
+    context = object()
+    seen: list[object] = []
+
+    def reconcile(obj: Any, ctx: object) -> None:
+        seen.append(ctx)
+
+    feed = Feed()
+    feed.put(ref)
+    it = applier(reconcile, None, context, store_of([ref]), feed)
+    await first_results(it, 1)
+    await close(it)
+    assert seen == [context]
+
+
 async def test_a_thread_outliving_its_cancelled_applier_keeps_its_key_in_flight() -> None:
     ref = ObjectRef("a")
     sched = Scheduler(concurrency=4)

@@ -151,6 +151,7 @@ def test_a_lease_without_holder_is_free_and_our_own_is_never_held_by_other() -> 
     assert not seen.held_by_other("b", now=1.0, fallback_duration=15)
     seen.observe(LeaseRecord("a", 0, "t", "t3"), now=2.0)  # no valid duration: ours
     assert seen.expires_at(15) == 17.0
+    assert seen.held_by_other("b", now=16.9, fallback_duration=15)
 
 
 def test_a_tenure_ends_renew_deadline_after_the_last_successful_send() -> None:

@@ -1,0 +1,191 @@
+"""The Python half of `scripts/mutants`: run mutmut on one target and summarise the results.
+
+mutmut reads one configuration per directory and mutates a copy of the tree under
+`./mutants`, so each target gets its own scratch directory, `target/mutants/<target>/`,
+holding a copy of the package as `src/fastctl` (mutmut names modules from their path and
+knows only the `src/` prefix), of `tests/`, and a `pyproject.toml` with that target's
+`[tool.mutmut]` section. The mutated copy's `src/` is put first on the import path, so the
+tests import the mutated package and never the working tree.
+
+Each target is judged by the fast tests that need no API server and cover it (TARGETS).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to mutate (globs over `python/...`) and which tests judge the mutants."""
+
+    files: tuple[str, ...]
+    tests: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+TARGETS: dict[str, Target] = {
+    "applier": Target(
+        ("python/fastctl/_applier.py",),
+        ("tests/unit/test_applier.py", "tests/unit/test_applier_edges.py"),
+    ),
+    "leader": Target(
+        (
+            "python/fastctl/runtime/leader/_rules.py",
+            "python/fastctl/runtime/leader/_elector.py",
+            "python/fastctl/runtime/leader/_lease_api.py",
+        ),
+        ("tests/unit/test_leader.py", "tests/unit/test_leader_chaos.py"),
+    ),
+    "store": Target(
+        ("python/fastctl/kube/_store.py",),
+        ("tests/unit/test_store.py", "tests/unit/test_controller_relist.py"),
+    ),
+    "watcher": Target(
+        ("python/fastctl/kube/_watcher.py",),
+        ("tests/unit/test_watcher.py", "tests/unit/test_controller_relist.py"),
+    ),
+    "controller": Target(
+        ("python/fastctl/runtime/_controller.py",),
+        (
+            "tests/unit/test_triggers.py",
+            "tests/unit/test_controller_relist.py",
+            "tests/unit/test_manager_shared_watch.py",
+        ),
+    ),
+}
+
+# mutmut's exit codes, folded into the columns of the summary.
+STATUS = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    36: "timeout",
+    -24: "timeout",
+    24: "timeout",
+    152: "timeout",
+    255: "timeout",
+}
+
+
+def _toml_list(items: tuple[str, ...] | list[str]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+def prepare(name: str, target: Target) -> Path:
+    """A fresh scratch directory for `name` (old results are dropped: each run is whole)."""
+    scratch = ROOT / "target" / "mutants" / name
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
+    shutil.copytree(ROOT / "python", scratch / "src", ignore=ignore)
+    shutil.copytree(ROOT / "tests", scratch / "tests", ignore=ignore)
+    config = (ROOT / "pyproject.toml").read_text()
+    config += (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["src/fastctl"]\n'
+        f"only_mutate = {_toml_list([f.replace('python/', 'src/', 1) for f in target.files])}\n"
+        f"pytest_add_cli_args_test_selection = {_toml_list(target.tests)}\n"
+        'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n'
+        # The scratch directory sits inside the repository: git's view of it is not the copy's.
+        "use_git_change_detection = false\n"
+    )
+    (scratch / "pyproject.toml").write_text(config)
+    # Python caches "no importer" for a path that does not exist at start-up, so the mutated
+    # tree's import root must exist before mutmut starts.
+    (scratch / "mutants" / "src").mkdir(parents=True)
+    return scratch
+
+
+def results(scratch: Path) -> dict[str, str]:
+    """Mutant name -> status, from mutmut's per-file `.meta` records."""
+    out: dict[str, str] = {}
+    for meta in sorted((scratch / "mutants").rglob("*.py.meta")):
+        data = json.loads(meta.read_text())
+        for key, code in data.get("exit_code_by_key", {}).items():
+            out[key] = STATUS.get(code, "suspicious") if code is not None else "not checked"
+    return out
+
+
+def print_summary(title: str, counts: Counter[str], survivors: list[str]) -> None:
+    generated = sum(counts.values())
+    unviable = counts["unviable"]
+    caught = counts["killed"] + counts["timeout"]
+    viable = generated - unviable
+    score = 100.0 * caught / viable if viable else 100.0
+    print(f"== {title}")
+    print(
+        f"generated {generated}  killed {counts['killed']}  survived {len(survivors)}  "
+        f"timeout {counts['timeout']}  unviable {unviable}  score {score:.1f}% "
+        "((killed + timeout) / (generated - unviable))"
+    )
+    for s in survivors:
+        print(f"  survived: {s}")
+
+
+def run(name: str) -> int:
+    target = TARGETS[name]
+    scratch = prepare(name, target)
+    env = dict(os.environ, PYTHONPATH=str(scratch / "mutants" / "src"), **dict(target.env))
+    rc = subprocess.call(["mutmut", "run", "--max-children", "1"], cwd=scratch, env=env)
+    summary(name)
+    return rc
+
+
+def summary(name: str) -> int:
+    """The summary of the last (or the running) mutmut run of `name`; mutants not yet run
+    are counted apart."""
+    target = TARGETS[name]
+    scratch = ROOT / "target" / "mutants" / name
+    status = results(scratch)
+    not_run = sum(1 for v in status.values() if v == "not checked")
+    status = {k: v for k, v in status.items() if v != "not checked"}
+    counts = Counter(status.values())
+    survivors = sorted(k for k, v in status.items() if v not in ("killed", "timeout"))
+    print_summary(
+        f"{name} ({', '.join(target.files)}; tests: {', '.join(target.tests)})",
+        counts,
+        [f"{s} [{status[s]}]" for s in survivors],
+    )
+    if not_run:
+        print(f"  not run yet: {not_run}")
+    print(f"  (show one: cd {scratch} && mutmut show NAME)")
+    return 0
+
+
+def summary_rust(out: Path) -> int:
+    """cargo-mutants writes one line per mutant in caught/missed/timeout/unviable.txt."""
+
+    def lines(name: str) -> list[str]:
+        path = out / name
+        return [x for x in path.read_text().splitlines() if x] if path.exists() else []
+
+    counts: Counter[str] = Counter(
+        killed=len(lines("caught.txt")),
+        survived=len(lines("missed.txt")),
+        timeout=len(lines("timeout.txt")),
+        unviable=len(lines("unviable.txt")),
+    )
+    print_summary("rust (src/scheduler/, judged by cargo test --lib)", counts, lines("missed.txt"))
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        sys.exit(run(sys.argv[2]))
+    if sys.argv[1] == "summary":
+        sys.exit(summary(sys.argv[2]))
+    sys.exit(summary_rust(Path(sys.argv[2])))
