@@ -31,6 +31,7 @@ PUBLIC_PACKAGES = (
     "fastctl.errors",
     "fastctl.types",
     "fastctl.testing",
+    "fastctl.webhook",
 )
 
 
@@ -58,11 +59,23 @@ KUBE_ALL = _names(
     """
 )
 RUNTIME_ALL = {"INITIAL_LIST_PRIORITY", "Controller", "LeaderElection", "LeaderElector", "Manager"}
+WEBHOOK_ALL = _names(
+    """
+    MAX_BODY_BYTES AdmissionRequest AdmissionWebhook Allow Converter Deny Service
+    ServingCertificate WebhookMetrics WebhookServer Webhooks configurations conversion install
+    json_patch
+    """
+)
 
 
 @pytest.mark.parametrize(
     ("package", "names"),
-    [("fastctl", FASTCTL_ALL), ("fastctl.kube", KUBE_ALL), ("fastctl.runtime", RUNTIME_ALL)],
+    [
+        ("fastctl", FASTCTL_ALL),
+        ("fastctl.kube", KUBE_ALL),
+        ("fastctl.runtime", RUNTIME_ALL),
+        ("fastctl.webhook", WEBHOOK_ALL),
+    ],
 )
 def test_exports_only_grow(package: str, names: set[str]) -> None:
     exported = set(importlib.import_module(package).__all__)
