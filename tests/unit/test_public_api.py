@@ -18,6 +18,7 @@ import pytest
 
 import fastctl
 import fastctl.errors
+import fastctl.webhook
 from fastctl._core import SCHEDULER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -304,6 +305,7 @@ def _documented_keywords(doc: str, opening: str) -> dict[str, object]:
         ("kubernetes.md", "watcher(client, resource, ", fastctl.watcher),
         ("kubernetes.md", "WatchConfig(", fastctl.WatchConfig),
         ("applier.md", "`fastctl.applier(", fastctl.applier),
+        ("webhooks.md", "fastctl.webhook.WebhookServer(", fastctl.webhook.WebhookServer),
     ],
 )
 def test_documented_signatures_match_the_code(doc: str, opening: str, target: object) -> None:

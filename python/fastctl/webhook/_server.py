@@ -113,10 +113,8 @@ class WebhookServer:
         context = self.certificate.ssl_context if self.certificate is not None else None
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=context)
         await site.start()
-        server = site._server
-        if self.port == 0 and server is not None:
-            sockets = getattr(server, "sockets", None) or []
-            self.port = sockets[0].getsockname()[1]
+        if self.port == 0:
+            self.port = int(self._runner.addresses[0][1])
         if self.certificate is not None and self.reload_interval > 0:
             self._watch = asyncio.get_running_loop().create_task(
                 self.certificate.watch(self.reload_interval), name="webhook certificate reload"
