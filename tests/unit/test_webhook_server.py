@@ -178,3 +178,24 @@ async def test_replaced_certificate_files_are_served_without_a_failed_request(
     assert names[-1] == "new-cert"
     assert cert.reloads == 1
     assert names == sorted(names, key=lambda n: n == "new-cert"), "never back to the old one"
+
+
+async def test_past_the_request_timeout_the_answer_is_504_with_a_body(tmp_path: Path) -> None:
+    hooks = Webhooks()
+    never = asyncio.Event()
+
+    @hooks.validating(CONFIGMAP, name="cm.slow.test.dev", timeout_seconds=30)
+    async def slow(request: AdmissionRequest) -> Allow:
+        await never.wait()
+        return Allow()
+
+    cert = ServingCertificate.self_signed(tmp_path)
+    assert cert.ca_bundle is not None
+    connector = aiohttp.TCPConnector(ssl=_client_context(cert.ca_bundle))
+    async with (
+        WebhookServer(hooks, cert, port=0, host="127.0.0.1", request_timeout=0.05) as server,
+        aiohttp.ClientSession(connector=connector) as session,
+        session.post(server.url + "/validate/cm.slow.test.dev", data=_review({})) as resp,
+    ):
+        assert resp.status == 504
+        assert "no answer within 0.05 s" in await resp.text()
