@@ -1,8 +1,8 @@
 """The layering rule of docs/architecture.md ("Who may import whom"), checked on every
 import statement of the package: the engine imports no Kubernetes layer, `kube` no runtime,
-`runtime` no `deploy`, `testing` none of them, and nothing inside the library imports the
-facade `fastctl/__init__.py` (which, like the deprecated alias `fastctl.apply`, only
-re-exports).
+`runtime` no `webhook` or `deploy`, `testing` none of them, and nothing inside the library
+imports the facade `fastctl/__init__.py` (which, like the deprecated alias `fastctl.apply`,
+only re-exports).
 Imports under ``if TYPE_CHECKING:`` are annotations only and do not count."""
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ import fastctl
 
 PACKAGE = Path(fastctl.__file__).resolve().parent
 
-LAYERS = ("engine", "kube", "runtime", "deploy", "testing", "app")
+LAYERS = ("engine", "kube", "runtime", "webhook", "deploy", "testing", "app")
 """Lowest first: a layer may import its own and the ones before it."""
 
 ALLOWED = {
     "engine": {"engine"},
     "kube": {"engine", "kube"},
     "runtime": {"engine", "kube", "runtime"},
-    "deploy": {"engine", "kube", "runtime", "deploy"},
+    "webhook": {"engine", "kube", "runtime", "webhook"},
+    "deploy": {"engine", "kube", "runtime", "webhook", "deploy"},
     "testing": {"engine", "testing"},
     "app": set(LAYERS),
 }
@@ -32,7 +33,7 @@ ALLOWED = {
 
 def layer_of(module: str) -> str:
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("kube", "runtime", "deploy", "testing"):
+    if len(parts) > 1 and parts[1] in ("kube", "runtime", "webhook", "deploy", "testing"):
         return parts[1]
     if len(parts) > 1 and parts[1] in ("cli", "demo"):
         return "app"

@@ -18,6 +18,7 @@ import pytest
 
 import fastctl
 import fastctl.errors
+import fastctl.webhook
 from fastctl._core import SCHEDULER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +34,7 @@ PUBLIC_PACKAGES = (
     "fastctl.errors",
     "fastctl.types",
     "fastctl.testing",
+    "fastctl.webhook",
 )
 
 
@@ -67,6 +69,13 @@ DEPLOY_ALL = _names(
     resolve_offline resolve_resources service_account to_yaml
     """
 )
+WEBHOOK_ALL = _names(
+    """
+    MAX_BODY_BYTES AdmissionRequest AdmissionWebhook Allow Converter Deny Service
+    ServingCertificate WebhookMetrics WebhookServer Webhooks configurations conversion install
+    json_patch
+    """
+)
 
 
 @pytest.mark.parametrize(
@@ -76,6 +85,7 @@ DEPLOY_ALL = _names(
         ("fastctl.kube", KUBE_ALL),
         ("fastctl.runtime", RUNTIME_ALL),
         ("fastctl.deploy", DEPLOY_ALL),
+        ("fastctl.webhook", WEBHOOK_ALL),
     ],
 )
 def test_exports_only_grow(package: str, names: set[str]) -> None:
@@ -305,6 +315,7 @@ def _documented_keywords(doc: str, opening: str) -> dict[str, object]:
         ("kubernetes.md", "watcher(client, resource, ", fastctl.watcher),
         ("kubernetes.md", "WatchConfig(", fastctl.WatchConfig),
         ("applier.md", "`fastctl.applier(", fastctl.applier),
+        ("webhooks.md", "fastctl.webhook.WebhookServer(", fastctl.webhook.WebhookServer),
     ],
 )
 def test_documented_signatures_match_the_code(doc: str, opening: str, target: object) -> None:

@@ -9,6 +9,8 @@ The Manager
   raises `LeadershipLost`, so the process exits and is restarted as a follower (what
   controller-runtime does: two leaders must never act at once);
 - serves ``/metrics``, ``/healthz`` and ``/readyz`` on `metrics_port`;
+- starts other components of the process (`add_runnable`: a webhook server, say) before the
+  controllers and stops them after, on every replica, leader or not;
 - shuts down gracefully on SIGTERM/SIGINT or `shutdown()`: no new reconciles start, running
   ones get `drain_timeout` seconds to finish, then they are cancelled; the lease is released
   so a successor takes over at once. If leadership ends during the drain (the lease is lost,
@@ -27,6 +29,7 @@ import logging
 import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Protocol
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
@@ -43,13 +46,20 @@ from fastctl.runtime._metrics import FastctlCollector
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 
-__all__ = ["LeadershipLost", "Manager"]
+__all__ = ["LeadershipLost", "Manager", "Runnable"]
 
 log = logging.getLogger("fastctl.manager")
 
 _WatchKey = tuple[Resource, str | None, WatchConfig]
 """What makes two controllers' watches of a resource the same: (resource, namespace, the
 watch options)."""
+
+
+class Runnable(Protocol):
+    """A component the Manager starts before its controllers and stops after them."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
 
 
 class Manager:
@@ -75,6 +85,7 @@ class Manager:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(FastctlCollector(lambda: self.controllers))
         self.controllers: list[Controller] = []
+        self.runnables: list[Runnable] = []
         self.health: HealthServer | None = None
         self.elector: LeaderElector | None = None
         self._leading = asyncio.Event()
@@ -101,6 +112,14 @@ class Manager:
                 "logs tell controllers apart by name)"
             )
         self.controllers.append(controller)
+        return self
+
+    def add_runnable(self, runnable: Runnable) -> Manager:
+        """Add a component with ``async start()`` and ``async stop()`` (before `run`); it
+        runs on every replica, whether it leads or not. Returns the manager."""
+        if self._running:
+            raise RuntimeError("Manager is running: add runnables before run()")
+        self.runnables.append(runnable)
         return self
 
     @property
@@ -138,7 +157,7 @@ class Manager:
 
     async def run(self) -> None:
         """Run every controller until `shutdown()`, SIGTERM or SIGINT."""
-        if not self.controllers:
+        if not self.controllers and not self.runnables:
             raise ValueError("Manager has no controllers: add one with manager.add(...)")
         self._running = True
         loop = asyncio.get_running_loop()
@@ -154,6 +173,7 @@ class Manager:
         tasks: dict[asyncio.Task[None], str] = {}
         drain = True
         lost_in_drain = False
+        started: list[Runnable] = []
         try:
             if self.metrics_port is not None:
                 self.health = HealthServer(
@@ -165,6 +185,9 @@ class Manager:
                 )
                 await self.health.start()
                 log.info("serving /metrics, /healthz, /readyz on port %d", self.health.port)
+            for runnable in self.runnables:
+                await runnable.start()
+                started.append(runnable)
             for watch in shared:
                 tasks[watch.start()] = f"shared watch {watch.name}"
             for ctl in self.controllers:
@@ -197,6 +220,8 @@ class Manager:
                     log.warning("%s ended unexpectedly", tasks[task])
         finally:
             lost_in_drain = await self._stop_everything(tasks, shared, drain=drain)
+            for runnable in reversed(started):
+                await runnable.stop()
             for sig in installed:
                 loop.remove_signal_handler(sig)
             self._running = False

@@ -46,7 +46,7 @@ from fastctl.testing.binaries import Binaries, ControlPlaneError, ensure_binarie
 if TYPE_CHECKING:
     from typing import Self
 
-    from fastctl.testing._pki import CertificateAuthority, KeyPair
+    from fastctl._pki import CertificateAuthority, KeyPair
 
 __all__ = ["ControlPlane", "StartupError"]
 
@@ -476,7 +476,7 @@ class ControlPlane:
         (self._directory / _OWNER_FILE).write_text(_owner_text())
 
     def _make_certificates(self) -> None:
-        from fastctl.testing import _pki  # cryptography is needed from here on only
+        import fastctl._pki as _pki  # cryptography is needed from here on only
 
         directory = self.directory / "pki"
         directory.mkdir(exist_ok=True)

@@ -1,13 +1,14 @@
-"""The certificates and keys a local control plane needs, generated with `cryptography`.
+"""A throw-away certificate authority and the leaf certificates it signs, with `cryptography`.
 
-One throw-away CA signs the kube-apiserver serving certificate and every client certificate:
-kube-apiserver trusts it through ``--client-ca-file`` and maps a client certificate's CN to
-the user name and its O entries to groups, so an admin is simply a certificate in
-``system:masters`` and an RBAC test user is a certificate without it. ECDSA P-256 keys are
-used throughout because they are generated in microseconds (RSA 2048 takes ~50 ms each).
+Two users: the local control plane (`fastctl.testing.ControlPlane`: the kube-apiserver
+serving certificate and the client certificates of its users) and the webhook server
+(`fastctl.webhook`: a serving certificate whose CA goes into the webhook configurations'
+``caBundle``). ECDSA P-256 keys are used throughout because they are generated in
+microseconds (RSA 2048 takes ~50 ms each).
 
 `cryptography` is imported by this module only, and this module is imported only when a
-control plane starts, so ``pip install fastctl`` without the ``testing`` extra keeps working.
+certificate is made, so ``pip install fastctl`` without the ``testing`` or ``webhook`` extra
+keeps working.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ try:
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
-        "fastctl.testing.ControlPlane needs the `cryptography` package: "
-        "pip install 'fastctl[testing]'"
+        "generating certificates needs the `cryptography` package: "
+        "pip install 'fastctl[testing]' (control planes) or 'fastctl[webhook]' (webhooks)"
     ) from exc
 
 _VALIDITY = datetime.timedelta(days=365)
@@ -95,9 +96,9 @@ class CertificateAuthority:
             )
             .sign(self._key, hashes.SHA256())
         )
-        self.cert_file = _write(
-            directory / "ca.crt", self._cert.public_bytes(serialization.Encoding.PEM)
-        )
+        self.cert_pem = self._cert.public_bytes(serialization.Encoding.PEM)
+        """The CA certificate (PEM): what a client trusts, e.g. a webhook's ``caBundle``."""
+        self.cert_file = _write(directory / "ca.crt", self.cert_pem)
         _write(directory / "ca.key", _key_pem(self._key), private=True)
 
     def issue(

@@ -1,0 +1,36 @@
+"""Admission and conversion webhooks, served and certified by fastctl.
+
+Register handlers on a `Webhooks` (validating, mutating, CRD conversion), serve them with
+a `WebhookServer` (TLS on aiohttp, in the operator's process or alone), certify it with a
+`ServingCertificate` (made by fastctl, or files that are reloaded on change), and tell the
+API server about them with `configurations` / `conversion`, or `install` them.
+See docs/webhooks.md.
+"""
+
+from fastctl.webhook._admission import AdmissionWebhook
+from fastctl.webhook._configuration import Service, configurations, conversion, install
+from fastctl.webhook._conversion import Converter
+from fastctl.webhook._jsonpatch import diff as json_patch
+from fastctl.webhook._metrics import WebhookMetrics
+from fastctl.webhook._registry import Webhooks
+from fastctl.webhook._review import AdmissionRequest, Allow, Deny
+from fastctl.webhook._server import MAX_BODY_BYTES, WebhookServer
+from fastctl.webhook._tls import ServingCertificate
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "AdmissionRequest",
+    "AdmissionWebhook",
+    "Allow",
+    "Converter",
+    "Deny",
+    "Service",
+    "ServingCertificate",
+    "WebhookMetrics",
+    "WebhookServer",
+    "Webhooks",
+    "configurations",
+    "conversion",
+    "install",
+    "json_patch",
+]
