@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 __all__ = ["COMMANDS", "CliError", "Subcommands", "build_parser", "main"]
 
-COMMANDS: tuple[str, ...] = ("fastctl.cli.run", "fastctl.cli.demo", "fastctl.cli.control_plane")
+COMMANDS: tuple[str, ...] = (
+    "fastctl.cli.run",
+    "fastctl.cli.crd",
+    "fastctl.cli.demo",
+    "fastctl.cli.control_plane",
+)
 """The modules that provide subcommands, in ``--help`` order."""
 
 if TYPE_CHECKING:
