@@ -435,3 +435,41 @@ def test_other_unrepresentable_fields(annotation: Any, rule: str) -> None:
     err = unrepresentable(spec)
     assert err.path == "spec.value"
     assert rule in err.rule, err.rule
+
+
+# -- fastctl crd -----------------------------------------------------------------------------
+
+
+class Unrepresentable(CustomResource, group="test.fastctl.dev", version="v1"):
+    spec: dict[str, A | B]
+
+
+def test_fastctl_crd_prints_the_yaml_of_the_models(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml  # type: ignore[import-untyped]
+
+    from fastctl.cli import main
+
+    here = "tests.unit.test_crd_schema"
+    assert main(["crd", f"{here}:Gadget", f"{here}:GadgetV2"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == crd(Gadget, GadgetV2)
+    assert main(["crd", "--json", f"{here}:Gadget"]) == 0
+    assert json.loads(capsys.readouterr().out) == Gadget.crd()
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("Spec", "is not a fastctl.CustomResource subclass"),
+        ("Unrepresentable", "Unrepresentable: field spec[*]: a union of A | B"),
+        ("Missing", "has no attribute"),
+    ],
+)
+def test_fastctl_crd_reports_bad_targets_in_one_line(
+    capsys: pytest.CaptureFixture[str], target: str, message: str
+) -> None:
+    from fastctl.cli import main
+
+    assert main(["crd", f"tests.unit.test_crd_schema:{target}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fastctl: error: ")
+    assert message in err
