@@ -136,10 +136,20 @@ def test_memory_of_instances_beside_json(benchmark: Any, store: dict[ObjectRef, 
     objects = list(store.values())
     gc.collect()
     tracemalloc.start()
+    copies = [widget_json(i) for i in range(ITEMS)]
+    json_held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del copies
+    gc.collect()
+    tracemalloc.start()
     instances = [Widget.model_validate(obj) for obj in objects]
     held, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     benchmark.extra_info["instance_bytes_each"] = held / ITEMS
-    print(f"\n{ITEMS} Widget instances: {held / 1e6:.1f} MB, {held / ITEMS:.0f} B each")
+    benchmark.extra_info["json_bytes_each"] = json_held / ITEMS
+    print(
+        f"\n{ITEMS} Widgets: JSON dicts {json_held / 1e6:.1f} MB ({json_held / ITEMS:.0f} B "
+        f"each); Widget instances {held / 1e6:.1f} MB ({held / ITEMS:.0f} B each)"
+    )
     del instances
     benchmark.pedantic(lambda: [Widget.model_validate(o) for o in objects], rounds=3)
