@@ -61,7 +61,6 @@ class GadgetSpec(
     labels: dict[str, str] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
     note: str | None = None
-    tier: Literal["gold", "silver"] | None = None
 
 
 class GadgetStatus(KubeModel):
@@ -112,9 +111,7 @@ async def test_the_generated_crd_is_accepted_and_an_object_round_trips(
     client: ApiClient, namespace: str
 ) -> None:
     sent = Gadget.model_validate(
-        gadget(
-            "a", namespace, size="large", maxReplicas=3, port="http", extra={"x": [1]}, tier=None
-        )
+        gadget("a", namespace, size="large", maxReplicas=3, port="http", extra={"x": [1]})
     )
     await create_when_served(client, GADGET, sent.to_json())
     back = Gadget.model_validate(await get(client, GADGET, "a", namespace=namespace))

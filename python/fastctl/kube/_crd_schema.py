@@ -228,8 +228,6 @@ class _Walker:
             )
         if nullable:
             out["nullable"] = True
-            if "enum" in out and None not in out["enum"]:
-                out["enum"].append(None)  # the server checks null against the enum too
         return out
 
     def copy_common(self, node: Mapping[str, Any], out: Json, path: str) -> None:
