@@ -12,26 +12,32 @@ The package follows the data path, one layer per folder (docs/architecture.md):
 - `fastctl.testing`: a real local control plane, pytest fixtures, the scheduler model.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, applier
 from fastctl._core import Scheduler
 from fastctl._version import version as _installed_version
 from fastctl.errors import (
     ApiError,
     FastctlError,
+    InvalidObject,
     KubeconfigError,
     LeadershipLost,
     ReconcileCancelled,
     ReconcileTimeout,
     ResourceNotFound,
+    SchemaError,
     WatchError,
     WatchStreamError,
 )
 from fastctl.kube import (
     Discovery,
     EventKind,
+    PrinterColumn,
     Recorder,
     ResolvedResource,
     Resource,
+    Rule,
     Store,
     WatchConfig,
     WatchEvent,
@@ -57,6 +63,19 @@ from fastctl.types import (
     Trigger,
 )
 
+if TYPE_CHECKING:
+    from fastctl.kube._model import CustomResource, KubeModel
+
+
+def __getattr__(name: str) -> Any:
+    """`CustomResource` and `KubeModel` load pydantic: only on first use."""
+    if name in ("CustomResource", "KubeModel"):
+        from fastctl.kube import _model
+
+        return getattr(_model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "INITIAL_LIST_PRIORITY",
@@ -64,10 +83,13 @@ __all__ = [
     "ApiError",
     "ApplierConfig",
     "Controller",
+    "CustomResource",
     "Discovery",
     "ErrorPolicy",
     "EventKind",
     "FastctlError",
+    "InvalidObject",
+    "KubeModel",
     "KubeconfigError",
     "LeaderElection",
     "LeaderElector",
@@ -75,6 +97,7 @@ __all__ = [
     "Manager",
     "Mapper",
     "ObjectRef",
+    "PrinterColumn",
     "Reconcile",
     "ReconcileCancelled",
     "ReconcileResult",
@@ -83,7 +106,9 @@ __all__ = [
     "ResolvedResource",
     "Resource",
     "ResourceNotFound",
+    "Rule",
     "Scheduler",
+    "SchemaError",
     "Store",
     "Trigger",
     "WatchConfig",

@@ -12,7 +12,9 @@ Some leaves also derive from the built-in exception users already catch for that
     │   └── WatchStreamError      a malformed or truncated stream (resumed internally)
     ├── ReconcileTimeout          (also TimeoutError) a reconcile ran past its timeout
     ├── ReconcileCancelled        a reconcile was cancelled from inside, not by fastctl
-    └── LeadershipLost            (also RuntimeError) this replica lost its Lease
+    ├── LeadershipLost            (also RuntimeError) this replica lost its Lease
+    ├── InvalidObject             (also ValueError) a cached object its model rejects
+    └── SchemaError               (also TypeError) a model no CRD schema can express
 
 Errors of bad *arguments* stay the built-in `TypeError`/`ValueError`/`KeyError`, as
 everywhere in Python: they name a programming mistake, not a runtime condition.
@@ -30,11 +32,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ApiError",
     "FastctlError",
+    "InvalidObject",
     "KubeconfigError",
     "LeadershipLost",
     "ReconcileCancelled",
     "ReconcileTimeout",
     "ResourceNotFound",
+    "SchemaError",
     "WatchError",
     "WatchStreamError",
 ]
@@ -155,3 +159,27 @@ class ReconcileCancelled(FastctlError):
 
 class LeadershipLost(FastctlError, RuntimeError):
     """This replica was leader and could not renew its lease: it stopped reconciling."""
+
+
+class InvalidObject(FastctlError, ValueError):
+    """An object in the cache does not validate against the model of a typed controller:
+    its reconcile fails with this error (the error policy applies) and the other objects
+    keep reconciling. `key` is the object, `errors` the validator's one-line reasons."""
+
+    def __init__(self, key: str, model: str, errors: list[str]) -> None:
+        super().__init__(f"{key} is not a valid {model}: {'; '.join(errors)}")
+        self.key = key
+        self.model = model
+        self.errors = errors
+
+
+class SchemaError(FastctlError, TypeError):
+    """A model that no structural CRD schema can express (a union of two object types, a
+    recursive model, a tuple...): `path` is the field (``spec.items[]``), `rule` what
+    structural schemas require there."""
+
+    def __init__(self, model: str, path: str, rule: str) -> None:
+        super().__init__(f"{model}: field {path or '(root)'}: {rule}")
+        self.model = model
+        self.path = path
+        self.rule = rule

@@ -51,6 +51,7 @@ FASTCTL_ALL = _names(
     ReconcileTimeout Recorder ResolvedResource Resource ResourceNotFound Scheduler Store
     Trigger WatchError WatchEvent WatchStreamError applier finalizer load_client reflector
     watcher
+    CustomResource KubeModel PrinterColumn Rule InvalidObject SchemaError
     """
 )
 KUBE_ALL = _names(
@@ -59,6 +60,7 @@ KUBE_ALL = _names(
     Resource ResourceNotFound Store WatchEvent add_finalizer apply apply_status
     controller_uid create delete finalizer get load_client patch reflector remove_finalizer
     resolved watcher
+    CustomResource KubeModel ObjectMeta PrinterColumn Rule crd InvalidObject SchemaError
     """
 )
 RUNTIME_ALL = {"INITIAL_LIST_PRIORITY", "Controller", "LeaderElection", "LeaderElector", "Manager"}
@@ -162,6 +164,8 @@ def test_every_error_derives_from_fastctl_error() -> None:
     assert issubclass(fastctl.ReconcileTimeout, TimeoutError)
     assert issubclass(fastctl.LeadershipLost, RuntimeError)
     assert issubclass(fastctl.WatchStreamError, fastctl.WatchError)
+    assert issubclass(fastctl.InvalidObject, ValueError)
+    assert issubclass(fastctl.SchemaError, TypeError)
 
 
 # -- the docs ---------------------------------------------------------------------------------

@@ -164,8 +164,9 @@ def test_plurals_come_from_the_resource_the_crds_or_the_built_in_kinds() -> None
         "geese",
         False,
     )
+    unknown = Resource("demo.fastctl.dev/v1", "Widget")  # no plural given, no CRD passed
     with pytest.raises(LookupError, match=r"Widget\.demo\.fastctl\.dev/v1.*--kubeconfig"):
-        resolve_offline(widgets.WIDGET)
+        resolve_offline(unknown)
 
 
 class Model:

@@ -23,6 +23,7 @@ __all__ = ["COMMANDS", "CliError", "Subcommands", "build_parser", "main"]
 
 COMMANDS: tuple[str, ...] = (
     "fastctl.cli.run",
+    "fastctl.cli.crd",
     "fastctl.cli.manifests",
     "fastctl.cli.demo",
     "fastctl.cli.control_plane",

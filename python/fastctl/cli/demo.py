@@ -109,7 +109,12 @@ def _is_ready(obj: dict[str, Any], generation: int) -> bool:
 
 
 async def _run_operator(client: Any, args: argparse.Namespace) -> int:
-    from fastctl.demo import widgets
+    try:
+        from fastctl.demo import widgets
+    except ImportError as exc:  # the Widget is a typed resource: pydantic
+        raise CliError(
+            f"the demo needs the typed extra: pip install 'fastctl[typed]' ({exc})"
+        ) from None
     from fastctl.kube._objects import create, patch
 
     n, namespace = args.objects, args.namespace

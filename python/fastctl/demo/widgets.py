@@ -17,6 +17,9 @@ a garbage collector, which a bare API server does not run).
 
 Everything goes through server-side apply with one field manager, so the operator only owns
 the fields it sets and a re-render is idempotent.
+
+The Widget is a typed custom resource (`Widget`, a `fastctl.CustomResource`): its CRD
+(`CRD`) is generated from the model, and the reconcile gets a validated ``Widget``.
 """
 
 from __future__ import annotations
@@ -25,12 +28,24 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from kubernetes_asyncio.client import ApiClient
+from pydantic import Field
 
 from fastctl import Action, Controller
-from fastctl.kube import Recorder, Resource, apply, apply_status, delete, finalizer, get
+from fastctl.kube import (
+    CustomResource,
+    KubeModel,
+    PrinterColumn,
+    Recorder,
+    Resource,
+    apply,
+    apply_status,
+    delete,
+    finalizer,
+    get,
+)
 
 __all__ = [
     "CONFIGMAP",
@@ -38,7 +53,11 @@ __all__ = [
     "FIELD_MANAGER",
     "FINALIZER",
     "WIDGET",
+    "Condition",
+    "Widget",
     "WidgetContext",
+    "WidgetSpec",
+    "WidgetStatus",
     "install_crd",
     "make_controller",
     "reconcile",
@@ -46,57 +65,58 @@ __all__ = [
 ]
 
 GROUP = "demo.fastctl.dev"
-WIDGET = Resource(f"{GROUP}/v1", "Widget")
+
+
+class WidgetSpec(KubeModel):
+    """What the rendered ConfigMap should contain."""
+
+    data: dict[str, str] = Field(
+        default_factory=dict,
+        description="The ConfigMap's values; {name} and {namespace} are filled in.",
+    )
+
+
+class Condition(KubeModel):
+    """A status condition, as metav1.Condition spells it."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: str
+
+
+class WidgetStatus(KubeModel):
+    """What the operator last did."""
+
+    observed_generation: int | None = None
+    config_map: str | None = Field(default=None, description="The rendered ConfigMap.")
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class Widget(
+    CustomResource,
+    group=GROUP,
+    version="v1",
+    printer_columns=[
+        PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+        PrinterColumn("ConfigMap", ".status.configMap"),
+    ],
+):
+    """A Widget: a ConfigMap to render, with its name and namespace filled in."""
+
+    spec: WidgetSpec = Field(default_factory=WidgetSpec)
+    status: WidgetStatus | None = None
+
+
+WIDGET = Widget.resource()
 CONFIGMAP = Resource("v1", "ConfigMap")
 FIELD_MANAGER = "fastctl-widget-operator"
 FINALIZER = f"{GROUP}/cleanup"
 
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"widgets.{GROUP}"},
-    "spec": {
-        "group": GROUP,
-        "scope": "Namespaced",
-        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "properties": {
-                                    "data": {
-                                        "type": "object",
-                                        "additionalProperties": {"type": "string"},
-                                    }
-                                },
-                            },
-                            "status": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            },
-                        },
-                    }
-                },
-                "additionalPrinterColumns": [
-                    {
-                        "name": "Ready",
-                        "type": "string",
-                        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
-                    },
-                    {"name": "ConfigMap", "type": "string", "jsonPath": ".status.configMap"},
-                ],
-            }
-        ],
-    },
-}
+CRD: dict[str, Any] = Widget.crd()
+"""The Widget CRD, generated from the model (``fastctl crd fastctl.demo.widgets:Widget``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,24 +137,24 @@ def widget(name: str, namespace: str, data: Mapping[str, str]) -> dict[str, Any]
     }
 
 
-def render(obj: Mapping[str, Any]) -> dict[str, str]:
+def render(obj: Widget) -> dict[str, str]:
     """The ConfigMap data for a Widget: its values with ``{name}``/``{namespace}`` filled."""
-    meta = obj["metadata"]
-    data = (obj.get("spec") or {}).get("data") or {}
+    name, namespace = obj.metadata.name or "", obj.metadata.namespace or ""
     return {
-        key: value.replace("{name}", meta["name"]).replace("{namespace}", meta["namespace"])
-        for key, value in data.items()
+        key: value.replace("{name}", name).replace("{namespace}", namespace)
+        for key, value in obj.spec.data.items()
     }
 
 
-def _ready_condition(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for cond in (obj.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return dict(cond)
-    return None
+def _is_ready(obj: Widget) -> bool:
+    """The status already says this generation is rendered."""
+    status = obj.status
+    if status is None or status.observed_generation != (obj.metadata.generation or 0):
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in status.conditions)
 
 
-async def reconcile(obj: dict[str, Any], ctx: WidgetContext) -> Action | None:
+async def reconcile(obj: Widget, ctx: WidgetContext) -> Action | None:
     """Render the Widget's ConfigMap and report status; clean up on deletion."""
     return await finalizer(
         ctx.client,
@@ -146,9 +166,10 @@ async def reconcile(obj: dict[str, Any], ctx: WidgetContext) -> Action | None:
     )
 
 
-async def _render(obj: dict[str, Any], ctx: WidgetContext) -> Action | None:
-    meta = obj["metadata"]
-    name, namespace = meta["name"], meta["namespace"]
+async def _render(obj: Widget, ctx: WidgetContext) -> Action | None:
+    meta = obj.metadata
+    name, namespace = meta.name, meta.namespace
+    data = render(obj)
     configmap = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -161,83 +182,76 @@ async def _render(obj: dict[str, Any], ctx: WidgetContext) -> Action | None:
                     "apiVersion": WIDGET.api_version,
                     "kind": "Widget",
                     "name": name,
-                    "uid": meta["uid"],
+                    "uid": meta.uid,
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }
             ],
         },
-        "data": render(obj),
+        "data": data,
     }
     await apply(ctx.client, CONFIGMAP, configmap, field_manager=FIELD_MANAGER)
-    generation = meta.get("generation", 0)
-    status = obj.get("status") or {}
-    ready = _ready_condition(obj)
-    if status.get("observedGeneration") == generation and ready and ready["status"] == "True":
+    if _is_ready(obj):
         return None  # status already says so: writing it again would only trigger us again
+    generation = meta.generation or 0
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    await apply_status(
-        ctx.client,
-        WIDGET,
-        {
-            "apiVersion": WIDGET.api_version,
-            "kind": "Widget",
-            "metadata": {"name": name, "namespace": namespace},
-            "status": {
-                "observedGeneration": generation,
-                "configMap": f"{name}-rendered",
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "Rendered",
-                        "message": f"rendered {len(configmap['data'])} keys",
-                        "observedGeneration": generation,
-                        "lastTransitionTime": now,
-                    }
-                ],
-            },
-        },
-        field_manager=FIELD_MANAGER,
+    status = WidgetStatus(
+        observed_generation=generation,
+        config_map=f"{name}-rendered",
+        conditions=[
+            Condition(
+                type="Ready",
+                status="True",
+                reason="Rendered",
+                message=f"rendered {len(data)} keys",
+                observed_generation=generation,
+                last_transition_time=now,
+            )
+        ],
     )
+    await apply_status(ctx.client, WIDGET, obj, status=status, field_manager=FIELD_MANAGER)
     await ctx.recorder.publish(
         obj, reason="Rendered", note=f"rendered ConfigMap {name}-rendered", action="Apply"
     )
     return None
 
 
-async def _cleanup(obj: dict[str, Any], ctx: WidgetContext) -> Action | None:
-    meta = obj["metadata"]
-    await delete(ctx.client, CONFIGMAP, f"{meta['name']}-rendered", namespace=meta["namespace"])
+async def _cleanup(obj: Widget, ctx: WidgetContext) -> Action | None:
+    meta = obj.metadata
+    await delete(ctx.client, CONFIGMAP, f"{meta.name}-rendered", namespace=meta.namespace)
     return None
 
 
 def make_controller(
     client: ApiClient, *, namespace: str | None = None, concurrency: int = 32
 ) -> Controller:
-    """The Widget controller: Widgets primary, their rendered ConfigMaps owned."""
-    ctx = WidgetContext(client, Recorder(client, FIELD_MANAGER))
+    """The Widget controller: Widgets primary (typed), their rendered ConfigMaps owned."""
+    recorder = Recorder(client, FIELD_MANAGER)
+    ctx = WidgetContext(client, recorder)
     return Controller(
         client,
-        WIDGET,
+        Widget,
         reconcile,
         context=ctx,
         namespace=namespace,
         concurrency=concurrency,
         name="widget",
+        recorder=recorder,
     ).owns(CONFIGMAP)
 
 
-async def install_crd(client: ApiClient, *, timeout: float = 60.0) -> None:
-    """Apply the Widget CRD and wait until it is established (served)."""
+async def install_crd(
+    client: ApiClient, crd: Mapping[str, Any] = CRD, *, timeout: float = 60.0
+) -> None:
+    """Apply a CRD (the Widget's by default) and wait until it is established (served)."""
     crd_resource = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-    await apply(client, crd_resource, CRD, field_manager=FIELD_MANAGER)
+    await apply(client, crd_resource, crd, field_manager=FIELD_MANAGER)
     deadline = time.monotonic() + timeout
     while True:
-        current = await get(client, crd_resource, CRD["metadata"]["name"])
+        current = await get(client, crd_resource, crd["metadata"]["name"])
         conditions = (current.get("status") or {}).get("conditions") or ()
         if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"CRD {CRD['metadata']['name']} not established in {timeout} s")
+            raise TimeoutError(f"CRD {crd['metadata']['name']} not established in {timeout} s")
         await asyncio.sleep(0.2)

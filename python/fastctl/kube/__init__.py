@@ -6,8 +6,11 @@ The data path starts here: ``watcher`` (list + watch) → ``reflector`` → ``St
 cache every reconcile reads); `fastctl.runtime` turns those events into triggers.
 """
 
-from fastctl.errors import ApiError, KubeconfigError, ResourceNotFound
+from typing import TYPE_CHECKING, Any
+
+from fastctl.errors import ApiError, InvalidObject, KubeconfigError, ResourceNotFound, SchemaError
 from fastctl.kube._client import load_client
+from fastctl.kube._crd_schema import PrinterColumn, Rule
 from fastctl.kube._events import Recorder
 from fastctl.kube._finalizer import add_finalizer, finalizer, remove_finalizer
 from fastctl.kube._objects import (
@@ -24,17 +27,40 @@ from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.kube._store import Store, controller_uid, reflector
 from fastctl.kube._watcher import Backoff, EventKind, WatchConfig, WatchEvent, watcher
 
+if TYPE_CHECKING:
+    from fastctl.kube._model import CustomResource, KubeModel, ObjectMeta, crd
+
+_TYPED = frozenset({"CustomResource", "KubeModel", "ObjectMeta", "crd"})
+"""Names of `fastctl.kube._model`, the one module that imports pydantic: loaded on first use
+(``import fastctl`` works without pydantic; typed resources need the ``typed`` extra)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TYPED:
+        from fastctl.kube import _model
+
+        return getattr(_model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ApiError",
     "Backoff",
+    "CustomResource",
     "Discovery",
     "EventKind",
+    "InvalidObject",
+    "KubeModel",
     "KubeconfigError",
+    "ObjectMeta",
     "PatchType",
+    "PrinterColumn",
     "Recorder",
     "ResolvedResource",
     "Resource",
     "ResourceNotFound",
+    "Rule",
+    "SchemaError",
     "Store",
     "WatchConfig",
     "WatchEvent",
@@ -42,6 +68,7 @@ __all__ = [
     "apply",
     "apply_status",
     "controller_uid",
+    "crd",
     "create",
     "delete",
     "finalizer",

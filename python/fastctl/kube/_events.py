@@ -35,6 +35,7 @@ import orjson
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl.kube._http import ApiError, request_json
+from fastctl.kube._objects import as_json
 
 __all__ = ["Recorder"]
 
@@ -58,8 +59,10 @@ def _truncate(text: str, limit: int) -> str:
     return data[: limit - 3].decode("utf-8", "ignore") + "..."
 
 
-def object_reference(obj: Mapping[str, Any]) -> Obj:
-    """The ``ObjectReference`` of a parsed object (what an Event's ``regarding`` holds)."""
+def object_reference(obj: Mapping[str, Any] | Any) -> Obj:
+    """The ``ObjectReference`` of a parsed object or a `CustomResource` instance (what an
+    Event's ``regarding`` holds)."""
+    obj = as_json(obj)
     meta = obj.get("metadata") or {}
     ref: Obj = {
         "apiVersion": obj.get("apiVersion"),
@@ -103,7 +106,7 @@ class Recorder:
 
     async def publish(
         self,
-        obj: Mapping[str, Any],
+        obj: Mapping[str, Any] | Any,
         *,
         type: EventType = "Normal",
         reason: str,

@@ -24,6 +24,9 @@ is that whole protocol in one call, meant to be the body of a reconcile::
   the finalizer stays and the error goes to the controller's error policy.
 - Being deleted, finalizer absent: nothing to do (another controller's finalizer holds it).
 
+`obj` may be a `CustomResource` instance (a typed reconcile's): `apply` and `cleanup` then
+get an instance of the same model, re-validated after the finalizer was added.
+
 The patches go to the object itself; a concurrent change to the finalizer list makes the
 guard fail (422), which is retried here against a fresh read a few times before it is
 raised as `ApiError`.
@@ -37,14 +40,14 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl.kube._http import ApiError
-from fastctl.kube._objects import get, patch, resolved
+from fastctl.kube._objects import as_json, get, patch, resolved
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.types import Action
 
 __all__ = ["add_finalizer", "finalizer", "remove_finalizer"]
 
 Obj = dict[str, Any]
-Handler = Callable[[Obj], Awaitable[Action | None]]
+Handler = Callable[[Any], Awaitable[Action | None]]
 _ATTEMPTS = 3
 
 
@@ -60,7 +63,7 @@ def _ref(obj: Mapping[str, Any]) -> tuple[str, str | None]:
 async def finalizer(
     client: ApiClient,
     resource: Resource | ResolvedResource,
-    obj: Obj,
+    obj: Obj | Any,
     name: str,
     *,
     apply: Handler,
@@ -68,17 +71,19 @@ async def finalizer(
 ) -> Action | None:
     """Run `apply` or `cleanup` for `obj` under finalizer `name` (see the module doc)."""
     res = await resolved(client, resource)
-    present = name in _finalizers(obj)
-    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+    raw = dict(as_json(obj))
+    present = name in _finalizers(raw)
+    if (raw.get("metadata") or {}).get("deletionTimestamp"):
         if not present:
             return None
         action = await cleanup(obj)
         if action is not None and action.requeue_after is not None:
             return action  # cleanup still in progress: keep the finalizer
-        await remove_finalizer(client, res, obj, name)
+        await remove_finalizer(client, res, raw, name)
         return action
     if not present:
-        obj = await add_finalizer(client, res, obj, name)
+        raw = await add_finalizer(client, res, raw, name)
+        obj = raw if isinstance(obj, Mapping) else type(obj).model_validate(raw)
     return await apply(obj)
 
 

@@ -12,6 +12,10 @@ Bodies are serialised with orjson and answers parsed with orjson; every failure 
 
     PATCH /api/v1/namespaces/a/configmaps/b: 409 Conflict: Apply failed with 1 conflict: ...
 
+Bodies may be typed: a `CustomResource` instance or, for ``apply_status(status=...)``, a
+status model is sent as its JSON (camelCase aliases, only the fields that were set: what a
+manager sends is what it owns, so defaults it never set are not taken over).
+
 A `Resource` argument is resolved through the client's shared discovery cache (one
 request per group/version per client); pass a `ResolvedResource` to skip even that lookup.
 """
@@ -61,6 +65,18 @@ def _name_and_namespace(
     return str(name), (str(ns) if res.namespaced and ns else None)
 
 
+def as_json(value: Any) -> Mapping[str, Any]:
+    """A body as JSON: a mapping as it is, a pydantic model (`CustomResource`, `KubeModel`)
+    dumped by alias with only its set fields (duck-typed: pydantic is not imported here)."""
+    if isinstance(value, Mapping):
+        return value
+    dump = getattr(value, "model_dump", None)
+    if dump is None:
+        raise TypeError(f"expected a mapping or a pydantic model, got {type(value).__name__}")
+    dumped: Mapping[str, Any] = dump(mode="json", by_alias=True, exclude_unset=True)
+    return dumped
+
+
 def _with_type(res: ResolvedResource, obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """Apply bodies must say what they are; fill ``apiVersion``/``kind`` in if left out."""
     if obj.get("apiVersion") and obj.get("kind"):
@@ -106,14 +122,15 @@ async def create(
 async def apply(
     client: ApiClient,
     resource: Resource | ResolvedResource,
-    obj: Mapping[str, Any],
+    obj: Mapping[str, Any] | Any,
     *,
     field_manager: str,
     force: bool = True,
     namespace: str | None = None,
     dry_run: bool = False,
 ) -> Obj:
-    """Server-side apply `obj` (the fields this manager wants) and return the result.
+    """Server-side apply `obj` (the fields this manager wants; a mapping or a
+    `CustomResource` instance) and return the result.
 
     Creates the object if it does not exist. `namespace` is used when the object does not
     name one. Send intent, not an object read back from the server: a stale
@@ -121,27 +138,43 @@ async def apply(
     ``managedFields`` is rejected.
     """
     res = await resolved(client, resource)
-    name, ns = _name_and_namespace(res, obj, namespace)
-    return await _apply(client, res.object_path(name, ns), res, obj, field_manager, force, dry_run)
+    body = as_json(obj)
+    name, ns = _name_and_namespace(res, body, namespace)
+    return await _apply(client, res.object_path(name, ns), res, body, field_manager, force, dry_run)
 
 
 async def apply_status(
     client: ApiClient,
     resource: Resource | ResolvedResource,
-    obj: Mapping[str, Any],
+    obj: Any,
     *,
     field_manager: str,
     force: bool = True,
     namespace: str | None = None,
     dry_run: bool = False,
+    status: Any = None,
 ) -> Obj:
     """Server-side apply to the ``status`` subresource: `obj` is ``apiVersion``, ``kind``,
     ``metadata.name`` (and namespace) and the ``status`` fields this manager owns. Use a
-    field manager distinct from the one that applies the spec if both are applied."""
+    field manager distinct from the one that applies the spec if both are applied.
+
+    With `status` (a mapping or a status model), `obj` only names the object (a cached
+    object or a `CustomResource` instance will do) and `status` is what is applied: for a
+    model, the fields that were set, by alias (``exclude_unset``)."""
     res = await resolved(client, resource)
-    name, ns = _name_and_namespace(res, obj, namespace)
+    body = as_json(obj)
+    if status is not None:
+        meta = body.get("metadata") or {}
+        identity = {k: meta[k] for k in ("name", "namespace") if meta.get(k)}
+        body = {
+            "apiVersion": body.get("apiVersion") or res.api_version,
+            "kind": body.get("kind") or res.kind,
+            "metadata": identity,
+            "status": as_json(status),
+        }
+    name, ns = _name_and_namespace(res, body, namespace)
     path = res.status_path(name, ns)
-    return await _apply(client, path, res, obj, field_manager, force, dry_run)
+    return await _apply(client, path, res, body, field_manager, force, dry_run)
 
 
 async def _apply(

@@ -10,6 +10,9 @@ A (re)list triggers its objects only once it is complete and the store has swapp
 (`fastctl.runtime._triggers`), so a reconcile never reads the cache from before the list;
 those triggers get priority -100, so that after a restart the live changes are served
 before the backlog of objects that merely exist (as controller-runtime does).
+
+Given a `CustomResource` model instead of a `Resource`, the controller watches the model's
+resource and each reconcile gets a validated instance (`fastctl.runtime._typed`).
 """
 
 from __future__ import annotations
@@ -28,16 +31,20 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike, applier
 from fastctl._channel import Channel, ChannelClosed
 from fastctl._options import pick
+from fastctl.errors import InvalidObject
+from fastctl.kube._events import Recorder
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
+from fastctl.runtime._typed import is_model, typed_reconcile
 from fastctl.types import ErrorPolicy, Mapper, ObjectRef, Reconcile, ReconcileResult, Trigger
 
 if TYPE_CHECKING:
     from fastctl._core import SchedulerStats
+    from fastctl.kube._model import CustomResource
 
 __all__ = ["INITIAL_LIST_PRIORITY", "Controller"]
 
@@ -46,6 +53,9 @@ log = logging.getLogger("fastctl.controller")
 _DEFAULT_CONFIG = ApplierConfig()
 _DEFAULT_WATCH_CONFIG = WatchConfig(strip_managed_fields=True)
 """A controller's cache drops managedFields unless told otherwise (see `Controller`)."""
+
+_REPORT_GRACE = 5.0
+"""Seconds a draining controller waits for its Events about invalid objects to be sent."""
 
 EventSource = Callable[[], AsyncIterator[WatchEvent]]
 """Makes the event stream of one watched resource (the Manager shares these)."""
@@ -72,12 +82,18 @@ class Controller:
         ctl = Controller(client, Resource("example.com/v1", "Widget"), reconcile)
         ctl.owns(Resource("v1", "ConfigMap"))
         await ctl.run()
+
+    With a `CustomResource` subclass as `resource` (``Controller(client, Widget, rec)``),
+    ``rec`` gets a ``Widget`` validated from the cached object when the reconcile starts;
+    an object that fails validation fails its reconcile with `InvalidObject` (logged, the
+    error policy applies, and a Warning Event ``InvalidObject`` when `recorder` is given);
+    the others reconcile on. The error policy and `ReconcileResult.obj` see the JSON object.
     """
 
     def __init__(
         self,
         client: ApiClient,
-        resource: Resource,
+        resource: Resource | type[CustomResource],
         reconcile: Reconcile,
         *,
         context: Any = None,
@@ -93,20 +109,31 @@ class Controller:
         strip_managed_fields: bool = True,
         config: ApplierConfig | None = None,
         watch_config: WatchConfig | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         """`concurrency`, `debounce`, `timeout` and `executor` are the fields of
         `ApplierConfig`, `label_selector` and `strip_managed_fields` those of `WatchConfig`
         (for the primary resource; related resources are watched without the selector):
         pass each group as keywords or as one object (`config`, `watch_config`), not both.
         `scheduler` replaces the default one built from `config` (for metrics or the model).
+        `recorder` publishes Warning Events about objects a typed controller cannot parse.
         """
-        if not isinstance(resource, Resource):
-            raise TypeError(f"resource must be a fastctl.Resource, got {type(resource).__name__}")
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
+        self.model: type[CustomResource] | None = None
+        if is_model(resource):
+            self.model = resource  # type: ignore[assignment]
+            resource = resource.resource()  # type: ignore[union-attr]
+            reconcile = typed_reconcile(self.model, reconcile)  # type: ignore[arg-type]
+        if not isinstance(resource, Resource):
+            raise TypeError(
+                "resource must be a fastctl.Resource or a CustomResource model, "
+                f"got {type(resource).__name__}"
+            )
         self.client = client
         self.resource = resource
         self.reconcile = reconcile
+        self.recorder = recorder
         self.context = context
         self.error_policy = error_policy
         self.config = pick(
@@ -265,6 +292,7 @@ class Controller:
         if self._shutdown_requested:
             triggers.close()
         tasks: list[asyncio.Task[None]] = []
+        reports: set[asyncio.Task[None]] = set()  # Events about invalid objects
         try:
             self._resolved = await self.resource.resolve(self.client)
             for rel in self._relations:
@@ -300,17 +328,38 @@ class Controller:
                 counters.count(
                     error=result.error is not None, requeue_after=result.action.requeue_after
                 )
+                if isinstance(result.error, InvalidObject) and self.recorder is not None:
+                    report = loop.create_task(self._report_invalid(result))
+                    reports.add(report)
+                    report.add_done_callback(reports.discard)
                 yield result
+            if reports:  # drained: let the last Events go out (briefly; they are best effort)
+                await asyncio.wait(reports, timeout=_REPORT_GRACE)
             if failures:
                 # A trigger source died (a fatal watch error such as a bad selector, or a
                 # reconcile_all_on iterable that raised): the applier has drained; say why.
                 raise failures[0]
         finally:
             triggers.close()
-            for task in tasks:
+            for task in [*tasks, *reports]:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *reports, return_exceptions=True)
             self._running = False
+
+    async def _report_invalid(self, result: ReconcileResult) -> None:
+        """A Warning Event on an object the model rejects, so ``kubectl describe`` says why
+        it is not reconciled (best effort: a failure to publish is only logged)."""
+        assert self.recorder is not None
+        try:
+            await self.recorder.publish(
+                result.obj,
+                type="Warning",
+                reason="InvalidObject",
+                note=str(result.error),
+                action="Reconcile",
+            )
+        except Exception as exc:
+            log.warning("controller %s: no Event for %s: %r", self.name, result.ref, exc)
 
     def _events(self, resource: Resource) -> AsyncIterator[WatchEvent]:
         source = self._event_sources.get(resource)
