@@ -22,6 +22,7 @@ the fields it sets and a re-render is idempotent.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action, Controller
+from fastctl.demo._record import RECORD_ENV, recorded
 from fastctl.kube import Recorder, Resource, apply, apply_status, delete, finalizer, get
 
 __all__ = [
@@ -215,12 +217,17 @@ async def _cleanup(obj: dict[str, Any], ctx: WidgetContext) -> Action | None:
 def make_controller(
     client: ApiClient, *, namespace: str | None = None, concurrency: int = 32
 ) -> Controller:
-    """The Widget controller: Widgets primary, their rendered ConfigMaps owned."""
+    """The Widget controller: Widgets primary, their rendered ConfigMaps owned.
+
+    With ``FASTCTL_DEMO_RECORD=<path>`` set, every reconcile's start and end are appended to
+    `path` as JSON lines (`fastctl.demo._record`), for soak runs that check the guarantees
+    from outside the process."""
     ctx = WidgetContext(client, Recorder(client, FIELD_MANAGER))
+    record_path = os.environ.get(RECORD_ENV)
     return Controller(
         client,
         WIDGET,
-        reconcile,
+        recorded(reconcile, record_path) if record_path else reconcile,
         context=ctx,
         namespace=namespace,
         concurrency=concurrency,
