@@ -78,6 +78,7 @@ class _Stream:
         self.deadline = deadline
         self.pos = 0
         self.cut = False
+        self.listed: list[dict[str, Any]] = []  # the initial events delivered so far
 
     async def readline(self, max_line_length: int = 0) -> bytes:
         server = self.server
@@ -90,9 +91,11 @@ class _Stream:
                 await asyncio.sleep(server.item_delay)
                 if self.cut:
                     raise aiohttp.ServerDisconnectedError()
+                self.listed.append(obj)
                 return orjson.dumps({"type": "ADDED", "object": obj}) + b"\n"
             if self.bookmark_pending:
                 self.bookmark_pending = False
+                server.shown.list_done(self.plural, self.listed)
                 mark = {
                     "kind": KINDS[self.plural],
                     "apiVersion": "example.com/v1",
@@ -107,6 +110,7 @@ class _Stream:
                 entry = history[self.pos]
                 self.pos += 1
                 if entry.plural == self.plural and entry.rv > self.after_rv:
+                    server.shown.event(self.plural, entry.obj, entry.etype == "DELETED")
                     return orjson.dumps({"type": entry.etype, "object": entry.obj}) + b"\n"
             remaining = self.deadline - loop.time()
             if remaining <= 0:
@@ -117,6 +121,47 @@ class _Stream:
                     await changed.wait()
             except TimeoutError:
                 pass
+
+
+class _Shown:
+    """What the watches have been shown of each resource, to record each change of it
+    (`Record.delivered`): a change that no watch event and no list ever showed cannot be
+    seen by any list + watch client, so no trigger can be asked for it. One view per
+    resource: the simulated process has one watch of each (a Manager shares them)."""
+
+    def __init__(self, record: Record) -> None:
+        self.record = record
+        self.view: dict[str, dict[str, dict[str, Any]]] = {plural: {} for plural in KINDS}
+
+    def _show(self, plural: str, name: str, obj: dict[str, Any] | None) -> None:
+        before = self.view[plural].get(name)
+        if obj is None:
+            if before is None:
+                return
+            del self.view[plural][name]
+            self.record.delivered(plural, name, _owner(before), None)
+        elif (
+            before is None
+            or before["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]
+        ):
+            self.view[plural][name] = obj
+            rv = int(obj["metadata"]["resourceVersion"])
+            self.record.delivered(plural, name, _owner(obj), rv)
+
+    def event(self, plural: str, obj: dict[str, Any], deleted: bool) -> None:
+        self._show(plural, obj["metadata"]["name"], None if deleted else obj)
+
+    def list_done(self, plural: str, items: list[dict[str, Any]]) -> None:
+        """A list was delivered whole: the watch's view becomes exactly its items."""
+        listed = {obj["metadata"]["name"]: obj for obj in items}
+        for name in sorted(set(self.view[plural]) | set(listed)):
+            self._show(plural, name, listed.get(name))
+
+
+def _owner(obj: dict[str, Any]) -> str | None:
+    refs = obj["metadata"].get("ownerReferences") or [{}]
+    name: str | None = refs[0].get("name")
+    return name
 
 
 class _Response:
@@ -182,6 +227,8 @@ class ApiServer:
         self.streams: set[_Stream] = set()
         self.changed = asyncio.Event()
         self.lease = _Lease()
+        self.shown = _Shown(record)
+        self._pages: dict[str, list[dict[str, Any]]] = {}  # paginated lists in progress
 
     @property
     def now(self) -> float:
@@ -232,8 +279,7 @@ class ApiServer:
         self.rv += 1
         obj = {**old, "metadata": {**old["metadata"], "resourceVersion": str(self.rv)}}
         self.history.append(_Entry(self.rv, plural, "DELETED", obj))
-        owner = (old["metadata"].get("ownerReferences") or [{}])[0].get("name")
-        self.record.change(plural, name, owner, self.rv, deleted=True)
+        self.record.change(plural, name, _owner(old), self.rv, deleted=True)
         self._notify()
 
     def cut_streams(self, plural: str | None = None) -> None:
@@ -329,6 +375,12 @@ class ApiServer:
         size = min(limit, self.config.page_size) if limit else len(items)
         page = items[offset : offset + size]
         more = offset + size < len(items)
+        listed = self._pages.pop(plural, []) if offset else []
+        listed.extend(page)
+        if more:
+            self._pages[plural] = listed
+        else:
+            self.shown.list_done(plural, listed)
         doc = {
             "kind": f"{KINDS[plural]}List",
             "metadata": {

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .invariants import violations
+from .record import Record
 from .world import Schedule, simulate
 
 
-def check(schedule: Schedule) -> None:
+def check(schedule: Schedule) -> Record:
     record = simulate(schedule)
     broken = violations(record, schedule)
     if broken:
@@ -14,3 +15,4 @@ def check(schedule: Schedule) -> None:
         raise AssertionError(
             "\n".join(broken) + f"\n-- ended: {record.ended_with}\n-- last events:\n{log}"
         )
+    return record

@@ -6,7 +6,8 @@ property's name, so a failing test says which rule broke and how:
 - ``R1``: no two reconciles of one object at once within one controller (a thread
   reconcile counts until its function returns);
 - ``lost-trigger``: after the run settled, each existing object's last reconcile saw its
-  final cached state and started after its owned children last changed; no deleted
+  final cached state and started after the watch last showed a change of its owned
+  children (a change no watch event or list ever showed is one no client can see); no deleted
   object was reconciled once the deletion could be known;
 - ``follow-up``: triggers during a reconcile lead to one follow-up, and no reconcile
   starts without a trigger (or a retry) since the previous one;
@@ -162,12 +163,12 @@ def _settled(record: Record, schedule: Schedule) -> list[str]:
                     f"lost-trigger: {ctl}'s last reconcile of {key} (at {final.start:.2f}) saw "
                     f"rv {final.rv}, not its final rv {last.rv} (changed at {last.t:.2f})"
                 )
-            child = record.child_changes.get(name)
+            child = record.child_observed.get(name)
             if child and final.start_seq < child[-1].seq:
                 out.append(
                     f"lost-trigger: {ctl}'s last reconcile of {key} (at {final.start:.2f}) "
-                    f"started before its child last changed (at {child[-1].t:.2f}, "
-                    f"{'deleted' if child[-1].deleted else 'put'})"
+                    f"started before the watch last showed a change of its child (at "
+                    f"{child[-1].t:.2f}, {'deleted' if child[-1].deleted else 'put'})"
                 )
     return out
 

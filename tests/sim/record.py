@@ -1,10 +1,11 @@
 """The record of one simulated run: what ran when, on the virtual clock.
 
 Everything the invariants need is written here as it happens: object changes (from the API
-server), scheduler calls (adds, pops and dones, from the scheduler wrapper), reconciles
-(start, end, the resourceVersion each saw, its writes), the leader's tenures and the Lease's
-release, and when a stop was asked for and when it ended. A global sequence number orders
-events that share a virtual instant.
+server), what the watches were shown of them (a watch event, or a completed list that
+differs from what was shown before), scheduler calls (adds, pops and dones, from the
+scheduler wrapper), reconciles (start, end, the resourceVersion each saw, its writes), the
+leader's tenures and the Lease's release, and when a stop was asked for and when it ended.
+A global sequence number orders events that share a virtual instant.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Record:
     runs: list[Run] = field(default_factory=list)
     primary_changes: dict[str, list[Change]] = field(default_factory=lambda: defaultdict(list))
     child_changes: dict[str, list[Change]] = field(default_factory=lambda: defaultdict(list))
+    child_observed: dict[str, list[Change]] = field(default_factory=lambda: defaultdict(list))
+    """Per owner: the changes of its children's state *as the watch delivered it* (a watch
+    event, or a completed list that differs from what the watch had delivered before)."""
     sched: dict[str, list[SchedCall]] = field(default_factory=lambda: defaultdict(list))
     pop_many_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     spins: list[str] = field(default_factory=list)
@@ -92,6 +96,13 @@ class Record:
         elif owner is not None:
             self.child_changes[owner].append(c)
         self.log.append(f"{c.t:.2f} {'delete' if deleted else 'put'} {plural}/{name} rv={rv}")
+
+    def delivered(self, plural: str, name: str, owner: str | None, rv: int | None) -> None:
+        """The watch of `plural` now shows `name` at `rv` (``None``: gone)."""
+        c = Change(self.now, self._next(), rv or 0, rv is None)
+        if plural != "widgets" and owner is not None:
+            self.child_observed[owner].append(c)
+        self.log.append(f"{c.t:.2f} delivered {plural}/{name} {'gone' if rv is None else rv}")
 
     def sched_call(self, ctl: str, op: str, key: str, *, retry: bool = False) -> None:
         self.sched[ctl].append(SchedCall(op, key, self._next(), self.now, retry))

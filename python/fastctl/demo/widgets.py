@@ -25,6 +25,7 @@ The Widget is a typed custom resource (`Widget`, a `fastctl.CustomResource`): it
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from kubernetes_asyncio.client import ApiClient
 from pydantic import Field
 
 from fastctl import Action, Controller
+from fastctl.demo._record import RECORD_ENV, recorded
 from fastctl.kube import (
     CustomResource,
     KubeModel,
@@ -225,13 +227,18 @@ async def _cleanup(obj: Widget, ctx: WidgetContext) -> Action | None:
 def make_controller(
     client: ApiClient, *, namespace: str | None = None, concurrency: int = 32
 ) -> Controller:
-    """The Widget controller: Widgets primary (typed), their rendered ConfigMaps owned."""
+    """The Widget controller: Widgets primary (typed), their rendered ConfigMaps owned.
+
+    With ``FASTCTL_DEMO_RECORD=<path>`` set, every reconcile's start and end are appended to
+    `path` as JSON lines (`fastctl.demo._record`), for soak runs that check the guarantees
+    from outside the process."""
     recorder = Recorder(client, FIELD_MANAGER)
     ctx = WidgetContext(client, recorder)
+    record_path = os.environ.get(RECORD_ENV)
     return Controller(
         client,
         Widget,
-        reconcile,
+        recorded(reconcile, record_path) if record_path else reconcile,
         context=ctx,
         namespace=namespace,
         concurrency=concurrency,

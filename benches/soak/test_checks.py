@@ -1,0 +1,63 @@
+"""The soak's checks on hand-made records: each must catch the failure it is named after.
+
+``python -m pytest benches/soak/test_checks.py -q`` (not part of the suite: no cluster, but
+the soak itself is not in CI either)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import checks
+
+
+def rec(ev: str, key: str, mono: float, rv: int = 1, uid: str = "u") -> dict[str, Any]:
+    return {"ev": ev, "key": key, "uid": uid, "rv": str(rv), "mono": mono}
+
+
+def test_overlap_across_processes_and_an_open_reconcile_of_a_killed_one() -> None:
+    a = checks.intervals("a", [rec("start", "k", 1), rec("end", "k", 2), rec("start", "k", 5)], 9)
+    b = checks.intervals("b", [rec("start", "k", 2.5), rec("end", "k", 3)], 9)
+    assert checks.overlaps(a + b) == []
+    late = checks.intervals("c", [rec("start", "k", 8), rec("end", "k", 10)], 20)
+    found = checks.overlaps(a + b + late)  # a's last reconcile never ended: it ran until 9
+    assert [(f["first"], f["second"], f["first_open"]) for f in found] == [("a", "c", True)]
+
+
+def test_lost_when_the_last_reconcile_saw_an_older_version_or_the_configmap_differs() -> None:
+    widget = {
+        "metadata": {
+            "namespace": "ns",
+            "name": "w",
+            "uid": "u",
+            "resourceVersion": "5",
+            "generation": 2,
+        },
+        "spec": {"data": {"a": "{name}"}},
+        "status": {"observedGeneration": 2},
+    }
+    cms = {"w-rendered": {"data": {"a": "w"}}}
+    seen5 = checks.intervals("a", [rec("start", "ns/w", 1, rv=5), rec("end", "ns/w", 2)], 3)
+    assert checks.lost([widget], cms, seen5) == []
+    seen4 = checks.intervals("a", [rec("start", "ns/w", 1, rv=4), rec("end", "ns/w", 2)], 3)
+    assert checks.lost([widget], cms, seen4)
+    assert checks.lost([widget], {"w-rendered": {"data": {"a": "x"}}}, seen5)
+
+
+def test_reconciled_after_delete() -> None:
+    ivs = checks.intervals("a", [rec("start", "k", 10.5), rec("end", "k", 11)], 20)
+    assert checks.after_delete({"u": 10.0}, ivs)[0] == []
+    assert checks.after_delete({"u": 10.0 - checks.DELETE_LAG - 1}, ivs)[0]
+
+
+def test_rss_growth_is_judged_on_medians_after_the_warmup() -> None:
+    flat = [(float(t), 100 if t < 50 else 1000) for t in range(0, 400, 10)]
+    verdict = checks.rss_growth(flat, since=0, warmup=50, window=100)
+    assert verdict["judged"]
+    assert verdict["ok"]
+    growing = [(float(t), 1000 + t) for t in range(0, 400, 10)]
+    assert not checks.rss_growth(growing, since=0, warmup=50, window=100)["ok"]
+    assert not checks.rss_growth(flat[:20], since=0, warmup=50, window=100)["judged"]
