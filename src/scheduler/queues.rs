@@ -367,20 +367,22 @@ mod tests {
 
     #[test]
     fn tombstones_are_skipped_and_compacted() {
+        // An odd length: tombstones come to outnumber the rest without ever being exactly
+        // half of the deque, so the compaction cannot depend on meeting the threshold.
         let mut r = Ready::default();
-        for s in 0..1000u64 {
+        for s in 0..1001u64 {
             r.insert(0, s, s as u32);
         }
         // Remove three of every four entries from the middle: tombstones.
-        for s in (1..1000u64).filter(|s| s % 4 != 0) {
+        for s in (1..1001u64).filter(|s| s % 4 != 0) {
             r.remove(0, s, s as u32);
             r.check_heads().unwrap();
         }
-        assert_eq!(r.len(), 250);
+        assert_eq!(r.len(), 251);
         let level = &r.levels[&Reverse(0)];
         assert!(level.fifo.len() < 600, "compacted: {}", level.fifo.len());
         let got: Vec<u64> = std::iter::from_fn(|| r.pop_first().map(|e| e.1)).collect();
-        assert_eq!(got, (0..1000).step_by(4).collect::<Vec<_>>());
+        assert_eq!(got, (0..1001).step_by(4).collect::<Vec<_>>());
         assert!(r.levels.is_empty() && r.heads.is_empty());
     }
 
@@ -429,5 +431,33 @@ mod tests {
             popped += 1;
         }
         assert_eq!(popped, want.len());
+    }
+
+    #[test]
+    fn check_finds_a_stale_length_a_leading_tombstone_and_disorder() {
+        let valid = || {
+            let mut q: Sorted<u64> = Sorted::default();
+            for k in [1, 2, 3] {
+                q.insert(k, k as u32);
+            }
+            q.check().unwrap();
+            q
+        };
+        let mut q = valid();
+        q.len += 1;
+        assert!(q.check().is_err(), "stale length");
+        let mut q = valid();
+        q.removed.insert(1);
+        q.len -= 1;
+        assert!(q.check().is_err(), "tombstone at the front");
+        let mut q = valid();
+        q.fifo.push_back((3, 9));
+        q.len += 1;
+        assert!(q.check().is_err(), "a key twice in the deque");
+        let mut w = Waiting::default();
+        w.insert(1.0, 1, 1);
+        w.check().unwrap();
+        w.order.len = 0;
+        assert!(w.check().is_err(), "the waiting queue is checked too");
     }
 }

@@ -119,4 +119,59 @@ mod tests {
         assert_eq!(r.iter().collect::<Vec<_>>(), [(0, 0)]);
         r.check().unwrap();
     }
+
+    #[test]
+    fn stale_entries_are_compacted_once_they_outnumber_live_ones() {
+        // A long runner at the front keeps every stale entry behind it from being popped off
+        // the front, so only the compaction can drop them.
+        let mut r: Running<()> = Running::default();
+        r.insert(0, 0);
+        for s in 1..=100u64 {
+            r.insert(s, s as u32);
+        }
+        for s in 1..=100u32 {
+            r.remove(s);
+            r.check().unwrap();
+        }
+        assert!(r.order.len() <= 33, "{}", r.order.len());
+        assert_eq!(r.iter().collect::<Vec<_>>(), [(0, 0)]);
+    }
+
+    #[test]
+    fn entries_list_each_live_key_with_its_follow_up_flag() {
+        let mut r: Running<u8> = Running::default();
+        r.insert(4, 1);
+        r.insert(7, 2);
+        r.insert(9, 3);
+        *r.follow_up_mut(2).unwrap() = Some(1);
+        r.remove(3);
+        let mut got: Vec<_> = r.entries().collect();
+        got.sort_unstable();
+        assert_eq!(got, [(1, 4, false), (2, 7, true)]);
+    }
+
+    #[test]
+    fn check_finds_a_missing_or_misordered_entry() {
+        let mut r: Running<()> = Running::default();
+        r.insert(1, 1);
+        r.insert(2, 2);
+        r.check().unwrap();
+        // Order lists a live key twice, under the same sequence number.
+        r.order.push_back((2, 2));
+        assert!(r.check().is_err());
+        // Order is missing a live key.
+        r.order.clear();
+        r.order.push_back((1, 1));
+        assert!(r.check().is_err());
+        // Order lists live keys backwards.
+        r.order.clear();
+        r.order.push_back((2, 2));
+        r.order.push_back((1, 1));
+        assert!(r.check().is_err());
+        // Two keys popped under one sequence number: not strictly increasing.
+        let mut r: Running<()> = Running::default();
+        r.insert(5, 1);
+        r.insert(5, 2);
+        assert!(r.check().is_err());
+    }
 }
