@@ -120,21 +120,34 @@ mod tests {
         r.check().unwrap();
     }
 
+    /// `order` is compacted exactly when it holds more than 32 entries and more than twice
+    /// as many as there are live keys: sooner would make `remove` O(n) (a compaction per
+    /// call), later would let stale entries pile up behind a long-running key.
     #[test]
-    fn stale_entries_are_compacted_once_they_outnumber_live_ones() {
-        // A long runner at the front keeps every stale entry behind it from being popped off
-        // the front, so only the compaction can drop them.
-        let mut r: Running<()> = Running::default();
-        r.insert(0, 0);
-        for s in 1..=100u64 {
-            r.insert(s, s as u32);
-        }
-        for s in 1..=100u32 {
-            r.remove(s);
-            r.check().unwrap();
-        }
-        assert!(r.order.len() <= 33, "{}", r.order.len());
-        assert_eq!(r.iter().collect::<Vec<_>>(), [(0, 0)]);
+    fn stale_entries_are_compacted_past_32_and_past_twice_the_live_keys() {
+        // `n` keys in flight; the first (the longest running) stays, the others end in pop
+        // order, each leaving a stale entry behind the live front. The length of `order`
+        // after each removal, as (removals, length) at each change.
+        let lengths = |n: u64| {
+            let mut r: Running<()> = Running::default();
+            for s in 0..n {
+                r.insert(s, s as u32);
+            }
+            let mut changes = vec![(0, r.order.len())];
+            for s in 1..n {
+                r.remove(s as u32);
+                r.check().unwrap();
+                if r.order.len() != changes.last().unwrap().1 {
+                    changes.push((s, r.order.len()));
+                }
+            }
+            assert_eq!(r.iter().collect::<Vec<_>>(), [(0, 0)]);
+            changes
+        };
+        // 32 entries are never more than 32: no compaction, however few keys stay live.
+        assert_eq!(lengths(32), [(0, 32)]);
+        // 34 entries: 17 live keys are exactly half, not fewer; at 16 it compacts to them.
+        assert_eq!(lengths(34), [(0, 34), (18, 16)]);
     }
 
     #[test]
