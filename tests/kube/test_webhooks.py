@@ -28,6 +28,7 @@ from fastctl.testing import ControlPlane
 from fastctl.webhook import (
     AdmissionRequest,
     Allow,
+    Converter,
     Deny,
     ServingCertificate,
     Webhooks,
@@ -215,17 +216,25 @@ def _convertible_crd() -> dict[str, Any]:
     }
 
 
+async def _convertibles(
+    control_plane: ControlPlane,
+) -> tuple[Resource, Resource, Webhooks, Converter]:
+    """The Convertible CRD installed (v1 stored, v2 served), its two versions, and webhooks
+    with its converter (no functions yet)."""
+    await asyncio.to_thread(install_crd, control_plane, _convertible_crd())
+    v1 = Resource(f"{GROUP}/v1", "Convertible", plural="convertibles", namespaced=True)
+    v2 = Resource(f"{GROUP}/v2", "Convertible", plural="convertibles", namespaced=True)
+    hooks = Webhooks()
+    return v1, v2, hooks, hooks.conversion(f"convertibles.{GROUP}")
+
+
 async def test_a_conversion_webhook_converts_between_versions(
     client: ApiClient,
     namespace: str,
     control_plane: ControlPlane,
     served: Callable[[Webhooks], Awaitable[Served]],
 ) -> None:
-    await asyncio.to_thread(install_crd, control_plane, _convertible_crd())
-    v1 = Resource(f"{GROUP}/v1", "Convertible", plural="convertibles", namespaced=True)
-    v2 = Resource(f"{GROUP}/v2", "Convertible", plural="convertibles", namespaced=True)
-    hooks = Webhooks()
-    convertibles = hooks.conversion(f"convertibles.{GROUP}")
+    v1, v2, hooks, convertibles = await _convertibles(control_plane)
     calls: list[tuple[str, str]] = []
 
     @convertibles.converts("v1", "v2")
@@ -395,11 +404,7 @@ async def test_a_failing_conversion_reaches_the_client_and_stores_nothing(
     control_plane: ControlPlane,
     served: Callable[[Webhooks], Awaitable[Served]],
 ) -> None:
-    await asyncio.to_thread(install_crd, control_plane, _convertible_crd())
-    v1 = Resource(f"{GROUP}/v1", "Convertible", plural="convertibles", namespaced=True)
-    v2 = Resource(f"{GROUP}/v2", "Convertible", plural="convertibles", namespaced=True)
-    hooks = Webhooks()
-    convertibles = hooks.conversion(f"convertibles.{GROUP}")
+    v1, v2, hooks, convertibles = await _convertibles(control_plane)
 
     @convertibles.converts("v1", "v2")
     def up(obj: dict[str, Any]) -> dict[str, Any]:
