@@ -3,7 +3,8 @@ handler doing the same work, over the same TLS, with the same JSON library.
 
     python benches/webhook/bench.py [--requests 4000] [--concurrency 1 16 64]
 
-Each server runs in its own process (one core for the server, one for the load), on
+Each server runs in its own process (one core for the server, one for the load; the two
+servers take turns, run by run, so that a change in the machine's load falls on both), on
 loopback, with one self-signed certificate. The work is a validating webhook's: parse the
 AdmissionReview, look at ``object.data``, answer allowed or denied (one review in ten is
 denied, with a message), echo the ``uid``. The bare handler does exactly that and no more;
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing
 import os
@@ -183,36 +185,39 @@ def main() -> int:
     (Path(cert_dir) / "tls.key").write_bytes(made.key_file.read_bytes())
     assert made.ca_bundle is not None
     context = ssl.create_default_context(cadata=made.ca_bundle.decode())
+    kinds = {"bare-aiohttp": 18443, "fastctl": 18444}
+    servers = {}
+    for kind, port in kinds.items():
+        ready = multiprocessing.Event()
+        servers[kind] = multiprocessing.Process(target=_serve, args=(kind, cert_dir, port, ready))
+        servers[kind].start()
+        if not ready.wait(30):
+            raise RuntimeError(f"{kind} server did not start")
     results: dict[tuple[str, int], dict[str, float]] = {}
     lines = []
-    for kind, port in (("bare-aiohttp", 18443), ("fastctl", 18444)):
-        ready = multiprocessing.Event()
-        server = multiprocessing.Process(target=_serve, args=(kind, cert_dir, port, ready))
-        server.start()
-        pid = server.pid
-        assert pid is not None
-
-        def cpu(pid: int = pid) -> float:
-            return _cpu_seconds(pid)
-
-        try:
-            if not ready.wait(30):
-                raise RuntimeError(f"{kind} server did not start")
-            for clients in args.concurrency:
-                runs = [
-                    asyncio.run(_load(f"https://127.0.0.1:{port}{PATH}", context, clients,
-                                      args.requests, cpu))
-                    for _ in range(args.repeat)
-                ]  # fmt: skip
-                point = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    try:
+        for clients in args.concurrency:
+            # Alternate the two servers run by run: a change in the machine's load then
+            # falls on both rather than on whichever ran second.
+            runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+            for _ in range(args.repeat):
+                for kind, port in kinds.items():
+                    pid = servers[kind].pid
+                    assert pid is not None
+                    url = f"https://127.0.0.1:{port}{PATH}"
+                    cpu = functools.partial(_cpu_seconds, pid)
+                    runs[kind].append(asyncio.run(_load(url, context, clients, args.requests, cpu)))
+            for kind, done in runs.items():
+                point = {k: statistics.median(r[k] for r in done) for k in done[0]}
                 results[(kind, clients)] = point
                 rounded = {k: round(v, 3) for k, v in point.items()}
                 line = {"server": kind, "concurrency": clients, **rounded}
                 lines.append(line)
                 print(json.dumps(line), flush=True)
-        finally:
-            server.kill()
-            server.join()
+    finally:
+        for process in servers.values():
+            process.kill()
+            process.join()
     if args.out:
         args.out.write_text("".join(json.dumps(line) + "\n" for line in lines))
     print(
