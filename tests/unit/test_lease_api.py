@@ -66,7 +66,9 @@ class LeaseServer:
 
     def store(self, name: str, lease: dict[str, Any]) -> dict[str, Any]:
         self.version += 1
-        lease = orjson.loads(orjson.dumps(lease))
+        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"} | orjson.loads(
+            orjson.dumps(lease)
+        )
         lease["metadata"] = {**lease.get("metadata", {}), "name": name}
         lease["metadata"]["resourceVersion"] = str(self.version)
         self.leases[name] = lease
@@ -203,6 +205,8 @@ async def test_replace_puts_the_copy_read_with_its_resource_version_and_the_new_
     put = server.seen[-1]
     assert (put.method, put.path, put.content_type) == ("PUT", PATH, "application/json")
     assert put.body == {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
         "metadata": {"labels": labels, "name": "op", "resourceVersion": "1"},
         "spec": {
             "holderIdentity": "a",
