@@ -1,0 +1,226 @@
+"""The elector's edges on a virtual clock: how it reports failing requests, how it names
+itself, and how `release()` retries and gives up. The Lease is the in-memory one, with
+failures scripted per request."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import types
+
+import pytest
+
+from fastctl.kube._http import ApiError
+from fastctl.runtime.leader import LeaderElection, _elector, default_identity
+
+from .fake_lease import LeaseStore
+from .test_leader import MICRO_TIME, _fake_elector, _FakeLeases
+from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
+
+
+@pytest.fixture(autouse=True)
+def _elector_on_the_loop_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_elector, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
+
+
+class _FailingLeases(_FakeLeases):
+    """`_FakeLeases` whose next requests raise the scripted `failures`, in order (``None``:
+    that request goes through); `requests` counts them all."""
+
+    def __init__(self, store: LeaseStore, failures: list[BaseException | None]) -> None:
+        super().__init__(store)
+        self.failures = failures
+        self.requests = 0
+
+    async def _wire(self) -> None:
+        await super()._wire()
+        self.requests += 1
+        if self.failures and (failure := self.failures.pop(0)) is not None:
+            raise failure
+
+
+def _failing(store: LeaseStore, identity: str, *failures: BaseException) -> _elector.LeaderElector:
+    elector = _fake_elector(store, identity)
+    leases = _FailingLeases(store, list(failures))
+    elector._leases = leases  # type: ignore[assignment]
+    return elector
+
+
+def _failing_leases(elector: _elector.LeaderElector) -> _FailingLeases:
+    leases = elector._leases
+    assert isinstance(leases, _FailingLeases)
+    return leases
+
+
+def _lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "fastctl.leader"]
+
+
+WHERE = "lease default/l as 'a'"
+CONFLICT = ApiError(409, "Conflict", "modified")
+DOWN = ApiError(500, "InternalError", "down")
+
+
+def test_each_distinct_error_is_a_warning_once_and_the_recovery_is_noted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A candidate retries every retry period: the same error again is only a debug line, a
+    different one (or an empty one, named by its type; a timeout, named as such) a new
+    warning, and the first success after errors says the server answers again."""
+    store = LeaseStore()
+    a = _failing(store, "a", DOWN, DOWN, OSError(), TimeoutError(), DOWN)
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        run = asyncio.create_task(a.run())
+        await a.wait_leading()
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+
+    with caplog.at_level(logging.DEBUG, logger="fastctl.leader"):
+        run_virtual(main)
+    where = WHERE
+    lines = [line for line in _lines(caplog) if "holder" not in line[1]]
+    assert lines == [
+        (logging.INFO, f"{where}: taking part in leader election"),
+        (logging.WARNING, f"{where}: 500 InternalError: down"),
+        (logging.DEBUG, f"{where}: 500 InternalError: down"),
+        (logging.WARNING, f"{where}: OSError"),
+        (logging.WARNING, f"{where}: request timed out"),
+        (logging.WARNING, f"{where}: 500 InternalError: down"),
+        (logging.INFO, f"{where}: leading (term 1, 0 transitions)"),
+        (logging.INFO, f"{where}: the API server answers again"),
+        (logging.INFO, f"{where}: stopped leading after 0.0 s (term 1): run() was stopped"),
+    ]
+
+
+def test_repr_says_whether_it_leads_and_in_which_term() -> None:
+    store = LeaseStore()
+    a = _fake_elector(store, "a")
+
+    async def main(loop: VirtualTimeLoop) -> list[str]:
+        seen = [repr(a)]
+        run = asyncio.create_task(a.run())
+        await a.wait_leading()
+        seen.append(repr(a))
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return seen
+
+    assert run_virtual(main) == [
+        "<LeaderElector lease default/l as 'a' candidate>",
+        "<LeaderElector lease default/l as 'a' leading (term 1)>",
+    ]
+
+
+def test_the_default_identity_ends_in_twelve_random_hex_digits() -> None:
+    suffix = default_identity().rsplit("_", 1)[1]
+    assert re.fullmatch(r"[0-9a-f]{12}", suffix)
+    assert LeaderElection("op").identity.rsplit("_", 1)[1] != suffix
+
+
+async def _leading(elector: _elector.LeaderElector) -> asyncio.Task[None]:
+    run = asyncio.create_task(elector.run())
+    await elector.wait_leading()
+    return run
+
+
+def test_a_release_is_logged_as_information_not_as_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = LeaseStore()
+    a = _fake_elector(store, "a")
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        run = await _leading(a)
+        caplog.clear()
+        assert await a.release()
+        await run
+
+    with caplog.at_level(logging.DEBUG, logger="fastctl.leader"):
+        run_virtual(main)
+    assert _lines(caplog) == [
+        (logging.INFO, f"{WHERE}: stopped leading after 0.0 s (term 1): releasing the lease"),
+        (logging.INFO, f"{WHERE}: released"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"), [(TimeoutError(), "timed out"), (DOWN, "500 InternalError: down")]
+)
+def test_a_release_that_fails_says_why(
+    caplog: pytest.LogCaptureFixture, failure: BaseException, said: str
+) -> None:
+    store = LeaseStore()
+    a = _failing(store, "a")
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        run = await _leading(a)
+        _failing_leases(a).failures.append(failure)
+        caplog.clear()
+        assert not await a.release()
+        await run
+
+    with caplog.at_level(logging.WARNING, logger="fastctl.leader"):
+        run_virtual(main)
+    assert _lines(caplog) == [(logging.WARNING, f"{WHERE}: could not release: {said}")]
+
+
+def test_a_release_re_reads_after_a_conflict_and_gives_up_after_three_writes() -> None:
+    """A 409 means our copy is stale: re-read and write again, three writes at most (the
+    lease still names us, so the successor waits for its expiry)."""
+    store = LeaseStore()
+    a = _failing(store, "a")
+
+    async def main(loop: VirtualTimeLoop) -> tuple[bool, int]:
+        run = await _leading(a)
+        leases = _failing_leases(a)
+        leases.failures += [CONFLICT, None] * 3
+        before = leases.requests
+        released = await a.release()
+        await run
+        return released, leases.requests - before
+
+    assert run_virtual(main) == (False, 6)  # PUT 409, GET, three times
+    lease = store.get()
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == "a"
+
+
+def test_a_release_after_a_conflict_writes_over_the_copy_it_re_read() -> None:
+    store = LeaseStore()
+    a = _failing(store, "a")
+
+    async def main(loop: VirtualTimeLoop) -> bool:
+        run = await _leading(a)
+        lease = store.get()
+        assert lease is not None
+        store.put(lease)  # a meddler: a new resourceVersion, the same record
+        released = await a.release()
+        await run
+        return released
+
+    assert run_virtual(main)
+    lease = store.get()
+    assert lease is not None
+    spec = lease["spec"]
+    assert spec["holderIdentity"] == ""
+    assert MICRO_TIME.match(spec["renewTime"])
+    assert spec["acquireTime"] == spec["renewTime"]
+
+
+def test_a_release_with_nothing_read_or_after_the_lease_was_deleted_is_false() -> None:
+    store = LeaseStore()
+    fresh = _fake_elector(store, "a")
+    a = _failing(store, "a")
+
+    async def main(loop: VirtualTimeLoop) -> tuple[bool, bool]:
+        never_ran = await fresh.release()
+        run = await _leading(a)
+        _failing_leases(a).failures.append(CONFLICT)  # our copy is stale: re-read ...
+        store.lease = None  # ... and find the lease deleted
+        deleted = await a.release()
+        await run
+        return never_ran, deleted
+
+    assert run_virtual(main) == (False, False)
