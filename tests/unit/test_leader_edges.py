@@ -5,6 +5,7 @@ failures scripted per request."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
 import types
@@ -12,7 +13,8 @@ import types
 import pytest
 
 from fastctl.kube._http import ApiError
-from fastctl.runtime.leader import LeaderElection, _elector, default_identity
+from fastctl.runtime.leader import LeaderElection, LeaseRecord, _elector, default_identity
+from fastctl.runtime.leader._rules import RETRY_JITTER
 
 from .fake_lease import LeaseStore
 from .test_leader import MICRO_TIME, _fake_elector, _FakeLeases
@@ -26,14 +28,16 @@ def _elector_on_the_loop_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 class _FailingLeases(_FakeLeases):
     """`_FakeLeases` whose next requests raise the scripted `failures`, in order (``None``:
-    that request goes through); `requests` counts them all."""
+    that request goes through); `sent` has the time each request was sent."""
 
     def __init__(self, store: LeaseStore, failures: list[BaseException | None]) -> None:
         super().__init__(store)
         self.failures = failures
         self.requests = 0
+        self.sent: list[float] = []
 
     async def _wire(self) -> None:
+        self.sent.append(asyncio.get_running_loop().time())
         await super()._wire()
         self.requests += 1
         if self.failures and (failure := self.failures.pop(0)) is not None:
@@ -224,3 +228,51 @@ def test_a_release_with_nothing_read_or_after_the_lease_was_deleted_is_false() -
         return never_ran, deleted
 
     assert run_virtual(main) == (False, False)
+
+
+class _MostJitter:
+    """`random` for the elector: `uniform` always draws its upper bound, and notes its
+    bounds."""
+
+    def __init__(self) -> None:
+        self.bounds: list[tuple[float, float]] = []
+
+    def uniform(self, a: float, b: float) -> float:
+        self.bounds.append((a, b))
+        return b
+
+
+def _held_by_x(store: LeaseStore, lease_duration_seconds: int) -> None:
+    store.put(
+        {"metadata": {"name": "l"}, "spec": LeaseRecord("x", lease_duration_seconds).to_spec()}
+    )
+
+
+def test_a_candidate_polls_every_jittered_retry_period_and_wakes_at_the_expiry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While another holds the lease, a candidate polls ``retry_period · (1 + U[0,
+    RETRY_JITTER])`` apart (each poll is a GET, on the wire for 1 ms); when the lease it
+    saw expires sooner than that, it polls at the expiry, and takes the lease over."""
+    jitter = _MostJitter()
+    monkeypatch.setattr(_elector, "random", jitter)
+    store = LeaseStore()
+    _held_by_x(store, 1)
+    a = _failing(store, "a")  # retry_period 0.05, fallback lease_duration 1.0
+    leases = _failing_leases(a)
+
+    async def main(loop: VirtualTimeLoop) -> float:
+        run = await _leading(a)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return loop.time()
+
+    run_virtual(main)
+    seen_at = leases.sent[0] + 0.001  # the first answer starts the expiry clock
+    polls = [t for t in leases.sent if t < seen_at + 1.0]
+    gaps = [b - a for a, b in itertools.pairwise(polls)]
+    assert gaps == pytest.approx([0.001 + 0.05 * (1 + RETRY_JITTER)] * len(gaps))
+    assert len(gaps) >= 10
+    takeover = leases.sent[len(polls)]
+    assert takeover == pytest.approx(seen_at + 1.0)  # at the expiry, not a retry later
+    assert set(jitter.bounds) == {(0, RETRY_JITTER)}
