@@ -13,7 +13,13 @@ import types
 import pytest
 
 from fastctl.kube._http import ApiError
-from fastctl.runtime.leader import LeaderElection, LeaseRecord, _elector, default_identity
+from fastctl.runtime.leader import (
+    LeaderElection,
+    LeaseRecord,
+    Observation,
+    _elector,
+    default_identity,
+)
 from fastctl.runtime.leader._rules import RETRY_JITTER
 
 from .fake_lease import LeaseStore
@@ -248,16 +254,18 @@ def _held_by_x(store: LeaseStore, lease_duration_seconds: int) -> None:
     )
 
 
+@pytest.mark.parametrize("seconds", [1, 0])
 def test_a_candidate_polls_every_jittered_retry_period_and_wakes_at_the_expiry(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, seconds: int
 ) -> None:
     """While another holds the lease, a candidate polls ``retry_period · (1 + U[0,
     RETRY_JITTER])`` apart (each poll is a GET, on the wire for 1 ms); when the lease it
-    saw expires sooner than that, it polls at the expiry, and takes the lease over."""
+    saw expires sooner than that, it polls at the expiry, and takes the lease over. A
+    lease without a valid duration (`seconds` 0) lasts our own `lease_duration`, 1 s."""
     jitter = _MostJitter()
     monkeypatch.setattr(_elector, "random", jitter)
     store = LeaseStore()
-    _held_by_x(store, 1)
+    _held_by_x(store, seconds)
     a = _failing(store, "a")  # retry_period 0.05, fallback lease_duration 1.0
     leases = _failing_leases(a)
 
@@ -276,3 +284,9 @@ def test_a_candidate_polls_every_jittered_retry_period_and_wakes_at_the_expiry(
     takeover = leases.sent[len(polls)]
     assert takeover == pytest.approx(seen_at + 1.0)  # at the expiry, not a retry later
     assert set(jitter.bounds) == {(0, RETRY_JITTER)}
+
+
+def test_a_one_second_lease_lasts_one_second_not_the_fallback() -> None:
+    seen = Observation()
+    seen.observe(LeaseRecord("x", 1), now=10.0)
+    assert seen.expires_at(fallback_duration=15) == 11.0
