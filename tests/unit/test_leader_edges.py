@@ -9,6 +9,7 @@ import itertools
 import logging
 import re
 import types
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,8 @@ from fastctl.runtime.leader._rules import RETRY_JITTER
 from .fake_lease import LeaseStore
 from .test_leader import MICRO_TIME, _fake_elector, _FakeLeases
 from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
+
+RENEW_DEADLINE = 0.3
 
 
 @pytest.fixture(autouse=True)
@@ -290,3 +293,71 @@ def test_a_one_second_lease_lasts_one_second_not_the_fallback() -> None:
     seen = Observation()
     seen.observe(LeaseRecord("x", 1), now=10.0)
     assert seen.expires_at(fallback_duration=15) == 11.0
+
+
+class _LateLeases(_FakeLeases):
+    """`_FakeLeases` whose server applies each write when it arrives, after which the
+    event loop is blocked for `late[i]` seconds (none left: not at all) while the answer
+    is read, and whose answers name `holder` instead of the writer, if set (a server that
+    changed what it stored)."""
+
+    def __init__(self, store: LeaseStore, late: list[float], holder: str | None = None) -> None:
+        super().__init__(store)
+        self.late = late
+        self.holder = holder
+
+    async def _answer(self, written: dict[str, Any]) -> dict[str, Any]:
+        if self.late:
+            loop = asyncio.get_running_loop()
+            assert isinstance(loop, VirtualTimeLoop)
+            loop.now += self.late.pop(0)  # blocked: no timer runs meanwhile
+        if self.holder is not None:
+            written["spec"]["holderIdentity"] = self.holder
+        return written
+
+    async def create(self, record: LeaseRecord) -> dict[str, Any]:
+        return await self._answer(await super().create(record))
+
+    async def replace(self, lease: dict[str, Any], record: LeaseRecord) -> dict[str, Any]:
+        return await self._answer(await super().replace(lease, record))
+
+
+def test_a_write_answered_after_its_renew_deadline_starts_no_tenure() -> None:
+    """The tenure counts from the send: an answer read after ``renew_deadline`` (here the
+    loop was blocked while it came in, so the attempt's own timeout could not fire) leaves
+    none of it, so the elector does not lead on it; the next write, answered in time,
+    starts the term."""
+    store = LeaseStore()
+    a = _fake_elector(store, "a", renew_deadline=RENEW_DEADLINE)
+    a._leases = _LateLeases(store, [RENEW_DEADLINE + 0.1])  # type: ignore[assignment]
+
+    async def main(loop: VirtualTimeLoop) -> tuple[float, int]:
+        run = asyncio.create_task(a.run())
+        term = await a.wait_leading()
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return loop.time(), term
+
+    led_at, term = run_virtual(main)
+    assert term == 1  # no term began (and ended at once) on the late answer
+    answered_at = 0.001 + 0.001 + RENEW_DEADLINE + 0.1  # GET, POST, the blocked loop
+    assert led_at > answered_at + 0.01  # a retry later: not on the late answer
+    lease = store.get()
+    assert lease is not None
+    assert lease["metadata"]["resourceVersion"] == "2"  # created, then renewed
+
+
+def test_a_write_whose_answer_names_another_holder_starts_no_tenure() -> None:
+    store = LeaseStore()
+    a = _fake_elector(store, "a")
+    a._leases = _LateLeases(store, [], holder="x")  # type: ignore[assignment]
+
+    async def main(loop: VirtualTimeLoop) -> tuple[bool, str | None]:
+        run = asyncio.create_task(a.run())
+        await asyncio.sleep(1.0)
+        leading = a.is_leader
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return leading, a.leader
+
+    assert run_virtual(main) == (False, "x")
