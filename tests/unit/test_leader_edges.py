@@ -297,39 +297,42 @@ def test_a_one_second_lease_lasts_one_second_not_the_fallback() -> None:
 
 class _LateLeases(_FakeLeases):
     """`_FakeLeases` whose server applies each write when it arrives, after which the
-    event loop is blocked for `late[i]` seconds (none left: not at all) while the answer
-    is read, and whose answers name `holder` instead of the writer, if set (a server that
-    changed what it stored)."""
+    event loop is blocked while the answer is read, until `late[i]` seconds after the
+    write was sent (none left: not blocked), and whose answers name `holder` instead of
+    the writer, if set (a server that changed what it stored)."""
 
     def __init__(self, store: LeaseStore, late: list[float], holder: str | None = None) -> None:
         super().__init__(store)
         self.late = late
         self.holder = holder
 
-    async def _answer(self, written: dict[str, Any]) -> dict[str, Any]:
+    async def _answer(self, sent: float, written: dict[str, Any]) -> dict[str, Any]:
         if self.late:
             loop = asyncio.get_running_loop()
             assert isinstance(loop, VirtualTimeLoop)
-            loop.now += self.late.pop(0)  # blocked: no timer runs meanwhile
+            loop.now = sent + self.late.pop(0)  # blocked: no timer runs meanwhile
         if self.holder is not None:
             written["spec"]["holderIdentity"] = self.holder
         return written
 
     async def create(self, record: LeaseRecord) -> dict[str, Any]:
-        return await self._answer(await super().create(record))
+        sent = asyncio.get_running_loop().time()
+        return await self._answer(sent, await super().create(record))
 
     async def replace(self, lease: dict[str, Any], record: LeaseRecord) -> dict[str, Any]:
-        return await self._answer(await super().replace(lease, record))
+        sent = asyncio.get_running_loop().time()
+        return await self._answer(sent, await super().replace(lease, record))
 
 
-def test_a_write_answered_after_its_renew_deadline_starts_no_tenure() -> None:
-    """The tenure counts from the send: an answer read after ``renew_deadline`` (here the
-    loop was blocked while it came in, so the attempt's own timeout could not fire) leaves
-    none of it, so the elector does not lead on it; the next write, answered in time,
-    starts the term."""
+@pytest.mark.parametrize("late", [RENEW_DEADLINE, RENEW_DEADLINE + 0.1])
+def test_a_write_answered_at_or_after_its_renew_deadline_starts_no_tenure(late: float) -> None:
+    """The tenure counts from the send: an answer read ``renew_deadline`` or more after
+    it (here the loop was blocked while it came in, so the attempt's own timeout could not
+    fire) leaves none of it, so the elector does not lead on it; the next write, answered
+    in time, starts the term."""
     store = LeaseStore()
     a = _fake_elector(store, "a", renew_deadline=RENEW_DEADLINE)
-    a._leases = _LateLeases(store, [RENEW_DEADLINE + 0.1])  # type: ignore[assignment]
+    a._leases = _LateLeases(store, [late])  # type: ignore[assignment]
 
     async def main(loop: VirtualTimeLoop) -> tuple[float, int]:
         run = asyncio.create_task(a.run())
@@ -340,7 +343,7 @@ def test_a_write_answered_after_its_renew_deadline_starts_no_tenure() -> None:
 
     led_at, term = run_virtual(main)
     assert term == 1  # no term began (and ended at once) on the late answer
-    answered_at = 0.001 + 0.001 + RENEW_DEADLINE + 0.1  # GET, POST, the blocked loop
+    answered_at = 0.001 + late  # after the GET, the POST's answer
     assert led_at > answered_at + 0.01  # a retry later: not on the late answer
     lease = store.get()
     assert lease is not None
