@@ -364,3 +364,47 @@ def test_a_write_whose_answer_names_another_holder_starts_no_tenure() -> None:
         return leading, a.leader
 
     assert run_virtual(main) == (False, "x")
+
+
+class _GatedLeases(_FakeLeases):
+    """`_FakeLeases` whose create is applied at once but answered only when `gate` is
+    opened; `applied` is set in between."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        super().__init__(store)
+        self.applied = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def create(self, record: LeaseRecord) -> dict[str, Any]:
+        written = await super().create(record)
+        self.applied.set()
+        await self.gate.wait()
+        return written
+
+
+def test_a_write_answered_after_release_was_asked_starts_no_term(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`release()` is asked while a write is on its way back: the answer names us, but
+    the elector does not lead on it (it was told to stop), and the release still clears
+    the lease the write took."""
+    store = LeaseStore()
+    a = _fake_elector(store, "a")
+    leases = _GatedLeases(store)
+    a._leases = leases  # type: ignore[assignment]
+
+    async def main(loop: VirtualTimeLoop) -> bool:
+        run = asyncio.create_task(a.run())
+        await leases.applied.wait()
+        release = asyncio.create_task(a.release())  # runs first: asks to stop ...
+        leases.gate.set()  # ... then the answer comes in
+        released = await release
+        await run
+        return released
+
+    with caplog.at_level(logging.INFO, logger="fastctl.leader"):
+        assert run_virtual(main)
+    assert not [line for _, line in _lines(caplog) if "leading" in line]
+    lease = store.get()
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == ""
