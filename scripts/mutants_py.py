@@ -48,6 +48,7 @@ TARGETS: dict[str, Target] = {
             "tests/unit/test_leader.py",
             "tests/unit/test_leader_chaos.py",
             "tests/unit/test_leader_timing.py",
+            "tests/unit/test_leader_edges.py",
             "tests/unit/test_lease_api.py",
         ),
         # The chaos test runs once per mutant: fewer examples, the same for every mutant.

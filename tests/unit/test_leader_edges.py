@@ -408,3 +408,75 @@ def test_a_write_answered_after_release_was_asked_starts_no_term(
     lease = store.get()
     assert lease is not None
     assert lease["spec"]["holderIdentity"] == ""
+
+
+def test_a_leader_renews_every_retry_period_without_jitter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only candidates jitter their polls: a leader's renewals (each a PUT over its own
+    copy, on the wire for 1 ms) are one retry period apart."""
+    monkeypatch.setattr(_elector, "random", _MostJitter())
+    store = LeaseStore()
+    a = _failing(store, "a")  # retry_period 0.05
+    leases = _failing_leases(a)
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        run = await _leading(a)
+        await asyncio.sleep(1.0)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+
+    run_virtual(main)
+    renewals = leases.sent[2:]  # after the GET and the POST
+    gaps = [b - a for a, b in itertools.pairwise(renewals)]
+    assert len(gaps) >= 10
+    assert gaps == pytest.approx([0.05 + 0.001] * len(gaps))
+
+
+class _SlowToCancelLeases(_FakeLeases):
+    """`_FakeLeases` whose requests, while cut off, take `cleanup` seconds to give up
+    once cancelled (a client that closes its connection on the way out)."""
+
+    def __init__(self, store: LeaseStore, cleanup: float) -> None:
+        super().__init__(store)
+        self.cleanup = cleanup
+
+    async def _wire(self) -> None:
+        try:
+            await super()._wire()
+        except asyncio.CancelledError:
+            await asyncio.sleep(self.cleanup)
+            raise
+
+
+def test_the_tenure_ends_at_its_deadline_even_if_a_request_is_slow_to_cancel(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A timer ends the tenure at the deadline, whatever the renewal in flight does: here
+    it takes a second more to give up after its attempt's own timeout cancelled it."""
+    store = LeaseStore()
+    a = _fake_elector(store, "a", renew_deadline=RENEW_DEADLINE)
+    leases = _SlowToCancelLeases(store, cleanup=1.0)
+    a._leases = leases  # type: ignore[assignment]
+
+    async def main(loop: VirtualTimeLoop) -> tuple[float, float]:
+        run = asyncio.create_task(a.run())
+        term = await a.wait_leading()
+        await asyncio.sleep(0.5)
+        deadline = a.leading_until
+        assert deadline is not None
+        leases.cut()
+        caplog.clear()
+        await a.wait_lost(term)
+        lost_at = loop.time()
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return lost_at, deadline
+
+    with caplog.at_level(logging.WARNING, logger="fastctl.leader"):
+        lost_at, deadline = run_virtual(main)
+    assert lost_at == pytest.approx(deadline)
+    assert _lines(caplog)[0] == (
+        logging.WARNING,
+        f"{WHERE}: stopped leading after 0.8 s (term 1): the renew deadline passed",
+    )
