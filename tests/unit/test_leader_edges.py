@@ -8,8 +8,11 @@ import asyncio
 import itertools
 import logging
 import re
+import time
 import types
-from typing import Any
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from typing import Any, Self
 
 import pytest
 
@@ -19,7 +22,10 @@ from fastctl.runtime.leader import (
     LeaseRecord,
     Observation,
     _elector,
+    _rules,
     default_identity,
+    micro_time,
+    next_record,
 )
 from fastctl.runtime.leader._rules import RETRY_JITTER
 
@@ -480,3 +486,41 @@ def test_the_tenure_ends_at_its_deadline_even_if_a_request_is_slow_to_cancel(
         logging.WARNING,
         f"{WHERE}: stopped leading after 0.8 s (term 1): the renew deadline passed",
     )
+
+
+def test_a_renewal_keeps_the_transition_count() -> None:
+    taken = LeaseRecord("a", 15, "t0", "t1", 3)
+    assert next_record(taken, "a", 15, "t2") == LeaseRecord("a", 15, "t0", "t2", 3)
+
+
+@pytest.fixture
+def _local_time_is_not_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone is five and a half hours off UTC (no daylight
+    saving): a time written in local time instead of UTC shows."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+NOW = datetime(2026, 12, 2, 14, 45, 0, 123456, tzinfo=UTC)
+
+
+class _Stopped(datetime):
+    """`datetime` whose clock stands at `NOW` (naive: in local time, as `now()` gives)."""
+
+    @classmethod
+    def now(cls, tz: tzinfo | None = None) -> Self:
+        now = NOW.astimezone(tz) if tz is not None else NOW.astimezone().replace(tzinfo=None)
+        return cls.combine(now.date(), now.timetz())
+
+
+@pytest.mark.usefixtures("_local_time_is_not_utc")
+def test_micro_time_is_utc_whatever_the_local_time_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert time.localtime(0).tm_gmtoff == 19800  # the fixture took effect
+    two_hours_east = timezone(timedelta(hours=2))
+    when = datetime(2026, 12, 2, 16, 45, 0, 123456, tzinfo=two_hours_east)
+    assert micro_time(when) == "2026-12-02T14:45:00.123456Z"
+    monkeypatch.setattr(_rules, "datetime", _Stopped)
+    assert micro_time() == "2026-12-02T14:45:00.123456Z"
