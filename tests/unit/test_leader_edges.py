@@ -144,7 +144,7 @@ async def _leading(elector: _elector.LeaderElector) -> asyncio.Task[None]:
     return run
 
 
-def test_a_release_is_logged_as_information_not_as_a_warning(
+def test_a_clean_start_and_release_are_logged_as_information(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     store = LeaseStore()
@@ -152,13 +152,14 @@ def test_a_release_is_logged_as_information_not_as_a_warning(
 
     async def main(loop: VirtualTimeLoop) -> None:
         run = await _leading(a)
-        caplog.clear()
         assert await a.release()
         await run
 
-    with caplog.at_level(logging.DEBUG, logger="fastctl.leader"):
+    with caplog.at_level(logging.INFO, logger="fastctl.leader"):
         run_virtual(main)
     assert _lines(caplog) == [
+        (logging.INFO, f"{WHERE}: taking part in leader election"),
+        (logging.INFO, f"{WHERE}: leading (term 1, 0 transitions)"),
         (logging.INFO, f"{WHERE}: stopped leading after 0.0 s (term 1): releasing the lease"),
         (logging.INFO, f"{WHERE}: released"),
     ]
