@@ -59,7 +59,9 @@ class _FailingLeases(_FakeLeases):
             raise failure
 
 
-def _failing(store: LeaseStore, identity: str, *failures: BaseException) -> _elector.LeaderElector:
+def _failing(
+    store: LeaseStore, identity: str, *failures: BaseException | None
+) -> _elector.LeaderElector:
     elector = _fake_elector(store, identity)
     leases = _FailingLeases(store, list(failures))
     elector._leases = leases  # type: ignore[assignment]
@@ -74,6 +76,14 @@ def _failing_leases(elector: _elector.LeaderElector) -> _FailingLeases:
 
 def _lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "fastctl.leader"]
+
+
+def _spec(store: LeaseStore) -> dict[str, Any]:
+    """The spec of the lease in `store` (which must exist)."""
+    lease = store.get()
+    assert lease is not None
+    spec: dict[str, Any] = lease["spec"]
+    return spec
 
 
 WHERE = "lease default/l as 'a'"
@@ -221,9 +231,7 @@ def test_a_release_after_a_conflict_writes_over_the_copy_it_re_read() -> None:
         return released
 
     assert run_virtual(main)
-    lease = store.get()
-    assert lease is not None
-    spec = lease["spec"]
+    spec = _spec(store)
     assert spec["holderIdentity"] == ""
     assert MICRO_TIME.match(spec["renewTime"])
     assert spec["acquireTime"] == spec["renewTime"]
@@ -525,3 +533,135 @@ def test_micro_time_is_utc_whatever_the_local_time_zone(monkeypatch: pytest.Monk
     assert micro_time(when) == "2026-12-02T14:45:00.123456Z"
     monkeypatch.setattr(_rules, "datetime", _Stopped)
     assert micro_time() == "2026-12-02T14:45:00.123456Z"
+
+
+# -- races and a lease that changes under the leader -----------------------------------------
+
+
+def _led_at(elector: _elector.LeaderElector) -> float:
+    """Run `elector` on a virtual clock until it leads; when it began to."""
+
+    async def main(loop: VirtualTimeLoop) -> float:
+        run = await _leading(elector)
+        led_at = loop.time()
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return led_at
+
+    return run_virtual(main)
+
+
+@pytest.mark.parametrize("free", [False, True], ids=["create", "take-over"])
+def test_a_write_lost_to_another_candidate_is_no_error(
+    caplog: pytest.LogCaptureFixture, free: bool
+) -> None:
+    """Two candidates racing for the lease: the loser's write is refused with a 409 (a
+    create over the lease the other created, or a PUT over a copy the other has written
+    since). That is the protocol working, not a failure: no warning, and the loser
+    competes again on its next poll (here the 409 was scripted, so it wins then)."""
+    store = LeaseStore()
+    if free:  # a free lease: a candidate reads it, then PUTs its record over it
+        store.put({"metadata": {"name": "l"}, "spec": LeaseRecord().to_spec()})
+    a = _failing(store, "a", None, CONFLICT)  # the GET goes through, the write is refused
+
+    with caplog.at_level(logging.DEBUG, logger="fastctl.leader"):
+        led_at = _led_at(a)
+    assert led_at > 0.05  # on the next poll, a retry period later
+    levels = {level for level, line in _lines(caplog)}
+    assert logging.WARNING not in levels
+    assert not [line for _, line in _lines(caplog) if "answers again" in line]
+
+
+def test_a_leader_whose_lease_was_deleted_creates_it_again_in_the_same_term(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A renewal over our own copy finds the lease gone (404): read, find nothing, create
+    it again; the tenure goes on, with no warning."""
+    store = LeaseStore()
+    a = _fake_elector(store, "a")
+
+    async def main(loop: VirtualTimeLoop) -> tuple[int, bool]:
+        run = await _leading(a)
+        store.lease = None  # deleted by someone
+        await asyncio.sleep(1.0)  # more than the renew deadline
+        term, leading = await a.wait_leading(), a.is_leader
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return term, leading
+
+    with caplog.at_level(logging.WARNING, logger="fastctl.leader"):
+        assert run_virtual(main) == (1, True)
+    assert _lines(caplog) == []
+    assert _spec(store)["holderIdentity"] == "a"
+
+
+def test_a_lease_that_names_us_already_is_renewed_at_once() -> None:
+    """A replica restarted with the same identity finds the lease naming it: it is ours,
+    so it renews it at once (keeping acquireTime and the transition count) instead of
+    waiting for it to expire as if another held it, and writes our duration."""
+    store = LeaseStore()
+    store.put({"metadata": {"name": "l"}, "spec": LeaseRecord("a", 7, "t0", "t1", 4).to_spec()})
+    a = _fake_elector(store, "a", lease_duration=2.0)
+
+    assert _led_at(a) == pytest.approx(0.002)  # the GET and the PUT, 1 ms each
+    spec = _spec(store)
+    assert (spec["holderIdentity"], spec["acquireTime"], spec["leaseTransitions"]) == ("a", "t0", 4)
+    assert spec["leaseDurationSeconds"] == 2
+
+
+def test_every_write_of_a_leader_carries_its_lease_duration() -> None:
+    """The create, a renewal over our own copy, and a renewal after a 409 (read, then
+    write over the copy read) all write ``leaseDurationSeconds``."""
+    store = LeaseStore()
+    a = _failing(store, "a")
+    a_leases = _failing_leases(a)
+    durations: list[int] = []  # of every write the store applied
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        run = await _leading(a)
+        await asyncio.sleep(0.1)  # a renewal over our own copy
+        a_leases.failures.append(CONFLICT)  # the next one is refused: read, then write
+        await asyncio.sleep(0.1)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+
+    store_put = store.put
+
+    def noting_put(lease: dict[str, Any]) -> dict[str, Any]:
+        durations.append(lease["spec"]["leaseDurationSeconds"])
+        return store_put(lease)
+
+    store.put = noting_put  # type: ignore[method-assign]
+    run_virtual(main)
+    assert len(durations) >= 4  # the create, renewals over our copy, the one after the 409
+    assert set(durations) == {1}  # lease_duration 1.0
+
+
+def test_a_release_while_a_renewal_after_a_conflict_hangs_writes_over_the_copy_read() -> None:
+    """A renewal meets a 409, reads the lease (still ours) and its PUT hangs; `release()`
+    cuts it short and writes the release over the copy that renewal read."""
+    store = LeaseStore()
+    a = _failing(store, "a")
+    leases = _failing_leases(a)
+
+    async def main(loop: VirtualTimeLoop) -> bool:
+        run = await _leading(a)
+        before = leases.requests
+        leases.failures.append(CONFLICT)
+        read = asyncio.Event()
+
+        def stall_the_put_after_the_read() -> None:
+            if not read.is_set() and leases.requests == before + 2:  # a 409, then the GET
+                leases.stall_next = True
+                read.set()
+
+        loop.on_step.append(stall_the_put_after_the_read)
+        await read.wait()
+        await asyncio.sleep(0.01)  # the PUT is on its way, and hangs
+        assert len(leases.sent) == before + 3
+        released = await a.release()
+        await run
+        return released
+
+    assert run_virtual(main)
+    assert _spec(store)["holderIdentity"] == ""

@@ -367,20 +367,28 @@ async def test_aiohttp_errors_are_transient() -> None:
 # -- the elector through the client ----------------------------------------------------------
 
 
-async def test_an_elector_creates_renews_and_releases_the_lease_over_http(
-    server: LeaseServer, api: ApiClient
-) -> None:
+async def _leading_over_http(
+    api: ApiClient, *, lease_duration: float, renew_deadline: float
+) -> tuple[LeaderElector, asyncio.Task[None]]:
+    """An elector for lease ops/op as "me" (retry period 0.05 s), running and leading."""
     config = LeaderElection(
         "op",
         namespace="ops",
         identity="me",
-        lease_duration=2.1,
-        renew_deadline=1.5,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
         retry_period=0.05,
     )
     elector = LeaderElector(api, config)
     run = asyncio.create_task(elector.run())
     assert await asyncio.wait_for(elector.wait_leading(), 5) == 1
+    return elector, run
+
+
+async def test_an_elector_creates_renews_and_releases_the_lease_over_http(
+    server: LeaseServer, api: ApiClient
+) -> None:
+    elector, run = await _leading_over_http(api, lease_duration=2.1, renew_deadline=1.5)
     await asyncio.wait_for(server.requests(3), 5)  # GET (404), POST, then a renewal
     assert await elector.release()
     await asyncio.wait_for(run, 5)
@@ -404,3 +412,27 @@ async def test_an_elector_creates_renews_and_releases_the_lease_over_http(
     assert released["spec"]["leaseDurationSeconds"] == 1
     assert released["spec"]["leaseTransitions"] == 0
     assert server.leases["op"]["spec"]["holderIdentity"] == ""
+
+
+async def test_an_elector_s_requests_give_up_at_its_renew_deadline_even_in_a_long_release(
+    server: LeaseServer, api: ApiClient
+) -> None:
+    """The elector's client times each request out at the renew deadline: a release given
+    a whole minute still gives up on a PUT the server never answers once the renew
+    deadline has passed (its longer budget is for retries after conflicts)."""
+    elector, run = await _leading_over_http(api, lease_duration=0.8, renew_deadline=0.3)
+    answer = asyncio.Event()
+
+    async def stall(request: web.Request) -> web.StreamResponse:
+        await answer.wait()
+        return _status(500, "InternalError", "too late")
+
+    server.script += [stall] * 100  # from now on the server answers nothing
+    try:
+        # 0.3 s by the request's own timeout; a client without one would wait the minute.
+        assert not await asyncio.wait_for(elector.release(timeout=60.0), 10)
+    finally:
+        answer.set()
+    await asyncio.wait_for(run, 5)
+    assert server.seen[-1].method == "PUT"
+    assert server.seen[-1].body["spec"]["holderIdentity"] == ""
