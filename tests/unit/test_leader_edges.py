@@ -31,7 +31,8 @@ from fastctl.runtime.leader._rules import RETRY_JITTER
 
 from .fake_lease import LeaseStore
 from .test_leader import MICRO_TIME, _fake_elector, _FakeLeases
-from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
+from .test_leader_timing import run_bounded
+from .virtual_time import VirtualTimeLoop, virtual_monotonic
 
 RENEW_DEADLINE = 0.3
 
@@ -107,7 +108,7 @@ def test_each_distinct_error_is_a_warning_once_and_the_recovery_is_noted(
         await asyncio.gather(run, return_exceptions=True)
 
     with caplog.at_level(logging.DEBUG, logger="fastctl.leader"):
-        run_virtual(main)
+        run_bounded(main)
     where = WHERE
     lines = [line for line in _lines(caplog) if "holder" not in line[1]]
     assert lines == [
@@ -136,7 +137,7 @@ def test_repr_says_whether_it_leads_and_in_which_term() -> None:
         await asyncio.gather(run, return_exceptions=True)
         return seen
 
-    assert run_virtual(main) == [
+    assert run_bounded(main) == [
         "<LeaderElector lease default/l as 'a' candidate>",
         "<LeaderElector lease default/l as 'a' leading (term 1)>",
     ]
@@ -166,7 +167,7 @@ def test_a_clean_start_and_release_are_logged_as_information(
         await run
 
     with caplog.at_level(logging.INFO, logger="fastctl.leader"):
-        run_virtual(main)
+        run_bounded(main)
     assert _lines(caplog) == [
         (logging.INFO, f"{WHERE}: taking part in leader election"),
         (logging.INFO, f"{WHERE}: leading (term 1, 0 transitions)"),
@@ -192,7 +193,7 @@ def test_a_release_that_fails_says_why(
         await run
 
     with caplog.at_level(logging.WARNING, logger="fastctl.leader"):
-        run_virtual(main)
+        run_bounded(main)
     assert _lines(caplog) == [(logging.WARNING, f"{WHERE}: could not release: {said}")]
 
 
@@ -211,7 +212,7 @@ def test_a_release_re_reads_after_a_conflict_and_gives_up_after_three_writes() -
         await run
         return released, leases.requests - before
 
-    assert run_virtual(main) == (False, 6)  # PUT 409, GET, three times
+    assert run_bounded(main) == (False, 6)  # PUT 409, GET, three times
     lease = store.get()
     assert lease is not None
     assert lease["spec"]["holderIdentity"] == "a"
@@ -230,7 +231,7 @@ def test_a_release_after_a_conflict_writes_over_the_copy_it_re_read() -> None:
         await run
         return released
 
-    assert run_virtual(main)
+    assert run_bounded(main)
     spec = _spec(store)
     assert spec["holderIdentity"] == ""
     assert MICRO_TIME.match(spec["renewTime"])
@@ -251,7 +252,7 @@ def test_a_release_with_nothing_read_or_after_the_lease_was_deleted_is_false() -
         await run
         return never_ran, deleted
 
-    assert run_virtual(main) == (False, False)
+    assert run_bounded(main) == (False, False)
 
 
 class _MostJitter:
@@ -293,7 +294,7 @@ def test_a_candidate_polls_every_jittered_retry_period_and_wakes_at_the_expiry(
         await asyncio.gather(run, return_exceptions=True)
         return loop.time()
 
-    run_virtual(main)
+    run_bounded(main)
     seen_at = leases.sent[0] + 0.001  # the first answer starts the expiry clock
     polls = [t for t in leases.sent if t < seen_at + 1.0]
     gaps = [b - a for a, b in itertools.pairwise(polls)]
@@ -356,7 +357,7 @@ def test_a_write_answered_at_or_after_its_renew_deadline_starts_no_tenure(late: 
         await asyncio.gather(run, return_exceptions=True)
         return loop.time(), term
 
-    led_at, term = run_virtual(main)
+    led_at, term = run_bounded(main)
     assert term == 1  # no term began (and ended at once) on the late answer
     answered_at = 0.001 + late  # after the GET, the POST's answer
     assert led_at > answered_at + 0.01  # a retry later: not on the late answer
@@ -378,7 +379,7 @@ def test_a_write_whose_answer_names_another_holder_starts_no_tenure() -> None:
         await asyncio.gather(run, return_exceptions=True)
         return leading, a.leader
 
-    assert run_virtual(main) == (False, "x")
+    assert run_bounded(main) == (False, "x")
 
 
 class _GatedLeases(_FakeLeases):
@@ -418,7 +419,7 @@ def test_a_write_answered_after_release_was_asked_starts_no_term(
         return released
 
     with caplog.at_level(logging.INFO, logger="fastctl.leader"):
-        assert run_virtual(main)
+        assert run_bounded(main)
     assert not [line for _, line in _lines(caplog) if "leading" in line]
     lease = store.get()
     assert lease is not None
@@ -441,7 +442,7 @@ def test_a_leader_renews_every_retry_period_without_jitter(
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
 
-    run_virtual(main)
+    run_bounded(main)
     renewals = leases.sent[2:]  # after the GET and the POST
     gaps = [b - a for a, b in itertools.pairwise(renewals)]
     assert len(gaps) >= 10
@@ -489,7 +490,7 @@ def test_the_tenure_ends_at_its_deadline_even_if_a_request_is_slow_to_cancel(
         return lost_at, deadline
 
     with caplog.at_level(logging.WARNING, logger="fastctl.leader"):
-        lost_at, deadline = run_virtual(main)
+        lost_at, deadline = run_bounded(main)
     assert lost_at == pytest.approx(deadline)
     assert _lines(caplog)[0] == (
         logging.WARNING,
@@ -548,7 +549,7 @@ def _led_at(elector: _elector.LeaderElector) -> float:
         await asyncio.gather(run, return_exceptions=True)
         return led_at
 
-    return run_virtual(main)
+    return run_bounded(main)
 
 
 @pytest.mark.parametrize("free", [False, True], ids=["create", "take-over"])
@@ -590,7 +591,7 @@ def test_a_leader_whose_lease_was_deleted_creates_it_again_in_the_same_term(
         return term, leading
 
     with caplog.at_level(logging.WARNING, logger="fastctl.leader"):
-        assert run_virtual(main) == (1, True)
+        assert run_bounded(main) == (1, True)
     assert _lines(caplog) == []
     assert _spec(store)["holderIdentity"] == "a"
 
@@ -632,7 +633,7 @@ def test_every_write_of_a_leader_carries_its_lease_duration() -> None:
         return store_put(lease)
 
     store.put = noting_put  # type: ignore[method-assign]
-    run_virtual(main)
+    run_bounded(main)
     assert len(durations) >= 4  # the create, renewals over our copy, the one after the 409
     assert set(durations) == {1}  # lease_duration 1.0
 
@@ -663,5 +664,5 @@ def test_a_release_while_a_renewal_after_a_conflict_hangs_writes_over_the_copy_r
         await run
         return released
 
-    assert run_virtual(main)
+    assert run_bounded(main)
     assert _spec(store)["holderIdentity"] == ""
