@@ -52,7 +52,10 @@ TARGETS: dict[str, Target] = {
             "tests/unit/test_lease_api.py",
         ),
         # The chaos test runs once per mutant: fewer examples, the same for every mutant.
-        env=(("FASTCTL_LEADER_CHAOS_EXAMPLES", "40"),),
+        # A mutant can leave the elector spinning the event loop (no timeout inside the loop
+        # can end that): pytest-timeout fails such a test after 20 s instead of mutmut's
+        # 90 s limit.
+        env=(("FASTCTL_LEADER_CHAOS_EXAMPLES", "40"), ("PYTEST_ADDOPTS", "--timeout=20")),
     ),
     "store": Target(
         ("python/fastctl/kube/_store.py",),

@@ -666,3 +666,49 @@ def test_a_release_while_a_renewal_after_a_conflict_hangs_writes_over_the_copy_r
 
     assert run_bounded(main)
     assert _spec(store)["holderIdentity"] == ""
+
+
+# -- after a term ------------------------------------------------------------------------------
+
+
+def test_a_leader_whose_renewals_are_refused_competes_again_after_its_deadline() -> None:
+    """Renewals that fail at once (a 500 each) until the renew deadline end the term at
+    the deadline, while the loop sleeps between retries; `run()` then goes on as a
+    candidate and leads again (term 2) once the server answers."""
+    store = LeaseStore()
+    a = _failing(store, "a")
+    leases = _failing_leases(a)
+
+    async def main(loop: VirtualTimeLoop) -> tuple[float, float, int]:
+        run = await _leading(a)
+        deadline = a.leading_until
+        assert deadline is not None
+        leases.failures += [DOWN] * 1000
+        await a.wait_lost(1)
+        lost_at = loop.time()
+        leases.failures.clear()
+        term = await a.wait_leading()
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return lost_at, deadline, term
+
+    lost_at, deadline, term = run_bounded(main)
+    assert lost_at == pytest.approx(deadline, abs=0.06)  # at most a retry period after it
+    assert term == 2
+
+
+def test_run_can_be_started_again_after_it_was_cancelled() -> None:
+    store = LeaseStore()
+    a = _fake_elector(store, "a")
+
+    async def main(loop: VirtualTimeLoop) -> list[int]:
+        terms = []
+        for _ in range(2):
+            run = await _leading(a)
+            terms.append(await a.wait_leading())
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            assert not a.is_leader
+        return terms
+
+    assert run_bounded(main) == [1, 2]
