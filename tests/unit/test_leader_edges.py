@@ -104,6 +104,7 @@ def test_each_distinct_error_is_a_warning_once_and_the_recovery_is_noted(
     async def main(loop: VirtualTimeLoop) -> None:
         run = asyncio.create_task(a.run())
         await a.wait_leading()
+        await asyncio.sleep(0.2)  # renewals: they succeed, and say nothing
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
 
@@ -120,7 +121,7 @@ def test_each_distinct_error_is_a_warning_once_and_the_recovery_is_noted(
         (logging.WARNING, f"{where}: 500 InternalError: down"),
         (logging.INFO, f"{where}: leading (term 1, 0 transitions)"),
         (logging.INFO, f"{where}: the API server answers again"),
-        (logging.INFO, f"{where}: stopped leading after 0.0 s (term 1): run() was stopped"),
+        (logging.INFO, f"{where}: stopped leading after 0.2 s (term 1): run() was stopped"),
     ]
 
 
@@ -712,3 +713,52 @@ def test_run_can_be_started_again_after_it_was_cancelled() -> None:
         return terms
 
     assert run_bounded(main) == [1, 2]
+
+
+def test_a_leader_that_finds_another_holder_says_who(caplog: pytest.LogCaptureFixture) -> None:
+    """The holder of a lease that changed is noted (debug), and a leader that finds it
+    held by another says so as it stops."""
+    store = LeaseStore()
+    a = _fake_elector(store, "a")
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        run = await _leading(a)
+        await asyncio.sleep(0.1)
+        caplog.clear()
+        _held_by_x(store, 1)  # x took the lease: our next PUT meets a 409, then we read
+        await a.wait_lost(1)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+
+    with caplog.at_level(logging.DEBUG, logger="fastctl.leader"):
+        run_bounded(main)
+    assert _lines(caplog)[:2] == [
+        (logging.DEBUG, f"{WHERE}: the holder is 'x'"),
+        (
+            logging.WARNING,
+            f"{WHERE}: stopped leading after 0.1 s (term 1): the lease is held by 'x'",
+        ),
+    ]
+
+
+def test_a_term_that_ran_out_while_the_loop_was_blocked_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The loop was blocked past the deadline while a renewal's answer came in (so the
+    deadline timer could not run first): the loop itself ends the term, and says why."""
+    store = LeaseStore()
+    a = _fake_elector(store, "a", renew_deadline=RENEW_DEADLINE)
+    a._leases = _LateLeases(store, [0.0, 1.0])  # type: ignore[assignment]
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        run = await _leading(a)
+        await a.wait_lost(1)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+
+    with caplog.at_level(logging.WARNING, logger="fastctl.leader"):
+        run_bounded(main)
+    why = "renewals failed for the renew deadline"
+    assert _lines(caplog) == [
+        (logging.WARNING, f"{WHERE}: stopped leading after 1.1 s (term 1): {why}")
+    ]
