@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import re
 import time
 import types
@@ -27,7 +28,7 @@ from fastctl.runtime.leader import (
     micro_time,
     next_record,
 )
-from fastctl.runtime.leader._rules import RETRY_JITTER
+from fastctl.runtime.leader._rules import RETRY_JITTER, check_lease_timings
 
 from .fake_lease import LeaseStore
 from .test_leader import MICRO_TIME, _fake_elector, _FakeLeases
@@ -762,3 +763,47 @@ def test_a_term_that_ran_out_while_the_loop_was_blocked_says_so(
     assert _lines(caplog) == [
         (logging.WARNING, f"{WHERE}: stopped leading after 1.1 s (term 1): {why}")
     ]
+
+
+# -- refused settings ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"lease_duration": math.nan},
+            "lease_duration must be a positive number of seconds, not nan",
+        ),
+        ({"renew_deadline": 0}, "renew_deadline must be a positive number of seconds, not 0"),
+        ({"retry_period": -1}, "retry_period must be a positive number of seconds, not -1"),
+        (
+            {"lease_duration": 10, "renew_deadline": 10},
+            "lease_duration (10) must be longer than renew_deadline (10) by at least 0.5 s: a "
+            "leader must give up, and cancel its running reconciles, before its lease expires "
+            "for others",
+        ),
+        (
+            {"renew_deadline": 2.2, "retry_period": 2},
+            "renew_deadline (2.2) must be longer than 1.2 x retry_period (2) to leave room for "
+            "a retry",
+        ),
+        ({"namespace": ""}, "LeaderElection needs a lease name and a namespace"),
+        ({"identity": ""}, "identity must not be empty: an empty holder means a free lease"),
+    ],
+)
+def test_a_refused_setting_is_named_with_its_value_and_why(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        LeaderElection("op", **kwargs)
+
+
+def test_the_timings_say_what_the_margin_protects_and_leave_room_for_a_retry() -> None:
+    with pytest.raises(ValueError, match=r"by at least 0\.5 s: shards move$"):
+        check_lease_timings(1.0, 1.0, 0.1, why="shards move")
+    # A renew deadline of exactly 1.2 retry periods leaves no room for a jittered retry.
+    assert 0.25 * (1 + RETRY_JITTER) == 0.3
+    with pytest.raises(ValueError, match="to leave room for a retry"):
+        check_lease_timings(1.0, 0.3, 0.25)
+    check_lease_timings(1.0, 0.31, 0.25)
