@@ -24,8 +24,9 @@ from fastctl.kube._objects import (
     resolved,
 )
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
+from fastctl.kube._retry import Backoff
 from fastctl.kube._store import Store, controller_uid, reflector
-from fastctl.kube._watcher import Backoff, EventKind, WatchConfig, WatchEvent, watcher
+from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 
 if TYPE_CHECKING:
     from fastctl.kube._model import CustomResource, KubeModel, ObjectMeta, crd
