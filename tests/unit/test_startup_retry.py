@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -191,3 +194,42 @@ async def test_a_manager_without_an_api_server_is_alive_not_ready_and_stops_at_o
     # Not the drain timeout (600 s): nothing runs yet, so the run ends without waiting.
     await asyncio.wait_for(run, 60)
     assert run.exception() is None
+
+
+async def test_fastctl_run_reports_a_refused_discovery_in_one_line(
+    tmp_path: Path, client: tuple[ApiClient, int]
+) -> None:
+    """The CLI ends with exit status 1 and one line naming what was refused, no traceback."""
+    _, port = client
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    server = FakeApiServer(port, 403)
+    await server.start()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "fastctl.cli",
+            "run",
+            "fastctl.demo.widgets:make_controller",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--metrics-port",
+            "0",
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await server.stop()
+    stderr = err.decode()
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("fastctl: error: cannot resolve ")
+    assert "(discovery) failed with 403" in last
