@@ -21,9 +21,9 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from fastctl.errors import ResourceNotFound
+from fastctl.errors import DiscoveryError, ResourceNotFound
 from fastctl.kube._resource import Discovery, Resource
-from fastctl.kube._retry import Backoff, DiscoveryError, resolve_patiently
+from fastctl.kube._retry import Backoff, resolve_patiently
 from fastctl.runtime._controller import Controller
 from fastctl.runtime._manager import Manager
 

@@ -130,9 +130,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 async def _run(target: Any, args: argparse.Namespace) -> int:
-    from fastctl.errors import ResourceNotFound
+    from fastctl.errors import DiscoveryError, ResourceNotFound
     from fastctl.kube._client import KubeconfigError, load_client
-    from fastctl.kube._retry import DiscoveryError
     from fastctl.runtime._controller import Controller
     from fastctl.runtime._health import HealthServerError
     from fastctl.runtime._manager import LeadershipLost, Manager

@@ -8,7 +8,14 @@ cache every reconcile reads); `fastctl.runtime` turns those events into triggers
 
 from typing import TYPE_CHECKING, Any
 
-from fastctl.errors import ApiError, InvalidObject, KubeconfigError, ResourceNotFound, SchemaError
+from fastctl.errors import (
+    ApiError,
+    DiscoveryError,
+    InvalidObject,
+    KubeconfigError,
+    ResourceNotFound,
+    SchemaError,
+)
 from fastctl.kube._client import load_client
 from fastctl.kube._crd_schema import PrinterColumn, Rule
 from fastctl.kube._events import Recorder
@@ -49,6 +56,7 @@ __all__ = [
     "Backoff",
     "CustomResource",
     "Discovery",
+    "DiscoveryError",
     "EventKind",
     "InvalidObject",
     "KubeModel",

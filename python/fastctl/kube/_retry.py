@@ -28,16 +28,10 @@ from dataclasses import dataclass
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.errors import ApiError, FastctlError, ResourceNotFound
+from fastctl.errors import ApiError, DiscoveryError, ResourceNotFound
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 
-__all__ = [
-    "NOT_FOUND_RETRIES",
-    "Backoff",
-    "DiscoveryError",
-    "is_transient",
-    "resolve_patiently",
-]
+__all__ = ["NOT_FOUND_RETRIES", "Backoff", "DiscoveryError", "is_transient", "resolve_patiently"]
 
 log = logging.getLogger("fastctl.discovery")
 
@@ -70,23 +64,6 @@ class Backoff:
     def reset(self) -> None:
         """A success: the next failure waits `initial` again."""
         self.failures = 0
-
-
-class DiscoveryError(FastctlError):
-    """Discovery was refused for good (401, 403, another 4xx): retrying cannot help."""
-
-    def __init__(self, resource: Resource, error: ApiError) -> None:
-        self.resource = resource
-        self.error = error
-        hint = {
-            401: "the credentials were rejected (check the kubeconfig or the token)",
-            403: "forbidden (check the RBAC of the operator's service account)",
-        }.get(error.status, "the API server refused it")
-        super().__init__(
-            f"cannot resolve {resource.kind} ({resource.api_version}): "
-            f"{error.method or 'GET'} {error.path} (discovery) failed with {error.status} "
-            f"{error.reason}: {hint}"
-        )
 
 
 def is_transient(exc: BaseException) -> bool:
