@@ -233,3 +233,17 @@ async def test_fastctl_run_reports_a_refused_discovery_in_one_line(
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("fastctl: error: cannot resolve ")
     assert "(discovery) failed with 403" in last
+
+
+async def test_a_controller_stopped_before_it_runs_does_not_wait_for_the_api_server(
+    client: tuple[ApiClient, int],
+) -> None:
+    api, _ = client
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        return None
+
+    ctl = Controller(api, WIDGET, reconcile)
+    ctl.shutdown()
+    await asyncio.wait_for(ctl.run(handle_signals=False), 60)  # would retry for ever
+    assert ctl._counters.watch_errors == 0  # not one lookup was tried

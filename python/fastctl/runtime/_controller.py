@@ -298,6 +298,8 @@ class Controller:
         tasks: list[asyncio.Task[None]] = []
         reports: set[asyncio.Task[None]] = set()  # Events about invalid objects
         try:
+            if self._shutdown_requested:
+                return  # stopped before it started: not even discovery
             loop = asyncio.get_running_loop()
             self._resolving = loop.create_task(self._resolve_resources())
             try:
