@@ -23,7 +23,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.errors import DiscoveryError, ResourceNotFound
 from fastctl.kube._resource import Discovery, Resource
-from fastctl.kube._retry import Backoff, resolve_patiently
+from fastctl.kube._retry import NOT_FOUND_RETRIES, Backoff, resolve_patiently
 from fastctl.runtime._controller import Controller
 from fastctl.runtime._manager import Manager
 
@@ -151,6 +151,26 @@ async def test_a_resource_never_served_is_fatal_after_a_bounded_number_of_lookup
     assert len(server.paths) == 4  # the first lookup and 3 retries
 
 
+async def test_by_default_a_missing_resource_is_looked_up_for_half_a_minute(
+    client: tuple[ApiClient, int],
+) -> None:
+    """The default budget: `NOT_FOUND_RETRIES` lookups again (the first test's budget is
+    explicit), which with the default `Backoff` at its shortest jitter wait 25 s or more: a
+    CRD applied by the same deployment, just after the operator, is found."""
+    waits = sum(min(30.0, 0.5 * 2.0**n) for n in range(NOT_FOUND_RETRIES)) * (1 - 0.2)
+    assert waits >= 25.0
+    api, port = client
+    server = FakeApiServer(port, 404)
+    await server.start()
+    try:
+        patient = resolve_patiently(api, WIDGET, discovery=Discovery(api), backoff=_fast())
+        with pytest.raises(ResourceNotFound, match=f"looked up {NOT_FOUND_RETRIES + 1} times"):
+            await asyncio.wait_for(patient, 30)
+    finally:
+        await server.stop()
+    assert len(server.paths) == NOT_FOUND_RETRIES + 1
+
+
 @pytest.mark.parametrize(("status", "says"), [(401, "credentials"), (403, "RBAC")])
 async def test_refused_credentials_or_rbac_are_fatal_at_once(
     client: tuple[ApiClient, int], status: int, says: str
@@ -159,8 +179,9 @@ async def test_refused_credentials_or_rbac_are_fatal_at_once(
     server = FakeApiServer(port, status)
     await server.start()
     try:
+        patient = resolve_patiently(api, WIDGET, discovery=Discovery(api), backoff=_fast())
         with pytest.raises(DiscoveryError) as info:
-            await resolve_patiently(api, WIDGET, discovery=Discovery(api), backoff=_fast())
+            await asyncio.wait_for(patient, 30)  # retrying a refusal would hang here
     finally:
         await server.stop()
     message = str(info.value)
