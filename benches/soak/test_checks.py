@@ -104,3 +104,18 @@ def test_a_role_too_short_to_judge_and_a_process_that_never_led() -> None:
     flat_after = [(float(t), 50 if t < 500 else 100) for t in range(0, 2000, 10)]
     verdict = checks.rss_by_role(flat_after, never, churn_start=400, warmup=100, window=200)
     assert verdict["ok"]
+
+
+def test_a_leader_is_warmed_up_from_its_takeover() -> None:
+    # After the takeover the new leader fills its queue and connection pool: RSS ramps from
+    # 100 to 130 in 150 s, then stays flat. Warmed up from the takeover, that is no growth;
+    # warmed up from the start of the churn only, the ramp would be in the first window.
+    def rss(t: int) -> int:
+        return 100 if t < 1000 else min(130, 100 + (t - 1000) // 5)
+
+    samples = [(float(t), rss(t)) for t in range(0, 2000, 10)]
+    segments = checks.role_segments(0, 2000, leading_since=1000)
+    verdict = checks.rss_by_role(samples, segments, churn_start=0, warmup=200, window=200)
+    assert verdict["roles"]["leader"]["judged"]
+    assert verdict["roles"]["leader"]["median_first"] == 130
+    assert verdict["ok"]
