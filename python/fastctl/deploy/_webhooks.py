@@ -61,7 +61,7 @@ CERT_DIR = "/etc/fastctl/webhook"
 """Where the Deployment mounts the serving certificate's Secret (``tls.crt``, ``tls.key``)
 in cert-manager mode."""
 
-CA_NOTE = "fastctl.dev/ca-bundle"
+CA_NOTE = "webhook.fastctl.dev/ca-bundle"
 """The annotation, in managed mode, that says the operator patches the ``caBundle`` at
 start."""
 
