@@ -35,7 +35,7 @@ from fastctl import (
     Rule,
 )
 from fastctl.demo.widgets import install_crd
-from fastctl.kube import ApiError, Resource, create, delete, get
+from fastctl.kube import ApiError, Resource, apply, apply_status, create, delete, get
 from fastctl.runtime._controller import Controller
 from fastctl.testing import ControlPlane
 
@@ -158,6 +158,56 @@ async def test_printer_columns_show_in_table_output(
     assert names == ["Name", "Size", "Max"]  # declared columns replace Age
     (row,) = table["rows"]
     assert row["cells"][:3] == ["t", "large", 7]
+
+
+# -- an optional enum left unset ----------------------------------------------------------
+
+
+Colour = Literal["red", "blue"]
+
+
+class PaintSpec(KubeModel):
+    colour: Colour | None = None
+    coats: int = 1
+
+
+class PaintStatus(KubeModel):
+    colour: Colour | None = None
+    dry: bool = False
+
+
+class Paint(CustomResource, group=GROUP, version="v1"):
+    spec: PaintSpec
+    status: PaintStatus | None = None
+
+
+PAINT = Paint.resource()
+
+
+@pytest.mark.parametrize("colour", ["unset", None, "red"])
+async def test_an_optional_enum_that_is_none_is_written_as_absent(
+    client: ApiClient, namespace: str, colour: Colour | str | None
+) -> None:
+    """A ``Literal[...] | None = None`` field that is None (never set, or set to None) is
+    left out of what fastctl sends: the API server, which refuses a ``null`` for an enum
+    field, accepts the create, the apply and the status apply, and the object parses back
+    equal. A value set is sent and stored."""
+    await install_crd(client, Paint.crd())
+    given = {} if colour == "unset" else {"colour": colour}
+    sent = Paint.model_validate(
+        {"metadata": {"name": "p", "namespace": namespace}, "spec": {"coats": 2, **given}}
+    )
+    await create_when_served(client, PAINT, sent)
+    await apply(client, PAINT, sent, field_manager="painter")
+    stored = await apply_status(
+        client, PAINT, sent, status=PaintStatus.model_validate(given), field_manager="drier"
+    )
+    expected = None if colour == "unset" else colour
+    assert stored["spec"].get("colour") == expected
+    assert (stored.get("status") or {}).get("colour") == expected
+    back = Paint.model_validate(await get(client, PAINT, "p", namespace=namespace))
+    assert back.spec == sent.spec
+    assert (back.status or PaintStatus()).colour == expected
 
 
 # -- an invalid object in the cluster ---------------------------------------------------------
