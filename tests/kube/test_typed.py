@@ -5,8 +5,10 @@ by a typed controller while the others reconcile; and, over models Hypothesis bu
 random field types and constraints, every generated CRD is accepted and valid instances
 round-trip (create, get, parse back equal).
 
-The Hypothesis test runs FASTCTL_TYPED_EXAMPLES examples (default 15, one CRD each); for a
-longer run: ``FASTCTL_TYPED_EXAMPLES=300 python -m pytest tests/kube/test_typed.py -k hypo``.
+The Hypothesis test checks FASTCTL_TYPED_EXAMPLES models (default 15, one CRD each), in
+examples of `BATCH` models whose CRDs are installed and checked concurrently (the wait for a
+CRD to be established and served dominates); for a longer run:
+``FASTCTL_TYPED_EXAMPLES=300 python -m pytest tests/kube/test_typed.py -k hypo``.
 """
 
 from __future__ import annotations
@@ -312,6 +314,8 @@ async def until_listed(client: ApiClient, namespace: str) -> list[dict[str, Any]
 # -- Hypothesis: generated models, generated CRDs, round trips --------------------------------
 
 EXAMPLES = int(os.environ.get("FASTCTL_TYPED_EXAMPLES", "15"))
+BATCH = 3
+"""Models per Hypothesis example, round-tripped at the same time."""
 _KINDS = itertools.count()
 _TEXT = st.text(st.characters(categories=("L", "N", "P", "Zs")), max_size=12)
 _KEYS = st.text("abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=6)
@@ -445,7 +449,7 @@ async def test_hypothesis_generated_models_are_accepted_and_round_trip(
         return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=120)
 
     @settings(
-        max_examples=EXAMPLES,
+        max_examples=-(-EXAMPLES // BATCH),
         deadline=None,
         database=None,
         # no shrinking: each step costs a CRD on the server; a failure prints its CRD
@@ -454,15 +458,25 @@ async def test_hypothesis_generated_models_are_accepted_and_round_trip(
     )
     @given(data=st.data())
     def check(data: st.DataObject) -> None:
-        spec_model, spec_values = data.draw(models())
-        n = next(_KINDS)
-        resource_model = types.new_class(
-            f"Gen{n}",
-            (CustomResource,),
-            {"group": f"hypo.{GROUP}", "version": "v1"},
-            lambda ns: ns.update({"__annotations__": {"spec": spec_model}}),
-        )
-        specs = data.draw(st.lists(spec_values, min_size=1, max_size=3))
-        on_loop(round_trip(client, namespace, resource_model, specs))
+        trips = []
+        for _ in range(BATCH):
+            spec_model, spec_values = data.draw(models())
+
+            def body(ns: dict[str, Any], spec: type[KubeModel] = spec_model) -> None:
+                ns["__annotations__"] = {"spec": spec}
+
+            resource_model = types.new_class(
+                f"Gen{next(_KINDS)}",
+                (CustomResource,),
+                {"group": f"hypo.{GROUP}", "version": "v1"},
+                body,
+            )
+            specs = data.draw(st.lists(spec_values, min_size=1, max_size=3))
+            trips.append(round_trip(client, namespace, resource_model, specs))
+
+        async def together() -> None:
+            await asyncio.gather(*trips)
+
+        on_loop(together())
 
     await asyncio.to_thread(check)
