@@ -1,9 +1,10 @@
 """Typed custom resources on the real API server: the generated CRD is accepted; the
 server rejects what the schema, an enum and a CEL rule forbid, with its own message; the
-printer columns show in table output; an object stored under a looser schema is reported
-by a typed controller while the others reconcile; and, over models Hypothesis builds from
-random field types and constraints, every generated CRD is accepted and valid instances
-round-trip (create, get, parse back equal).
+printer columns show in table output; an optional enum that is None is written as absent
+(create, apply, status apply), not as the null the server refuses; an object stored under a
+looser schema is reported by a typed controller while the others reconcile; and, over
+models Hypothesis builds from random field types and constraints, every generated CRD is
+accepted and valid instances round-trip (create, get, parse back equal).
 
 The Hypothesis test checks FASTCTL_TYPED_EXAMPLES models (default 15, one CRD each), in
 examples of `BATCH` models whose CRDs are installed and checked concurrently (the wait for a
