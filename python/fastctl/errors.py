@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
+from fastctl._redact import scrub, scrub_tree
+
 if TYPE_CHECKING:
     from fastctl.kube._resource import Resource
 
@@ -54,7 +56,9 @@ class ApiError(FastctlError):
     `status` is the HTTP code, `reason` the Status ``reason`` (``"NotFound"``, ``"Conflict"``,
     ``"Forbidden"``, ``"Expired"`` …, or the HTTP phrase when the body is not a Status),
     `message` the server's human message, `method`/`path` the request that failed and
-    `body` the parsed Status (``None`` if the body was not JSON).
+    `body` the parsed Status (``None`` if the body was not JSON). A server that echoes a
+    Secret's value in its message (``Invalid value: "..."``) has it replaced by
+    ``<redacted>`` in `message` and `body` (`fastctl.log.mark_sensitive`).
     """
 
     status: int
@@ -76,10 +80,10 @@ class ApiError(FastctlError):
     ) -> None:
         self.status = status
         self.reason = reason
-        self.message = message
+        self.message = scrub(message)
         self.method = method
         self.path = path
-        self.body = body
+        self.body = scrub_tree(body)
         super().__init__(str(self))
 
     def __str__(self) -> str:
@@ -167,6 +171,7 @@ class InvalidObject(FastctlError, ValueError):
     keep reconciling. `key` is the object, `errors` the validator's one-line reasons."""
 
     def __init__(self, key: str, model: str, errors: list[str]) -> None:
+        errors = [scrub(error) for error in errors]  # a validator may quote the input
         super().__init__(f"{key} is not a valid {model}: {'; '.join(errors)}")
         self.key = key
         self.model = model

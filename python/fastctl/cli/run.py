@@ -84,14 +84,15 @@ def register(subcommands: Subcommands) -> None:
 
 
 def configure_logging(level: str, fmt: str = "text") -> None:
-    """Structured one-line logs naming the object being reconciled."""
-    from fastctl.log import JsonFormatter, ObjectContextFilter
+    """Structured one-line logs naming the object being reconciled, Secrets redacted."""
+    from fastctl.log import JsonFormatter, ObjectContextFilter, RedactingFilter
 
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise CliError(f"--log-level {level!r} is not one of DEBUG, INFO, WARNING, ERROR")
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ObjectContextFilter())
+    handler.addFilter(RedactingFilter())  # what the operator's own code logs, too
     handler.setFormatter(
         JsonFormatter()
         if fmt == "json"

@@ -49,13 +49,16 @@ import orjson
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._options import pick
+from fastctl._redact import is_sensitive, remember
 from fastctl.errors import ApiError, WatchError, WatchStreamError
 from fastctl.kube._http import error_from_response, request
 from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.log import RedactingFilter
 
 __all__ = ["Backoff", "EventKind", "WatchConfig", "WatchEvent", "WatchStreamError", "watcher"]
 
 log = logging.getLogger("fastctl.watcher")
+log.addFilter(RedactingFilter())  # its records name objects and errors
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _MAX_LINE = 64 * 1024 * 1024  # far above etcd's 1.5 MiB object limit, even as JSON
@@ -203,6 +206,25 @@ async def watcher(
 _DEFAULT_CONFIG = WatchConfig()
 
 
+def _list_page(data: bytes) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A list response's items and metadata, or `WatchStreamError` (retried)
+    when it is not JSON or not shaped like a list (a proxy's page, a broken server)."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise WatchStreamError(f"malformed list response: {exc}") from None
+    if not isinstance(doc, dict):
+        raise WatchStreamError("malformed list response: not a JSON object")
+    items = doc.get("items") or []
+    meta = doc.get("metadata") or {}
+    if not isinstance(items, list) or not isinstance(meta, dict):
+        raise WatchStreamError("malformed list response: items or metadata of the wrong type")
+    for obj in items:
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata") or {}, dict):
+            raise WatchStreamError("malformed list response: an item is not an object")
+    return items, meta
+
+
 class _Watcher:
     """The state of one watcher: where it is (`rv`) and how it lists (`streaming`)."""
 
@@ -229,6 +251,9 @@ class _Watcher:
         self.on_error = on_error
         self.rv: str | None = None  # None: a (re)list is needed
         self.paginate = config.page_size > 0
+        self.sensitive = is_sensitive(resource.kind)
+        """Objects of this kind hold secrets: remember their values (`fastctl._redact`) and
+        never log a line of the stream."""
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -330,21 +355,21 @@ class _Watcher:
                         self.paginate = False
                         raise _Gone(f"list continue token expired ({err.message})")
                     raise err
-            try:
-                doc = orjson.loads(data)
-            except orjson.JSONDecodeError as exc:
-                raise WatchStreamError(f"malformed list response: {exc}") from None
+            items, meta = _list_page(data)
             if cont is None:
                 yield WatchEvent(EventKind.INIT)
             api_version, kind = self.resource.api_version, self.resource.kind
-            for obj in doc.get("items") or ():
+            for obj in items:
                 obj.setdefault("apiVersion", api_version)
                 obj.setdefault("kind", kind)
                 if self.config.strip_managed_fields:
                     obj.get("metadata", {}).pop("managedFields", None)
+                if self.sensitive:
+                    remember(obj)
                 yield WatchEvent(EventKind.INIT_APPLY, obj)
-            meta = doc.get("metadata") or {}
             cont = meta.get("continue") or None
+            if cont is not None and not isinstance(cont, str):
+                raise WatchStreamError("malformed list response: metadata.continue not a string")
             if cont is None:
                 self.rv = str(meta.get("resourceVersion") or "") or None
                 self.paginate = self.config.page_size > 0
@@ -412,15 +437,19 @@ class _Watcher:
                     obj = frame["object"]
                     if not isinstance(obj, dict) or not isinstance(etype, str):
                         raise TypeError("type or object of the wrong type")
+                    if not isinstance(obj.get("metadata") or {}, dict):
+                        raise TypeError("metadata is not an object")
                 except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
                     log.error(
-                        "%s: malformed watch line (%s): %r; resuming from resourceVersion %s",
+                        "%s: malformed watch line (%s): %s; resuming from resourceVersion %s",
                         self,
                         exc,
-                        line[:200],
+                        f"{len(line)} bytes" if self.sensitive else repr(line[:200]),
                         self.rv,
                     )
                     raise WatchStreamError(f"malformed watch line: {exc}") from None
+                if self.sensitive:
+                    remember(obj)
                 event = self._event(etype, obj, initial)
                 if event is None:
                     continue
@@ -443,6 +472,8 @@ class _Watcher:
             raise err
         meta = obj.get("metadata") or {}
         rv = meta.get("resourceVersion")
+        if rv is not None and not isinstance(rv, str):
+            raise WatchStreamError("malformed watch event: resourceVersion not a string")
         if etype == "BOOKMARK":
             if initial:
                 if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) != "true":
