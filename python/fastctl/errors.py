@@ -94,7 +94,9 @@ class ApiError(FastctlError):
     @property
     def retry_after(self) -> float | None:
         """Seconds the server asked us to wait (``details.retryAfterSeconds``), if any."""
-        details = (self.body or {}).get("details") or {}
+        details = (self.body or {}).get("details")
+        if not isinstance(details, Mapping):  # a Status from a broken server
+            return None
         value = details.get("retryAfterSeconds")
         return float(value) if isinstance(value, int | float) and value > 0 else None
 
@@ -105,7 +107,7 @@ class ApiError(FastctlError):
         """Build from a Kubernetes ``Status`` object (a response body or a watch ERROR)."""
         status = status_obj.get("code")
         return cls(
-            status if isinstance(status, int) else code,
+            status if isinstance(status, int) and not isinstance(status, bool) else code,
             str(status_obj.get("reason") or "") or http_phrase(code),
             str(status_obj.get("message") or ""),
             method=method,

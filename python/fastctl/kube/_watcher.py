@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import orjson
+from aiohttp.http_exceptions import LineTooLong
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._options import pick
@@ -53,6 +53,7 @@ from fastctl._redact import is_sensitive, remember
 from fastctl.errors import ApiError, WatchError, WatchStreamError
 from fastctl.kube._http import error_from_response, request
 from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._wire import list_page, watch_frame
 from fastctl.log import RedactingFilter
 
 __all__ = ["Backoff", "EventKind", "WatchConfig", "WatchEvent", "WatchStreamError", "watcher"]
@@ -206,25 +207,6 @@ async def watcher(
 _DEFAULT_CONFIG = WatchConfig()
 
 
-def _list_page(data: bytes) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A list response's items and metadata, or `WatchStreamError` (retried)
-    when it is not JSON or not shaped like a list (a proxy's page, a broken server)."""
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise WatchStreamError(f"malformed list response: {exc}") from None
-    if not isinstance(doc, dict):
-        raise WatchStreamError("malformed list response: not a JSON object")
-    items = doc.get("items") or []
-    meta = doc.get("metadata") or {}
-    if not isinstance(items, list) or not isinstance(meta, dict):
-        raise WatchStreamError("malformed list response: items or metadata of the wrong type")
-    for obj in items:
-        if not isinstance(obj, dict) or not isinstance(obj.get("metadata") or {}, dict):
-            raise WatchStreamError("malformed list response: an item is not an object")
-    return items, meta
-
-
 class _Watcher:
     """The state of one watcher: where it is (`rv`) and how it lists (`streaming`)."""
 
@@ -355,7 +337,7 @@ class _Watcher:
                         self.paginate = False
                         raise _Gone(f"list continue token expired ({err.message})")
                     raise err
-            items, meta = _list_page(data)
+            items, meta = list_page(data)
             if cont is None:
                 yield WatchEvent(EventKind.INIT)
             api_version, kind = self.resource.api_version, self.resource.kind
@@ -368,8 +350,6 @@ class _Watcher:
                     remember(obj)
                 yield WatchEvent(EventKind.INIT_APPLY, obj)
             cont = meta.get("continue") or None
-            if cont is not None and not isinstance(cont, str):
-                raise WatchStreamError("malformed list response: metadata.continue not a string")
             if cont is None:
                 self.rv = str(meta.get("resourceVersion") or "") or None
                 self.paginate = self.config.page_size > 0
@@ -417,6 +397,8 @@ class _Watcher:
             while True:
                 try:
                     line = await content.readline(max_line_length=_MAX_LINE)
+                except LineTooLong:
+                    raise WatchStreamError(f"watch line longer than {_MAX_LINE} bytes") from None
                 except TimeoutError:
                     # No byte, not even a bookmark, for read_timeout seconds: presume the
                     # connection dead and reconnect at once (no backoff: nothing failed).
@@ -432,22 +414,16 @@ class _Watcher:
                 if line.isspace():
                     continue
                 try:
-                    frame = orjson.loads(line)
-                    etype = frame["type"]
-                    obj = frame["object"]
-                    if not isinstance(obj, dict) or not isinstance(etype, str):
-                        raise TypeError("type or object of the wrong type")
-                    if not isinstance(obj.get("metadata") or {}, dict):
-                        raise TypeError("metadata is not an object")
-                except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                    etype, obj = watch_frame(line)
+                except WatchStreamError as exc:
                     log.error(
-                        "%s: malformed watch line (%s): %s; resuming from resourceVersion %s",
+                        "%s: %s: %s; resuming from resourceVersion %s",
                         self,
                         exc,
                         f"{len(line)} bytes" if self.sensitive else repr(line[:200]),
                         self.rv,
                     )
-                    raise WatchStreamError(f"malformed watch line: {exc}") from None
+                    raise
                 if self.sensitive:
                     remember(obj)
                 event = self._event(etype, obj, initial)
@@ -472,8 +448,6 @@ class _Watcher:
             raise err
         meta = obj.get("metadata") or {}
         rv = meta.get("resourceVersion")
-        if rv is not None and not isinstance(rv, str):
-            raise WatchStreamError("malformed watch event: resourceVersion not a string")
         if etype == "BOOKMARK":
             if initial:
                 if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) != "true":
