@@ -141,11 +141,11 @@ def registry() -> CollectorRegistry:
     return registry
 
 
-async def test_the_https_server_answers_401_403_200_and_refuses_plain_http(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, registry: CollectorRegistry
-) -> None:
-    FakeApi(monkeypatch)
-    cert = ServingCertificate.self_signed(tmp_path, ["127.0.0.1"], purpose="metrics")
+def metrics_server(
+    cert: ServingCertificate, registry: CollectorRegistry
+) -> tuple[HealthServer, ssl.SSLContext]:
+    """A /metrics-only HTTPS server on any port, behind an authorizer, and a client
+    context that trusts its certificate."""
     trust = ssl.create_default_context(cadata=(cert.ca_bundle or b"").decode())
     server = HealthServer(
         0,
@@ -155,6 +155,15 @@ async def test_the_https_server_answers_401_403_200_and_refuses_plain_http(
         ssl_context=cert.ssl_context,
         authorizer=authorizer(),
     )
+    return server, trust
+
+
+async def test_the_https_server_answers_401_403_200_and_refuses_plain_http(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, registry: CollectorRegistry
+) -> None:
+    FakeApi(monkeypatch)
+    cert = ServingCertificate.self_signed(tmp_path, ["127.0.0.1"], purpose="metrics")
+    server, trust = metrics_server(cert, registry)
     async with server, aiohttp.ClientSession() as http:
         url = f"https://127.0.0.1:{server.port}/metrics"
         async with http.get(url, ssl=trust) as resp:

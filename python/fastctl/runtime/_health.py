@@ -50,6 +50,12 @@ __all__ = ["Authorizer", "Check", "HealthServer", "HealthServerError", "PortInUs
 
 log = logging.getLogger("fastctl.health")
 
+IDLE_TIMEOUT = 15.0
+"""Seconds a connection may stay open without a complete request. aiohttp's default is
+about an hour, so a client that sends half a request (or nothing) and waits holds a socket
+that long, and a few thousand of them exhaust the pod's file descriptors; scrapers and the
+kubelet just reconnect."""
+
 Check = Callable[[], bool | tuple[bool, str]]
 """A health check: true when healthy, optionally with a reason for the response body."""
 
@@ -136,7 +142,9 @@ class HealthServer:
             app.router.add_get("/readyz", self._readyz)
             paths += ["/healthz", "/readyz"]
         # No access log: probes hit these every few seconds.
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, keepalive_timeout=IDLE_TIMEOUT
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context)
         try:
