@@ -126,7 +126,7 @@ async def load(path: Path) -> None:
     await client.close()
 
 
-@fuzz_settings(150)
+@fuzz_settings(100)
 @given(
     text=st.one_of(
         KUBECONFIG.map(lambda doc: yaml.safe_dump(doc, default_flow_style=False)),
@@ -183,7 +183,7 @@ def command_lines(draw: st.DrawFn) -> list[str]:
     return argv
 
 
-@fuzz_settings(150)
+@fuzz_settings(100)
 @given(argv=command_lines() | st.lists(st.text(max_size=8), max_size=4))
 @example(argv=["run", "fastctl.demo.widgets:make_controller", "--lease-duration", "nan"])
 def test_fuzzed_command_lines(argv: list[str]) -> None:

@@ -126,7 +126,7 @@ async def exchange(target: str, raw: bytes) -> None:
 AUTHORIZED = f"GET /metrics HTTP/1.1\r\nAuthorization: Bearer {READER}\r\n\r\n".encode()
 
 
-@fuzz_settings(120)
+@fuzz_settings(100)
 @given(target=st.sampled_from(["metrics", "probes", "plain-to-tls"]), raw=requests())
 @example(target="metrics", raw=AUTHORIZED.replace(READER.encode(), b"other-token"))
 @example(target="metrics", raw=AUTHORIZED)
