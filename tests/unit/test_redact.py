@@ -10,14 +10,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from fastctl import _redact
 from fastctl.errors import ApiError, InvalidObject, KubeconfigError
 from fastctl.kube._client import load_client
 from fastctl.kube._http import error_from_response
+from fastctl.kube._resource import Resource
 from fastctl.log import JsonFormatter, RedactingFilter, mark_sensitive, redact
 from fastctl.types import Action, ObjectRef, ReconcileResult
+from fastctl.webhook import AdmissionRequest, Allow, Webhooks
+from fastctl.webhook._review import parse_admission_review
 
 PASSWORD = "hunter2-very-secret"
 TOKEN = "s3cr3t-token-value"
@@ -171,6 +175,40 @@ def test_fastctl_loggers_scrub_under_any_configuration(caplog: pytest.LogCapture
     _redact.remember(secret(password=PASSWORD))
     with caplog.at_level(logging.ERROR, "fastctl.runner"):
         logging.getLogger("fastctl.runner").error("reconcile failed: %r", PASSWORD)
+    assert_clean(caplog.text, PASSWORD)
+
+
+async def test_an_admission_handler_that_raises_with_a_secret_leaks_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A webhook reviewing Secrets: its handler's exception quotes the value; neither the
+    logged traceback nor the denial the API server relays holds it."""
+    hooks = Webhooks()
+
+    @hooks.validating(Resource("v1", "Secret", plural="secrets"), name="s.validate.test.dev")
+    async def broken(request: AdmissionRequest) -> Allow:
+        obj = request.object or {}
+        raise ValueError(f"weak: {base64.b64decode(obj['data']['password']).decode()}")
+
+    (webhook,) = hooks.admission
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "1",
+            "kind": {"group": "", "version": "v1", "kind": "Secret"},
+            "resource": {"group": "", "version": "v1", "resource": "secrets"},
+            "operation": "CREATE",
+            "userInfo": {"username": "alice"},
+            "object": secret(password=PASSWORD),
+        },
+    }
+    with caplog.at_level(logging.ERROR, "fastctl.webhook"):
+        answer = await webhook.review(parse_admission_review(orjson.dumps(review)))
+    message = answer["response"]["status"]["message"]
+    assert "weak: <redacted>" in message
+    assert_clean(message, PASSWORD)
+    assert "weak: <redacted>" in caplog.text
     assert_clean(caplog.text, PASSWORD)
 
 
