@@ -1,6 +1,6 @@
-"""Fuzzed API error bodies, kubeconfigs and command lines: each gets one clear error (an
-`ApiError`, a `KubeconfigError`, a ``fastctl: error:`` line and an exit status), never
-another exception, and never echoes a credential."""
+"""Fuzzed API error bodies, review answers, kubeconfigs and command lines: each gets one
+clear error (an `ApiError`, a `KubeconfigError`, a ``fastctl: error:`` line and an exit
+status), never another exception, and never echoes a credential."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ from fastctl.cli import main
 from fastctl.errors import ApiError, KubeconfigError
 from fastctl.kube._client import load_client
 from fastctl.kube._http import error_from_response
+from fastctl.runtime import _metrics_auth
 from fastctl.runtime._manager import Manager
+from fastctl.runtime._metrics_auth import MetricsAuthorizer
 
 from .fuzzing import SCALARS, fuzz_settings, shaped
 
@@ -234,3 +236,42 @@ def test_the_command_line_fuzz_reaches_the_run(monkeypatch: pytest.MonkeyPatch) 
     finally:
         root.handlers[:], root.level = handlers, level
     assert len(ran) == 1
+
+
+REVIEW_STATUS = shaped(
+    {
+        "authenticated": st.booleans() | SCALARS,
+        "allowed": st.booleans() | SCALARS,
+        "user": {
+            "username": st.text(max_size=6) | SCALARS,
+            "groups": st.lists(st.text(max_size=4), max_size=2) | SCALARS,
+        },
+    }
+)
+
+
+@fuzz_settings(200)
+@given(
+    token_review=shaped({"status": REVIEW_STATUS}),
+    access_review=shaped({"status": REVIEW_STATUS}),
+)
+@example(token_review={"status": {"authenticated": True, "user": "x"}}, access_review={})
+@example(token_review={"status": []}, access_review={})
+@example(  # truthy, but not a yes
+    token_review={"status": {"authenticated": "false", "user": {"username": "x"}}},
+    access_review={"status": {"allowed": "no"}},
+)
+def test_fuzzed_review_answers(token_review: Any, access_review: Any) -> None:
+    """Whatever the API server answers to the metrics reviews, the scrape gets 200, 401,
+    403 or 500, and 200 only when both reviews said yes in so many words."""
+    answers = {"TokenReview": token_review, "SubjectAccessReview": access_review}
+
+    async def answer(client: Any, method: str, path: str, **kw: Any) -> Any:
+        return answers[orjson.loads(kw["body"])["kind"]]
+
+    with mock.patch.object(_metrics_auth, "request_json", answer):
+        verdict = asyncio.run(MetricsAuthorizer(mock.Mock()).check("Bearer t"))
+    assert verdict.status in (200, 401, 403, 500)
+    if verdict.allowed:
+        assert token_review["status"]["authenticated"] is True
+        assert access_review["status"]["allowed"] is True

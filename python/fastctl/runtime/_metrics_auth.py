@@ -111,7 +111,7 @@ class MetricsAuthorizer:
             },
         )
         status = review.get("status") or {}
-        if not status.get("authenticated"):
+        if status.get("authenticated") is not True:  # a yes in so many words, not "false"
             return Verdict(401, "the token is not valid")
         user = status.get("user") or {}
         spec: dict[str, Any] = {
@@ -125,7 +125,7 @@ class MetricsAuthorizer:
             _ACCESS_REVIEWS,
             {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
         )
-        if (access.get("status") or {}).get("allowed"):
+        if (access.get("status") or {}).get("allowed") is True:
             return Verdict(200, "allowed")
         return Verdict(403, f"{spec['user'] or 'this user'} may not get {self.path}")
 
