@@ -73,9 +73,9 @@ DEPLOY_ALL = _names(
 )
 WEBHOOK_ALL = _names(
     """
-    MAX_BODY_BYTES AdmissionRequest AdmissionWebhook Allow Converter Deny Service
-    ServingCertificate WebhookMetrics WebhookServer Webhooks configurations conversion install
-    json_patch
+    MAX_BODY_BYTES AdmissionRequest AdmissionWebhook Allow Converter Deny
+    ManagedWebhookServer Service ServingCertificate WebhookMetrics WebhookServer Webhooks
+    configurations conversion install json_patch uninstall
     """
 )
 
