@@ -25,7 +25,7 @@ from fastctl.runtime._health import HealthServer
 from .fuzzing import fuzz_settings
 from .test_metrics_auth import FakeApi, metrics_server
 
-STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
+STATUS_LINE = re.compile(rb"HTTP/\d(?:\.\d)? (\d{3}) ")  # aiohttp echoes the asked version
 READER = "reader-token"  # the one token FakeApi allows
 
 
@@ -134,6 +134,7 @@ AUTHORIZED = f"GET /metrics HTTP/1.1\r\nAuthorization: Bearer {READER}\r\n\r\n".
 @example(target="probes", raw=b"")  # a connection that says nothing
 @example(target="probes", raw=b"GET /healthz HTTP/1.1\r\nContent-Length: 5\r\n\r\nab")
 @example(target="plain-to-tls", raw=b"GET /metrics HTTP/1.1\r\n\r\n")
+@example(target="metrics", raw=b"GET /metrics HTTP/2.0\r\n\r\n")
 def test_fuzzed_requests(target: str, raw: bytes) -> None:
     with pytest.MonkeyPatch.context() as patch:
         FakeApi(patch)
