@@ -2,7 +2,7 @@
 (``tests/unit/test_fuzz_*.py``).
 
 Each test runs a small number of examples by default, so the suite stays fast;
-``FASTCTL_FUZZ_EXAMPLES=5000 python -m pytest tests/unit/test_fuzz_*.py`` is the long run
+``FASTCTL_FUZZ_EXAMPLES=1000 python -m pytest tests/unit/test_fuzz_*.py`` is the long run
 (docs/security.md). Derandomized and without an example database: a failure reproduces
 from the command alone.
 """
