@@ -115,6 +115,7 @@ class Operators:
             f"--kubeconfig={self.kubeconfig}",
             f"--namespace={self.namespace}",
             "--metrics-port=0",
+            "--probe-port=0",
             "--log-level=INFO",
             *self.extra,
         ]

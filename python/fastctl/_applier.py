@@ -46,12 +46,13 @@ if TYPE_CHECKING:
     from fastctl._core import SchedulerStats
 from fastctl._threads import ThreadCall
 from fastctl.errors import ReconcileCancelled, ReconcileTimeout
-from fastctl.log import current_object
+from fastctl.log import RedactingFilter, current_object
 from fastctl.types import Action, ErrorPolicy, ObjectRef, Reconcile, ReconcileResult, Trigger
 
 __all__ = ["DEFAULT_CONCURRENCY", "ApplierConfig", "SchedulerLike", "applier"]
 
 log = logging.getLogger("fastctl.runner")
+log.addFilter(RedactingFilter())  # its records name objects and errors
 
 DEFAULT_CONCURRENCY = 32
 """Reconciles run at once by default.

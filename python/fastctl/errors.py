@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
+from fastctl._redact import scrub, scrub_tree
+
 if TYPE_CHECKING:
     from fastctl.kube._resource import Resource
 
@@ -56,7 +58,9 @@ class ApiError(FastctlError):
     `status` is the HTTP code, `reason` the Status ``reason`` (``"NotFound"``, ``"Conflict"``,
     ``"Forbidden"``, ``"Expired"`` …, or the HTTP phrase when the body is not a Status),
     `message` the server's human message, `method`/`path` the request that failed and
-    `body` the parsed Status (``None`` if the body was not JSON).
+    `body` the parsed Status (``None`` if the body was not JSON). A server that echoes a
+    Secret's value in its message (``Invalid value: "..."``) has it replaced by
+    ``<redacted>`` in `message` and `body` (`fastctl.log.mark_sensitive`).
     """
 
     status: int
@@ -78,10 +82,10 @@ class ApiError(FastctlError):
     ) -> None:
         self.status = status
         self.reason = reason
-        self.message = message
+        self.message = scrub(message)
         self.method = method
         self.path = path
-        self.body = body
+        self.body = scrub_tree(body)
         super().__init__(str(self))
 
     def __str__(self) -> str:
@@ -92,7 +96,9 @@ class ApiError(FastctlError):
     @property
     def retry_after(self) -> float | None:
         """Seconds the server asked us to wait (``details.retryAfterSeconds``), if any."""
-        details = (self.body or {}).get("details") or {}
+        details = (self.body or {}).get("details")
+        if not isinstance(details, Mapping):  # a Status from a broken server
+            return None
         value = details.get("retryAfterSeconds")
         return float(value) if isinstance(value, int | float) and value > 0 else None
 
@@ -103,7 +109,7 @@ class ApiError(FastctlError):
         """Build from a Kubernetes ``Status`` object (a response body or a watch ERROR)."""
         status = status_obj.get("code")
         return cls(
-            status if isinstance(status, int) else code,
+            status if isinstance(status, int) and not isinstance(status, bool) else code,
             str(status_obj.get("reason") or "") or http_phrase(code),
             str(status_obj.get("message") or ""),
             method=method,
@@ -186,6 +192,7 @@ class InvalidObject(FastctlError, ValueError):
     keep reconciling. `key` is the object, `errors` the validator's one-line reasons."""
 
     def __init__(self, key: str, model: str, errors: list[str]) -> None:
+        errors = [scrub(error) for error in errors]  # a validator may quote the input
         super().__init__(f"{key} is not a valid {model}: {'; '.join(errors)}")
         self.key = key
         self.model = model

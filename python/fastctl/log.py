@@ -4,6 +4,12 @@ The applier sets `current_object` for the duration of each reconcile (it is a Co
 so every task has its own value), and `ObjectContextFilter` copies it onto each log record
 as ``record.fastctl_object``; every line logged from inside a reconcile, by fastctl or by
 user code, then names its object without the user passing it around.
+
+`RedactingFilter` removes the values of Secrets (and of fields marked with `mark_sensitive`)
+from records: message, arguments and traceback (`fastctl._redact`). ``fastctl run`` puts it
+on its handler; fastctl's own loggers that print objects or errors carry it, so their
+records are clean under any logging configuration. Add it to your handlers to clean what
+your own code logs.
 """
 
 from __future__ import annotations
@@ -13,9 +19,17 @@ from contextvars import ContextVar
 
 import orjson
 
+from fastctl._redact import active, mark_sensitive, redact, scrub
 from fastctl.types import ObjectRef
 
-__all__ = ["JsonFormatter", "ObjectContextFilter", "current_object"]
+__all__ = [
+    "JsonFormatter",
+    "ObjectContextFilter",
+    "RedactingFilter",
+    "current_object",
+    "mark_sensitive",
+    "redact",
+]
 
 current_object: ContextVar[ObjectRef | None] = ContextVar("fastctl_current_object", default=None)
 """The object the current reconcile task is working on (``None`` outside reconciles)."""
@@ -44,6 +58,28 @@ class JsonFormatter(logging.Formatter):
             "object": getattr(record, "fastctl_object", "-"),
             "message": record.getMessage(),
         }
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+        if record.exc_info or record.exc_text:
+            entry["exception"] = record.exc_text or self.formatException(
+                record.exc_info  # type: ignore[arg-type]
+            )
         return orjson.dumps(entry).decode()
+
+
+class RedactingFilter(logging.Filter):
+    """Replaces remembered sensitive values in a record's message and traceback with
+    ``<redacted>`` (the record is changed in place, for every handler after this one)."""
+
+    _format = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not active():
+            return True
+        message = record.getMessage()
+        clean = scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self._format.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        return True

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from fastctl._redact import redact, scrub
+
 __all__ = [
     "Action",
     "ErrorPolicy",
@@ -156,6 +158,15 @@ class ReconcileResult(NamedTuple):
     def ok(self) -> bool:
         """True when the reconcile returned normally."""
         return self.error is None
+
+    def __repr__(self) -> str:
+        # The object may be a Secret, the error may quote it: neither is printed as is.
+        error = scrub(repr(self.error))
+        obj = scrub(repr(redact(self.obj)))
+        return (
+            f"ReconcileResult(ref={self.ref!r}, action={self.action!r}, error={error}, "
+            f"duration={self.duration!r}, obj={obj})"
+        )
 
 
 Reconcile = Callable[[Any, Any], "Awaitable[Action | None] | Action | None"]

@@ -76,6 +76,8 @@ def test_metrics_port_in_use(control_plane: ControlPlane) -> None:
             str(control_plane.kubeconfig),
             "--metrics-port",
             str(port),
+            "--probe-port",
+            "0",
         )
     assert_one_line_error(proc, str(port), "in use")
 

@@ -76,6 +76,8 @@ class Operator:
                 namespace,
                 "--metrics-port",
                 "0",
+                "--probe-port",
+                "0",
                 *extra,
             ],
             env={
@@ -248,15 +250,16 @@ async def test_metrics_after_a_known_workload(
         return None
 
     ctl = Controller(client, Resource("v1", "ConfigMap"), reconcile, namespace=namespace, name="cm")
-    mgr = Manager(client, metrics_port=0).add(ctl)
+    mgr = Manager(client, metrics_port=0, metrics_secure=False, probe_port=0).add(ctl)
     task = asyncio.create_task(mgr.run())
     try:
         await wait_until(lambda: done == set(names), 60, "workload done")
         await wait_until(lambda: ctl.scheduler.in_flight == 0, 10, "idle")
         assert mgr.health is not None
+        assert mgr.metrics_server is not None
         base = f"http://127.0.0.1:{mgr.health.port}"
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"{base}/metrics") as resp:
+            async with http.get(f"http://127.0.0.1:{mgr.metrics_server.port}/metrics") as resp:
                 assert resp.status == 200
                 text = await resp.text()
             async with http.get(f"{base}/readyz") as resp:
@@ -312,7 +315,7 @@ async def test_controllers_of_one_manager_share_one_watch_and_cache(
     cm = Resource("v1", "ConfigMap")
     first = Controller(client, cm, reconciler("first"), namespace=namespace, name="first")
     second = Controller(client, cm, reconciler("second"), namespace=namespace, name="second")
-    mgr = Manager(client, metrics_port=None).add(first).add(second)
+    mgr = Manager(client, metrics_port=None, probe_port=None).add(first).add(second)
     task = asyncio.create_task(mgr.run())
     try:
         await asyncio.wait_for(both.wait(), 60)
@@ -328,7 +331,7 @@ async def test_two_controllers_with_one_name_are_refused(client: ApiClient) -> N
         return None
 
     cm = Resource("v1", "ConfigMap")
-    mgr = Manager(client, metrics_port=None).add(Controller(client, cm, reconcile))
+    mgr = Manager(client, metrics_port=None, probe_port=None).add(Controller(client, cm, reconcile))
     with pytest.raises(ValueError, match="two controllers named 'configmap'"):
         mgr.add(Controller(client, cm, reconcile))
 
@@ -352,7 +355,9 @@ async def test_a_lost_lease_cancels_running_reconciles_at_once(
         "lost-lease", namespace=namespace, lease_duration=3, renew_deadline=2, retry_period=0.3
     )
     ctl = Controller(client, Resource("v1", "ConfigMap"), reconcile, namespace=namespace)
-    mgr = Manager(client, leader_election=election, metrics_port=None, drain_timeout=30).add(ctl)
+    mgr = Manager(
+        client, leader_election=election, metrics_port=None, probe_port=None, drain_timeout=30
+    ).add(ctl)
     task = asyncio.create_task(mgr.run())
     await asyncio.wait_for(started.wait(), 60)
     # Another writer takes the lease: at its next renewal the manager must stop, and must not
@@ -388,7 +393,7 @@ async def test_readyz_is_503_until_the_caches_sync(
         return None
 
     ctl = Controller(proxied, Resource("v1", "ConfigMap"), reconcile, namespace=namespace)
-    mgr = Manager(proxied, metrics_port=0).add(ctl)
+    mgr = Manager(proxied, metrics_port=None, probe_port=0).add(ctl)
     task = asyncio.create_task(mgr.run())
     try:
         await wait_until(lambda: mgr.health is not None and mgr.health.port, 30, "health up")
@@ -428,7 +433,7 @@ async def test_healthz_is_503_once_a_controller_died(client: ApiClient, namespac
 
     cm = Resource("v1", "ConfigMap")
     mgr = (
-        Manager(client, metrics_port=0, drain_timeout=60)
+        Manager(client, metrics_port=None, probe_port=0, drain_timeout=60)
         .add(Controller(client, cm, slow, namespace=namespace, name="slow"))
         .add(
             Controller(client, cm, quick, namespace=namespace, name="dies").reconcile_all_on(

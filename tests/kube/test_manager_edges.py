@@ -63,6 +63,7 @@ async def draining(
         client,
         leader_election=fast_election(lease, namespace),
         metrics_port=None,
+        probe_port=None,
         drain_timeout=600,
     ).add(ctl)
     task = asyncio.create_task(mgr.run())
@@ -118,7 +119,9 @@ async def test_the_lease_is_not_released_while_a_thread_reconcile_may_still_writ
 
     election = fast_election("thread-alive", namespace)
     ctl = Controller(client, CM, reconcile, namespace=namespace)
-    mgr = Manager(client, leader_election=election, metrics_port=None, drain_timeout=0.2)
+    mgr = Manager(
+        client, leader_election=election, metrics_port=None, probe_port=None, drain_timeout=0.2
+    )
     mgr.add(ctl)
     task = asyncio.create_task(mgr.run())
     try:
@@ -153,6 +156,7 @@ def start_hanging_operator(
     """``fastctl run`` of HANGING_OPERATOR, leader-elected with a short lease."""
     command = [sys.executable, "-m", "fastctl.cli", "run", "hanging_operator:make"]
     where = ["--kubeconfig", str(cp.kubeconfig), "--namespace", namespace, "--metrics-port", "0"]
+    where += ["--probe-port", "0"]
     lease = ["--leader-elect", "hanging", "--lease-namespace", namespace]
     timings = ["--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.3"]
     return subprocess.Popen(

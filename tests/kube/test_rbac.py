@@ -269,7 +269,7 @@ async def operator(
         election = LeaderElection(
             NAME, namespace=namespace, lease_duration=3.0, renew_deadline=2.0, retry_period=0.2
         )
-        manager = Manager(api, leader_election=election, metrics_port=None)
+        manager = Manager(api, leader_election=election, metrics_port=None, probe_port=None)
         ctl = widgets.make_controller(api, namespace=namespace)
         ctl.watch_config = replace(ctl.watch_config, streaming_list=streaming)
         manager.add(ctl)

@@ -440,6 +440,7 @@ async def _simulate(clock: VirtualClock, schedule: Schedule, record: Record) -> 
                 client,
                 leader_election=LEASE,
                 metrics_port=None,
+                probe_port=None,
                 drain_timeout=schedule.drain_timeout,
             )
             for ctl in ctls:

@@ -20,9 +20,18 @@ OPERATOR = str(Path(__file__).parents[1] / "kube" / "operators" / "webhooked.py"
 INJECT = "cert-manager.io/inject-ca-from"
 
 
+METRICS_RBAC = ("-metrics-auth", "-metrics-reader")
+"""The secure metrics' ClusterRoles and binding, filed apart from the operator's own."""
+
+
 def render(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, dict[str, Any]]:
+    """The manifests by kind; the metrics' RBAC objects under ``kind/name``."""
     assert main(["manifests", OPERATOR, "--namespace", "shop", *argv]) == 0
-    return {d["kind"]: d for d in yaml.safe_load_all(capsys.readouterr().out)}
+    docs: dict[str, dict[str, Any]] = {}
+    for doc in yaml.safe_load_all(capsys.readouterr().out):
+        name = doc["metadata"]["name"]
+        docs[f"{doc['kind']}/{name}" if name.endswith(METRICS_RBAC) else doc["kind"]] = doc
+    return docs
 
 
 def container(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -41,6 +50,9 @@ def test_the_order_puts_the_service_before_and_the_configurations_after_the_depl
         "ServiceAccount",
         "Role",
         "RoleBinding",
+        "ClusterRole",  # the metrics' review rights, and binding
+        "ClusterRoleBinding",
+        "ClusterRole",  # metrics-reader, for Prometheus to be bound to
         "Service",
         "Issuer",
         "Certificate",
@@ -59,7 +71,7 @@ def test_the_service_reaches_the_webhook_port_of_every_replica(
     assert port["port"] == 443
     assert port["targetPort"] == "webhook"
     ports = {p["name"]: p["containerPort"] for p in container(docs)["ports"]}
-    assert ports == {"metrics": 8080, "webhook": 9555}
+    assert ports == {"metrics": 8443, "probes": 8081, "webhook": 9555}
     pod_labels = docs["Deployment"]["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["metadata"]["namespace"] == docs["Deployment"]["metadata"]["namespace"]
@@ -147,7 +159,11 @@ def test_an_operator_without_webhooks_gets_none_of_it() -> None:
     options = DeployOptions("m:make", "op", "img", "ns")
     for hooks in (None, Webhooks()):
         kinds = [o["kind"] for o in manifests(options, Permissions(), (), hooks)]
-        assert kinds == ["ServiceAccount", "Deployment"]
+        assert kinds == [
+            "ServiceAccount",
+            *("ClusterRole", "ClusterRoleBinding", "ClusterRole"),  # the metrics'
+            "Deployment",
+        ]
 
 
 def test_a_converter_whose_crd_is_not_exported_is_an_error(

@@ -116,7 +116,11 @@ def _stop_during_a_reconcile(
     monkeypatch.setattr(_controller, "watcher", lambda *a, **kw: feed.events())
     ctl = Controller(client(), WIDGET, work.reconcile, name="widgets")
     mgr = Manager(
-        manager_client(), leader_election=ELECTION, metrics_port=None, drain_timeout=DRAIN
+        manager_client(),
+        leader_election=ELECTION,
+        metrics_port=None,
+        probe_port=None,
+        drain_timeout=DRAIN,
     )
     mgr.add(ctl)
 

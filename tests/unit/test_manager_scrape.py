@@ -49,10 +49,12 @@ class Feeds:
 
 
 async def scrape(mgr: Manager, path: str) -> tuple[int, str]:
-    assert mgr.health is not None
+    """GET `path` from the server that serves it: the metrics one, the probe one."""
+    server = mgr.metrics_server if path == "/metrics" else mgr.health
+    assert server is not None
     async with (
         aiohttp.ClientSession() as http,
-        http.get(f"http://127.0.0.1:{mgr.health.port}{path}") as resp,
+        http.get(f"http://127.0.0.1:{server.port}{path}") as resp,
     ):
         return resp.status, await resp.text()
 
@@ -78,7 +80,9 @@ async def until_async(check: Callable[[], bool], what: str) -> None:
 async def running(mgr: Manager) -> AsyncIterator[asyncio.Task[None]]:
     task = asyncio.create_task(mgr.run())
     try:
-        await until_async(lambda: mgr.health is not None and mgr.health.port != 0, "/metrics")
+        await until_async(
+            lambda: mgr.metrics_server is not None and mgr.metrics_server.port != 0, "/metrics"
+        )
         yield task
     finally:
         mgr.shutdown()
@@ -98,7 +102,14 @@ async def test_metrics_of_a_busy_controller(monkeypatch: pytest.MonkeyPatch) -> 
         return None
 
     ctl = Controller(client(), WIDGET, reconcile, name="widgets", concurrency=2)
-    mgr = Manager(manager_client(), metrics_port=0, metrics_host="127.0.0.1", drain_timeout=0)
+    mgr = Manager(
+        manager_client(),
+        metrics_port=0,
+        metrics_host="127.0.0.1",
+        metrics_secure=False,
+        probe_port=None,
+        drain_timeout=0,
+    )
     mgr.add(ctl)
     async with running(mgr):
         await until(lambda: len(feeds.feeds) == 1, "the watch")
@@ -159,6 +170,9 @@ async def test_readyz_and_master_status_of_a_leader_and_a_standby(
             leader_election=_election(identity),
             metrics_port=0,
             metrics_host="127.0.0.1",
+            metrics_secure=False,
+            probe_port=0,
+            probe_host="127.0.0.1",
         ).add(ctl)
 
     def master(text: str) -> float:

@@ -85,7 +85,7 @@ def controller(name: str, *, strip: bool = True) -> Controller:
 async def test_every_controller_counts_the_errors_of_a_shared_watch(
     watchers: FakeWatchers,
 ) -> None:
-    manager = Manager(ApiClient.__new__(ApiClient), metrics_port=None)
+    manager = Manager(ApiClient.__new__(ApiClient), metrics_port=None, probe_port=None)
     manager.add(controller("a")).add(controller("b"))
     await run_until_ready(manager)
     assert sorted(watchers.opened) == [("ConfigMap", True), ("Widget", True)]  # shared
@@ -101,7 +101,7 @@ async def test_controllers_that_disagree_on_managed_fields_get_their_own_watches
     watchers: FakeWatchers,
 ) -> None:
     """One shared watch per set of options: the two that keep managedFields share theirs."""
-    manager = Manager(ApiClient.__new__(ApiClient), metrics_port=None)
+    manager = Manager(ApiClient.__new__(ApiClient), metrics_port=None, probe_port=None)
     keep = [controller(f"keeps-{i}", strip=False) for i in range(2)]
     manager.add(controller("a")).add(controller("b")).add(keep[0]).add(keep[1])
     await run_until_ready(manager)

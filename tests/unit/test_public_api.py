@@ -68,7 +68,7 @@ RUNTIME_ALL = {"INITIAL_LIST_PRIORITY", "Controller", "LeaderElection", "LeaderE
 DEPLOY_ALL = _names(
     """
     BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions Rule
-    collect_crds deployment derive describe manifests needs needs_of rbac_objects
+    collect_crds deployment derive describe manifests metrics_rbac needs needs_of rbac_objects
     resolve_offline resolve_resources service_account to_yaml
     CA_NOTE CERT_DIR MANAGED_RULES webhook_objects webhook_rules webhook_secret webhook_service
     """

@@ -210,9 +210,21 @@ def test_the_command_prints_every_object_in_apply_order(
         "ServiceAccount",
         "Role",
         "RoleBinding",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ClusterRole",
         "Deployment",
     ]
     sa, role, binding = docs[2:5]
+    auth, auth_binding, reader = docs[5:8]
+    assert auth["metadata"]["name"] == auth_binding["roleRef"]["name"] == "widgets-metrics-auth"
+    assert {(r["apiGroups"][0], r["resources"][0], *r["verbs"]) for r in auth["rules"]} == {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    }
+    assert auth_binding["subjects"] == binding["subjects"]
+    assert reader["metadata"]["name"] == "widgets-metrics-reader"
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "widgets"
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "widgets", "namespace": "demo"}
@@ -231,10 +243,11 @@ def test_the_deployment_runs_what_fastctl_run_accepts(
     args = build_parser().parse_args(container["args"])
     assert args.target == "fastctl.demo.widgets:make_controller"
     assert (args.namespace, args.leader_elect, args.lease_namespace) == ("demo", "widgets", "demo")
-    (port,) = container["ports"]
-    assert port["containerPort"] == args.metrics_port == 8080
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"metrics": args.metrics_port, "probes": args.probe_port}
+    assert (args.metrics_port, args.probe_port, args.metrics_insecure) == (8443, 8081, False)
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["serviceAccountName"] == "widgets"
@@ -251,9 +264,21 @@ def test_all_namespaces_means_a_cluster_role(capsys: pytest.CaptureFixture[str])
         ("ClusterRoleBinding", None),
         ("Role", "w"),
         ("RoleBinding", "w"),
+        ("ClusterRole", None),
+        ("ClusterRoleBinding", None),
+        ("ClusterRole", None),
         ("Deployment", "w"),
     ]
     assert "--namespace" not in docs[-1]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_insecure_metrics_need_no_review_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    docs = run_manifests(
+        capsys, "fastctl.demo.widgets:make_controller", "--name", "w", "--metrics-insecure"
+    )
+    assert not any("metrics" in d["metadata"]["name"] for d in docs)
+    args = build_parser().parse_args(docs[-1]["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert args.metrics_insecure
 
 
 def write_module(tmp_path: Path, name: str, body: str) -> str:
@@ -292,9 +317,11 @@ def test_a_manager_runs_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[s
         "    return Manager(client).add(widgets.make_controller(client))\n",
     )
     docs = run_manifests(capsys, f"{path}:make", "--name", "op")
-    assert [(d["kind"], d["metadata"].get("namespace")) for d in docs if "Role" in d["kind"]][
-        2:
-    ] == [("Role", "elsewhere"), ("RoleBinding", "elsewhere")]
+    assert [
+        (d["kind"], d["metadata"].get("namespace"))
+        for d in docs
+        if "Role" in d["kind"] and d["metadata"]["name"] == "op"
+    ][2:] == [("Role", "elsewhere"), ("RoleBinding", "elsewhere")]
     assert "--leader-elect" not in docs[-1]["spec"]["template"]["spec"]["containers"][0]["args"]
     docs = run_manifests(capsys, f"{path}:single", "--name", "op")
     assert docs[-1]["spec"]["replicas"] == 1

@@ -83,7 +83,7 @@ async def test_installs_once_serving_and_readyz_waits_for_it(tmp_path: Path) -> 
         host="127.0.0.1", install=fake,
     )  # fmt: skip
     assert server.is_ready() == (False, "webhook server not serving")
-    manager = Manager(cast(ApiClient, None), metrics_port=0)
+    manager = Manager(cast(ApiClient, None), metrics_port=None, probe_port=0)
     manager.add_runnable(server)
     run = asyncio.create_task(manager.run())
 

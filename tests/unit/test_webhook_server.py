@@ -112,7 +112,7 @@ async def test_a_manager_runs_the_server_as_a_component(tmp_path: Path) -> None:
     cert = ServingCertificate.self_signed(tmp_path)
     assert cert.ca_bundle is not None
     server = WebhookServer(_hooks(), cert, port=0, host="127.0.0.1")
-    manager = Manager(cast(ApiClient, None), metrics_port=None)
+    manager = Manager(cast(ApiClient, None), metrics_port=None, probe_port=None)
     manager.add_runnable(server)
     run = asyncio.create_task(manager.run())
     connector = aiohttp.TCPConnector(ssl=_client_context(cert.ca_bundle))

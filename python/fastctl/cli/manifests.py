@@ -49,7 +49,11 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument("--name", help="name of every object (default: the module's name)")
     parser.add_argument("--image", default="fastctl-operator:latest", help="container image")
     parser.add_argument("--replicas", type=int, default=2, help="replicas (2: one leads)")
-    parser.add_argument("--metrics-port", type=int, default=8080, help="metrics and probes")
+    parser.add_argument("--metrics-port", type=int, default=8443, help="/metrics (HTTPS)")
+    parser.add_argument("--probe-port", type=int, default=8081, help="/healthz, /readyz")
+    parser.add_argument(
+        "--metrics-insecure", action="store_true", help="plain-HTTP /metrics, no review rules"
+    )
     parser.add_argument(
         "--create-namespace", action="store_true", help="also write the operator's Namespace"
     )
@@ -143,6 +147,8 @@ async def _render(target: Any, module: Any, args: argparse.Namespace) -> str:
         replicas=replicas,
         leader_election=leader_election,
         metrics_port=args.metrics_port,
+        probe_port=args.probe_port,
+        metrics_secure=not args.metrics_insecure,
         create_namespace=args.create_namespace,
         webhook_port=args.webhook_port,
         webhook_certificates=args.webhook_certificates,

@@ -8,9 +8,10 @@
   them (``fastctl.demo.widgets:make_controller`` is such a factory);
 - a `Controller`, an iterable of Controllers, or a `Manager`, already built.
 
-Controllers are run in a `Manager`, so every operator gets ``/metrics``, ``/healthz``,
-``/readyz``, graceful shutdown on SIGTERM/SIGINT and, with ``--leader-elect``, leader
-election. A Manager returned by `attr` is run as it is.
+Controllers are run in a `Manager`, so every operator gets ``/metrics`` (HTTPS on 8443,
+only for callers allowed to ``get`` ``/metrics``; ``--metrics-insecure`` for plain HTTP),
+``/healthz`` and ``/readyz`` (plain HTTP on 8081), graceful shutdown on SIGTERM/SIGINT
+and, with ``--leader-elect``, leader election. A Manager returned by `attr` is run as it is.
 
 Exit status: 0 after a graceful stop, 3 when the leader lease was lost (the process is meant
 to be restarted as a follower, as controller-runtime does), 1 for other errors. An API
@@ -64,8 +65,19 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument("--lease-duration", type=float, default=15.0, help="seconds (15)")
     parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (10)")
     parser.add_argument("--retry-period", type=float, default=2.0, help="seconds (2)")
+    parser.add_argument("--metrics-port", type=int, default=8443, help="/metrics (8443; 0: off)")
     parser.add_argument(
-        "--metrics-port", type=int, default=8080, help="/metrics, /healthz, /readyz (0: off)"
+        "--metrics-insecure",
+        action="store_true",
+        help="serve /metrics in plain HTTP to anyone (default: HTTPS, TokenReview + RBAC)",
+    )
+    parser.add_argument(
+        "--metrics-cert-dir",
+        metavar="DIR",
+        help="tls.crt and tls.key for /metrics, reloaded on change (default: self-signed)",
+    )
+    parser.add_argument(
+        "--probe-port", type=int, default=8081, help="/healthz, /readyz (8081; 0: off)"
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     parser.add_argument(
@@ -75,14 +87,15 @@ def register(subcommands: Subcommands) -> None:
 
 
 def configure_logging(level: str, fmt: str = "text") -> None:
-    """Structured one-line logs naming the object being reconciled."""
-    from fastctl.log import JsonFormatter, ObjectContextFilter
+    """Structured one-line logs naming the object being reconciled, Secrets redacted."""
+    from fastctl.log import JsonFormatter, ObjectContextFilter, RedactingFilter
 
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise CliError(f"--log-level {level!r} is not one of DEBUG, INFO, WARNING, ERROR")
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ObjectContextFilter())
+    handler.addFilter(RedactingFilter())  # what the operator's own code logs, too
     handler.setFormatter(
         JsonFormatter()
         if fmt == "json"
@@ -124,9 +137,26 @@ def load_target(spec: str) -> Any:
 def handle(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     target = load_target(args.target)
-    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
-        raise CliError(f"--metrics-port {args.metrics_port} is not a port number")
+    for flag in ("metrics_port", "probe_port"):
+        port = getattr(args, flag)
+        if port is not None and not 0 <= port <= 65535:
+            raise CliError(f"--{flag.replace('_', '-')} {port} is not a port number")
+    if args.metrics_insecure and args.metrics_cert_dir:
+        raise CliError("--metrics-cert-dir and --metrics-insecure exclude each other")
     return asyncio.run(_run(target, args))
+
+
+def _metrics_certificate(args: argparse.Namespace) -> Any:
+    """The ServingCertificate of ``--metrics-cert-dir``, or None (self-signed)."""
+    from fastctl._tls import ServingCertificate
+
+    if not args.metrics_cert_dir:
+        return None
+    where = Path(args.metrics_cert_dir)
+    try:
+        return ServingCertificate.from_files(where / "tls.crt", where / "tls.key")
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise CliError(f"--metrics-cert-dir {where}: {exc}") from None
 
 
 async def _run(target: Any, args: argparse.Namespace) -> int:
@@ -166,6 +196,9 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
                 client,
                 leader_election=election,
                 metrics_port=args.metrics_port or None,
+                metrics_secure=not args.metrics_insecure,
+                metrics_certificate=_metrics_certificate(args),
+                probe_port=args.probe_port or None,
             )
             for ctl in controllers:
                 manager.add(ctl)

@@ -8,8 +8,15 @@ dicts, ready for ``kubectl apply`` once written as YAML (`to_yaml`).
 The Deployment runs ``fastctl run module:attr --leader-elect NAME`` with 2 replicas (one
 leads, the other keeps its caches warm, docs/leader-election.md), the Lease in the
 operator's namespace, ``/healthz`` as the liveness and ``/readyz`` as the readiness probe on
-the metrics port, a non-root user and a read-only root filesystem (``/tmp`` is an
-``emptyDir``; ``PYTHONDONTWRITEBYTECODE`` keeps Python from writing beside the code).
+the plain-HTTP probe port (8081), ``/metrics`` over HTTPS on 8443, a non-root user and a
+read-only root filesystem (``/tmp`` is an ``emptyDir``; ``PYTHONDONTWRITEBYTECODE`` keeps
+Python from writing beside the code).
+
+With secure metrics (the default) the RBAC also holds what guards ``/metrics``
+(`metrics_rbac`): a ClusterRole that lets the operator create TokenReviews and
+SubjectAccessReviews, bound to its ServiceAccount, and a ``<name>-metrics-reader``
+ClusterRole (``get`` on the non-resource URL ``/metrics``) for whoever scrapes: bind it to
+Prometheus's ServiceAccount.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ __all__ = [
     "collect_crds",
     "deployment",
     "manifests",
+    "metrics_rbac",
     "rbac_objects",
     "service_account",
     "to_yaml",
@@ -56,6 +64,9 @@ class DeployOptions:
     - `webhook_certificates`: ``"cert-manager"`` (an Issuer and a Certificate, the CA
       injected by cert-manager) or ``"managed"`` (the operator patches the ``caBundle`` at
       start); see `fastctl.deploy.webhook_objects`.
+    - `metrics_port`, `probe_port`: ``/metrics`` and ``/healthz``/``/readyz``.
+    - `metrics_secure`: ``/metrics`` over HTTPS for callers RBAC allows (False: plain HTTP
+      for anyone, ``--metrics-insecure``, and no review rules).
     """
 
     target: str
@@ -65,7 +76,9 @@ class DeployOptions:
     watch_namespace: str | None = None
     replicas: int = 2
     leader_election: bool = True
-    metrics_port: int = 8080
+    metrics_port: int = 8443
+    probe_port: int = 8081
+    metrics_secure: bool = True
     create_namespace: bool = False
     requests: Mapping[str, str] = field(default_factory=lambda: {"cpu": "100m", "memory": "128Mi"})
     limits: Mapping[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "512Mi"})
@@ -147,9 +160,58 @@ def rbac_objects(options: DeployOptions, permissions: Permissions) -> list[Obj]:
     return out
 
 
+_REVIEW_RULES = [
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["subjectaccessreviews"],
+        "verbs": ["create"],
+    },
+]
+
+
+def metrics_rbac(options: DeployOptions) -> list[Obj]:
+    """What secure metrics need (see the module docstring); nothing when insecure."""
+    if not options.metrics_secure:
+        return []
+    auth = f"{options.name}-metrics-auth"
+    reader = f"{options.name}-metrics-reader"
+    group = "rbac.authorization.k8s.io"
+    return [
+        {
+            "apiVersion": f"{group}/v1",
+            "kind": "ClusterRole",
+            "metadata": _meta(auth, None, options.labels),
+            "rules": [dict(rule) for rule in _REVIEW_RULES],
+        },
+        {
+            "apiVersion": f"{group}/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(auth, None, options.labels),
+            "roleRef": {"apiGroup": group, "kind": "ClusterRole", "name": auth},
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": options.name,
+                    "namespace": options.operator_namespace,
+                }
+            ],
+        },
+        {
+            "apiVersion": f"{group}/v1",
+            "kind": "ClusterRole",
+            "metadata": _meta(reader, None, options.labels),
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+        },
+    ]
+
+
 def run_args(options: DeployOptions) -> list[str]:
     """The ``fastctl`` arguments of the container."""
     args = ["run", options.target, "--metrics-port", str(options.metrics_port)]
+    args += ["--probe-port", str(options.probe_port)]
+    if not options.metrics_secure:
+        args.append("--metrics-insecure")
     args += ["--log-format", "json"]
     if options.watch_namespace is not None:
         args += ["--namespace", options.watch_namespace]
@@ -162,16 +224,19 @@ def run_args(options: DeployOptions) -> list[str]:
 def deployment(options: DeployOptions, *, webhooks: bool = False) -> Obj:
     """The operator's Deployment; with `webhooks`, its container also has the ``webhook``
     port and, in cert-manager mode, the serving certificate's Secret at `CERT_DIR`."""
-    probe = {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10}
+    probe = {"httpGet": {"path": "/healthz", "port": "probes"}, "periodSeconds": 10}
     container: Obj = {
         "name": "operator",
         "image": options.image,
         "command": ["fastctl"],
         "args": run_args(options),
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-        "ports": [{"name": "metrics", "containerPort": options.metrics_port}],
+        "ports": [
+            {"name": "metrics", "containerPort": options.metrics_port},
+            {"name": "probes", "containerPort": options.probe_port},
+        ],
         "livenessProbe": {**probe, "initialDelaySeconds": 5, "failureThreshold": 3},
-        "readinessProbe": {**probe, "httpGet": {"path": "/readyz", "port": "metrics"}},
+        "readinessProbe": {**probe, "httpGet": {"path": "/readyz", "port": "probes"}},
         "resources": {"requests": dict(options.requests), "limits": dict(options.limits)},
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -225,9 +290,9 @@ def manifests(
     webhooks: Webhooks | None = None,
 ) -> list[Obj]:
     """Every object, in the order ``kubectl apply`` needs: CRDs, the Namespace (with
-    `DeployOptions.create_namespace`), ServiceAccount, RBAC, then, with `webhooks` that
-    register anything, the webhook Service and certificate objects, the Deployment, and the
-    webhook configurations last (`fastctl.deploy.webhook_objects`)."""
+    `DeployOptions.create_namespace`), ServiceAccount, RBAC (the metrics' too), then, with
+    `webhooks` that register anything, the webhook Service and certificate objects, the
+    Deployment, and the webhook configurations last (`fastctl.deploy.webhook_objects`)."""
     before: list[Obj] = []
     after: list[Obj] = []
     served = webhooks is not None and bool(webhooks.admission or webhooks.converters)
@@ -248,6 +313,7 @@ def manifests(
         )
     out.append(service_account(options))
     out.extend(rbac_objects(options, permissions))
+    out.extend(metrics_rbac(options))
     out.extend(before)
     out.append(deployment(options, webhooks=served))
     out.extend(after)

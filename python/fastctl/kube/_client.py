@@ -3,12 +3,15 @@
 kubernetes-asyncio reports a missing or malformed kubeconfig with exceptions of several
 kinds (``ConfigException``, ``FileNotFoundError``, YAML errors) whose messages rarely name
 the file. `load_client` turns all of them into one `KubeconfigError` that names the file
-and the cause, which is what a CLI user or an operator's logs need.
+and the cause, which is what a CLI user or an operator's logs need; never a credential:
+the values of the file's tokens, passwords and keys are replaced by ``<redacted>`` in the
+message (a YAML error may quote the line it stopped at).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from kubernetes_asyncio import config as kube_config
@@ -37,8 +40,31 @@ async def load_client(kubeconfig: str | os.PathLike[str] | None = None) -> ApiCl
         await kube_config.load_kube_config(config_file=str(file), client_configuration=cfg)
     except Exception as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = _without_credentials(detail, file)
         raise KubeconfigError(f"invalid kubeconfig {file}: {detail}") from None
     return _without_env_lookups(ApiClient(cfg))
+
+
+_CREDENTIAL = re.compile(
+    r"""(?:token|password|secret|key-data|certificate-data|authority-data|credential)
+    [\w-]*["']?\s*[:=]\s*["']?([^\s"',}]+)""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+def _without_credentials(text: str, file: Path) -> str:
+    """`text` with every credential value of the kubeconfig `file` replaced by
+    ``<redacted>`` (any ``token: ...``, ``password: ...``, ``*-data: ...`` in it, and in
+    `text` itself, since the file may be too broken to read)."""
+    try:
+        source = file.read_text(errors="replace")
+    except OSError:
+        source = ""
+    values = {m.group(1) for m in _CREDENTIAL.finditer(source + "\n" + text)}
+    for value in sorted(values, key=len, reverse=True):
+        if len(value) >= 4:
+            text = text.replace(value, "<redacted>")
+    return text
 
 
 _PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy")

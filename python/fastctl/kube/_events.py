@@ -34,6 +34,7 @@ from urllib.parse import quote
 import orjson
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl._redact import scrub
 from fastctl.kube._http import ApiError, request_json
 from fastctl.kube._objects import as_json
 
@@ -118,7 +119,9 @@ class Recorder:
 
         `reason` is a short CamelCase machine-readable cause (``"Rendered"``), `note` the
         human sentence (cut to 1 kB), `action` what the controller did or tried
-        (``"Apply"``; defaults to `reason`), `related` an optional second object.
+        (``"Apply"``; defaults to `reason`), `related` an optional second object. Secret
+        values that `note` or `action` quote are replaced by ``<redacted>`` (Events are
+        readable by anyone who may list them in the namespace).
         """
         if type not in ("Normal", "Warning"):
             raise ValueError(f"event type must be 'Normal' or 'Warning', got {type!r}")
@@ -127,9 +130,9 @@ class Recorder:
         regarding = object_reference(obj)
         if not regarding.get("name") or not regarding.get("kind"):
             raise ValueError("an event must regard an object with kind and metadata.name")
-        reason = _truncate(reason, _FIELD_MAX)
-        action = _truncate(action or reason, _FIELD_MAX)
-        note = _truncate(note, _NOTE_MAX)
+        reason = _truncate(scrub(reason), _FIELD_MAX)
+        action = _truncate(scrub(action or reason), _FIELD_MAX)
+        note = _truncate(scrub(note), _NOTE_MAX)
         namespace = str(regarding.get("namespace") or "default")
         key = (
             str(regarding.get("uid") or ""),

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import orjson
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl._redact import is_sensitive, remember
 from fastctl.kube._http import ApiError, request_json
 from fastctl.kube._resource import ResolvedResource, Resource
 
@@ -91,9 +92,13 @@ async def get(
     *,
     namespace: str | None = None,
 ) -> Obj:
-    """GET one object (`ApiError` 404 if it does not exist)."""
+    """GET one object (`ApiError` 404 if it does not exist). A Secret's values (and marked
+    fields) are remembered, so that what prints them later redacts them."""
     res = await resolved(client, resource)
     obj: Obj = await request_json(client, "GET", res.object_path(name, namespace))
+    if is_sensitive(res.kind):
+        obj.setdefault("kind", res.kind)
+        remember(obj)
     return obj
 
 

@@ -44,18 +44,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import orjson
+from aiohttp.http_exceptions import LineTooLong
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._options import pick
+from fastctl._redact import is_sensitive, remember
 from fastctl.errors import ApiError, WatchError, WatchStreamError
 from fastctl.kube._http import error_from_response, request
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import Backoff, resolve_patiently
+from fastctl.kube._wire import list_page, watch_frame
+from fastctl.log import RedactingFilter
 
 __all__ = ["Backoff", "EventKind", "WatchConfig", "WatchEvent", "WatchStreamError", "watcher"]
 
 log = logging.getLogger("fastctl.watcher")
+log.addFilter(RedactingFilter())  # its records name objects and errors
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _MAX_LINE = 64 * 1024 * 1024  # far above etcd's 1.5 MiB object limit, even as JSON
@@ -207,6 +211,9 @@ class _Watcher:
         self.on_error = on_error
         self.rv: str | None = None  # None: a (re)list is needed
         self.paginate = config.page_size > 0
+        self.sensitive = is_sensitive(resource.kind)
+        """Objects of this kind hold secrets: remember their values (`fastctl._redact`) and
+        never log a line of the stream."""
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -308,20 +315,18 @@ class _Watcher:
                         self.paginate = False
                         raise _Gone(f"list continue token expired ({err.message})")
                     raise err
-            try:
-                doc = orjson.loads(data)
-            except orjson.JSONDecodeError as exc:
-                raise WatchStreamError(f"malformed list response: {exc}") from None
+            items, meta = list_page(data)
             if cont is None:
                 yield WatchEvent(EventKind.INIT)
             api_version, kind = self.resource.api_version, self.resource.kind
-            for obj in doc.get("items") or ():
+            for obj in items:
                 obj.setdefault("apiVersion", api_version)
                 obj.setdefault("kind", kind)
                 if self.config.strip_managed_fields:
                     obj.get("metadata", {}).pop("managedFields", None)
+                if self.sensitive:
+                    remember(obj)
                 yield WatchEvent(EventKind.INIT_APPLY, obj)
-            meta = doc.get("metadata") or {}
             cont = meta.get("continue") or None
             if cont is None:
                 self.rv = str(meta.get("resourceVersion") or "") or None
@@ -370,6 +375,8 @@ class _Watcher:
             while True:
                 try:
                     line = await content.readline(max_line_length=_MAX_LINE)
+                except LineTooLong:
+                    raise WatchStreamError(f"watch line longer than {_MAX_LINE} bytes") from None
                 except TimeoutError:
                     # No byte, not even a bookmark, for read_timeout seconds: presume the
                     # connection dead and reconnect at once (no backoff: nothing failed).
@@ -385,20 +392,18 @@ class _Watcher:
                 if line.isspace():
                     continue
                 try:
-                    frame = orjson.loads(line)
-                    etype = frame["type"]
-                    obj = frame["object"]
-                    if not isinstance(obj, dict) or not isinstance(etype, str):
-                        raise TypeError("type or object of the wrong type")
-                except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                    etype, obj = watch_frame(line)
+                except WatchStreamError as exc:
                     log.error(
-                        "%s: malformed watch line (%s): %r; resuming from resourceVersion %s",
+                        "%s: %s: %s; resuming from resourceVersion %s",
                         self,
                         exc,
-                        line[:200],
+                        f"{len(line)} bytes" if self.sensitive else repr(line[:200]),
                         self.rv,
                     )
-                    raise WatchStreamError(f"malformed watch line: {exc}") from None
+                    raise
+                if self.sensitive:
+                    remember(obj)
                 event = self._event(etype, obj, initial)
                 if event is None:
                     continue

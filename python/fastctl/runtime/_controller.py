@@ -37,6 +37,7 @@ from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import resolve_patiently
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
+from fastctl.log import RedactingFilter
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["INITIAL_LIST_PRIORITY", "Controller"]
 
 log = logging.getLogger("fastctl.controller")
+log.addFilter(RedactingFilter())  # its records name objects and errors
 
 _DEFAULT_CONFIG = ApplierConfig()
 _DEFAULT_WATCH_CONFIG = WatchConfig(strip_managed_fields=True)

@@ -8,8 +8,15 @@ The Manager
   leader that loses its lease stops at once: running reconciles are cancelled and `run()`
   raises `LeadershipLost`, so the process exits and is restarted as a follower (what
   controller-runtime does: two leaders must never act at once);
-- serves ``/metrics``, ``/healthz`` and ``/readyz`` on `metrics_port` (ready: caches synced
-  and every runnable that can say so ready, such as a managed webhook server);
+- serves ``/metrics`` on `metrics_port` (8443), by default over HTTPS and only to callers
+  the cluster's RBAC allows to ``get`` ``/metrics`` (a TokenReview and a
+  SubjectAccessReview per new token, cached: `fastctl.runtime._metrics_auth`), with a
+  self-signed certificate made at start or `metrics_certificate` (files reloaded when they
+  change); ``metrics_secure=False`` serves plain HTTP to anyone, an explicit opt-out;
+- serves ``/healthz`` and ``/readyz`` in plain HTTP on their own `probe_port` (8081), so a
+  liveness probe never depends on the metrics' TLS or on the API server answering reviews
+  (ready: caches synced and every runnable that can say so ready, such as a managed
+  webhook server);
 - starts other components of the process (`add_runnable`: a webhook server, say) before the
   controllers and stops them after, on every replica, leader or not;
 - shuts down gracefully on SIGTERM/SIGINT or `shutdown()`: no new reconciles start, running
@@ -28,8 +35,11 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
+import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Iterator
+from pathlib import Path
 from typing import Protocol
 
 from kubernetes_asyncio.client import ApiClient
@@ -38,12 +48,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fastctl._threads import live_threads
+from fastctl._tls import ServingCertificate
 from fastctl.errors import LeadershipLost
 from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._controller import Controller
 from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics import FastctlCollector
+from fastctl.runtime._metrics_auth import MetricsAuthorizer
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 
@@ -73,8 +85,12 @@ class Manager:
         client: ApiClient,
         *,
         leader_election: LeaderElection | None = None,
-        metrics_port: int | None = 8080,
+        metrics_port: int | None = 8443,
         metrics_host: str = "0.0.0.0",
+        metrics_secure: bool = True,
+        metrics_certificate: ServingCertificate | None = None,
+        probe_port: int | None = 8081,
+        probe_host: str = "0.0.0.0",
         drain_timeout: float = 30.0,
         registry: CollectorRegistry | None = None,
         namespace: str | None = None,
@@ -83,6 +99,10 @@ class Manager:
         self.leader_election = leader_election
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
+        self.metrics_secure = metrics_secure
+        self.metrics_certificate = metrics_certificate
+        self.probe_port = probe_port
+        self.probe_host = probe_host
         self.drain_timeout = drain_timeout
         self.namespace = namespace
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -90,6 +110,10 @@ class Manager:
         self.controllers: list[Controller] = []
         self.runnables: list[Runnable] = []
         self.health: HealthServer | None = None
+        """The probe server (``/healthz``, ``/readyz``), once `run` started it."""
+        self.metrics_server: HealthServer | None = None
+        """The ``/metrics`` server, once `run` started it."""
+        self._cert_watch: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         self._leading = asyncio.Event()
         self._stop = asyncio.Event()
@@ -194,16 +218,7 @@ class Manager:
         lost_in_drain = False
         started: list[Runnable] = []
         try:
-            if self.metrics_port is not None:
-                self.health = HealthServer(
-                    self.metrics_port,
-                    host=self.metrics_host,
-                    registry=self.registry,
-                    live=self._alive,
-                    ready=self.readiness,
-                )
-                await self.health.start()
-                log.info("serving /metrics, /healthz, /readyz on port %d", self.health.port)
+            await self._serve()
             for runnable in self.runnables:
                 await runnable.start()
                 started.append(runnable)
@@ -249,6 +264,44 @@ class Manager:
                 "lost the leader lease during the graceful drain; the running reconciles "
                 "were cancelled at once"
             )
+
+    async def _serve(self) -> None:
+        """Start the probe server, then the metrics server (see the module docstring)."""
+        if self.probe_port is not None:
+            self.health = HealthServer(
+                self.probe_port,
+                host=self.probe_host,
+                live=self._alive,
+                ready=self.readiness,
+                metrics=False,
+            )
+            await self.health.start()
+            log.info("serving /healthz, /readyz on port %d", self.health.port)
+        if self.metrics_port is None:
+            return
+        context, authorizer = None, None
+        if self.metrics_secure:
+            certificate = self.metrics_certificate or _self_signed()
+            if self.metrics_certificate is not None:
+                self._cert_watch = asyncio.get_running_loop().create_task(
+                    certificate.watch(), name="metrics certificate reload"
+                )
+            context = certificate.ssl_context
+            authorizer = MetricsAuthorizer(self.client)
+        self.metrics_server = HealthServer(
+            self.metrics_port,
+            host=self.metrics_host,
+            registry=self.registry,
+            probes=False,
+            ssl_context=context,
+            authorizer=authorizer,
+        )
+        await self.metrics_server.start()
+        log.info(
+            "serving /metrics on port %d (%s)",
+            self.metrics_server.port,
+            "HTTPS, TokenReview and SubjectAccessReview" if context else "plain HTTP, no auth",
+        )
 
     async def _wait_stop(self) -> None:
         await self._stop.wait()
@@ -303,8 +356,11 @@ class Manager:
                 await self.elector.release()
         if self._elector_client is not None:
             await self._elector_client.close()
-        if self.health is not None:
-            await self.health.stop()
+        if self._cert_watch is not None:
+            self._cert_watch.cancel()
+        for server in (self.metrics_server, self.health):
+            if server is not None:
+                await server.stop()
         return lost
 
     async def _drain(
@@ -356,6 +412,15 @@ class _LeaderCollector(Collector):
         elector = self._manager.elector
         gauge.add_metric([config.name], 1.0 if elector is not None and elector.is_leader else 0.0)
         yield gauge
+
+
+def _self_signed() -> ServingCertificate:
+    """A certificate for this pod's names, made now; its files are deleted once loaded, so
+    no private key stays on disk (Prometheus scrapes pods with certificate checks off, or
+    trusts a certificate it is given: `metrics_certificate`)."""
+    names = ("localhost", "127.0.0.1", socket.gethostname())
+    with tempfile.TemporaryDirectory(prefix="fastctl-metrics-") as where:
+        return ServingCertificate.self_signed(Path(where), names, purpose="metrics")
 
 
 def _leadership(tasks: dict[asyncio.Task[None], str]) -> set[asyncio.Task[None]]:

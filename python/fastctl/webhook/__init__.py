@@ -8,6 +8,7 @@ API server about them with `configurations` / `conversion`, or `install` them; a
 See docs/webhooks.md.
 """
 
+from fastctl._tls import ServingCertificate
 from fastctl.webhook._admission import AdmissionWebhook
 from fastctl.webhook._configuration import (
     Service,
@@ -23,7 +24,6 @@ from fastctl.webhook._metrics import WebhookMetrics
 from fastctl.webhook._registry import Webhooks
 from fastctl.webhook._review import AdmissionRequest, Allow, Deny
 from fastctl.webhook._server import MAX_BODY_BYTES, WebhookServer
-from fastctl.webhook._tls import ServingCertificate
 
 __all__ = [
     "MAX_BODY_BYTES",

@@ -14,7 +14,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from fastctl._redact import remember, scrub
 from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.log import RedactingFilter
 from fastctl.webhook._call import HandlerTimeout, call_handler, describe
 from fastctl.webhook._jsonpatch import diff
 from fastctl.webhook._review import (
@@ -35,6 +37,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("fastctl.webhook")
+log.addFilter(RedactingFilter())  # a handler's traceback may quote the object under review
 
 Verdict = Allow | Deny
 AdmissionHandler = Callable[[AdmissionRequest], Any | Awaitable[Any]]
@@ -114,6 +117,8 @@ class AdmissionWebhook:
     async def review(self, request: AdmissionRequest) -> dict[str, Any]:
         """The AdmissionReview answer to `request`."""
         original = request.object
+        for obj in (original, request.old_object):  # a Secret under review: never echoed
+            remember(obj)
         if self.mutating and original is not None:
             # The handler may edit the object in place: diff against an untouched copy.
             request = replace(request, object=copy.deepcopy(original))
@@ -124,7 +129,7 @@ class AdmissionWebhook:
             return admission_review(request.uid, Deny(f"webhook {self.name}: {exc}", code=504))
         except Exception as exc:
             log.exception("webhook %s: handler %s raised", self.name, describe(self.handler))
-            message = f"webhook {self.name}: {describe(self.handler)} raised {exc!r}"
+            message = scrub(f"webhook {self.name}: {describe(self.handler)} raised {exc!r}")
             return admission_review(request.uid, Deny(message, code=500))
         verdict = self._verdict(result)
         if isinstance(verdict, str):

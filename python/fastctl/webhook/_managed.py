@@ -26,10 +26,10 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
+from fastctl._tls import ServingCertificate
 from fastctl.webhook._configuration import Service, install
 from fastctl.webhook._registry import Webhooks
 from fastctl.webhook._server import WebhookServer
-from fastctl.webhook._tls import ServingCertificate
 
 __all__ = ["Installer", "ManagedWebhookServer"]
 

@@ -29,11 +29,11 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from fastctl._tls import ServingCertificate
 from fastctl.webhook._admission import AdmissionWebhook
 from fastctl.webhook._metrics import WebhookMetrics
 from fastctl.webhook._registry import Webhooks
 from fastctl.webhook._review import ReviewError, parse_admission_review
-from fastctl.webhook._tls import ServingCertificate
 
 if TYPE_CHECKING:
     from typing import Self

@@ -1,6 +1,7 @@
-"""The webhook server's certificate: made by fastctl, or read from files and reloaded.
+"""A TLS server's certificate: made by fastctl, or read from files and reloaded.
 
-Two ways to certify a webhook:
+Shared by the webhook server and the Manager's metrics server (both serve TLS that someone
+else verifies, and both may be handed files that cert-manager renews). Two ways to certify:
 
 - `ServingCertificate.self_signed(directory, names)`: fastctl makes a CA and a serving
   certificate for `names` (the Service's DNS names, or an IP), and `ca_bundle` is what the
@@ -29,7 +30,7 @@ from pathlib import Path
 
 __all__ = ["ServingCertificate"]
 
-log = logging.getLogger("fastctl.webhook")
+log = logging.getLogger("fastctl.tls")
 
 
 def _load(cert: Path, key: Path) -> ssl.SSLContext:
@@ -56,15 +57,22 @@ class ServingCertificate:
 
     @classmethod
     def self_signed(
-        cls, directory: Path | None = None, names: Sequence[str] = ("127.0.0.1",)
+        cls,
+        directory: Path | None = None,
+        names: Sequence[str] = ("127.0.0.1",),
+        *,
+        purpose: str = "webhook",
     ) -> ServingCertificate:
         """A new CA and a serving certificate for `names` (DNS names or IP addresses),
-        written to `directory` (a new temporary one by default)."""
-        from fastctl._pki import CertificateAuthority  # needs the `webhook` extra
+        written to `directory` (a new temporary one by default); `purpose` names the CA
+        (``fastctl-<purpose>-ca``) and the temporary directory."""
+        from fastctl._pki import CertificateAuthority  # needs cryptography
 
-        where = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="fastctl-webhook-"))
+        where = (
+            Path(directory) if directory else Path(tempfile.mkdtemp(prefix=f"fastctl-{purpose}-"))
+        )
         where.mkdir(parents=True, exist_ok=True)
-        ca = CertificateAuthority(where, name="fastctl-webhook-ca")
+        ca = CertificateAuthority(where, name=f"fastctl-{purpose}-ca")
         pair = ca.issue("tls", names[0], server_names=names)
         return cls(pair.cert, pair.key, ca_bundle=ca.cert_pem)
 

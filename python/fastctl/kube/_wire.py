@@ -1,0 +1,110 @@
+"""What the API server sends, checked before anything reads it: list pages, watch frames,
+and the metadata of the objects in them.
+
+A real API server sends well-formed JSON; a proxy, a broken aggregated API or a
+truncated connection may not. Everything downstream (the Store's indexes, ObjectRef,
+owner triggers, finalizers) reads ``metadata`` without checking types, so the watcher
+rejects a page or frame here, as `WatchStreamError` (retried with backoff, resuming from
+the last good resourceVersion), rather than let a ``TypeError`` end the controller.
+Only the fields fastctl itself reads are checked; the rest of an object is the operator's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from fastctl.errors import WatchStreamError
+
+__all__ = ["list_page", "metadata_problem", "watch_frame"]
+
+Obj = dict[str, Any]
+
+_STRINGS = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+_OWNER_STRINGS = ("apiVersion", "kind", "name", "uid")
+
+
+def list_page(data: bytes) -> tuple[list[Obj], Obj]:
+    """A list response's items and metadata, or `WatchStreamError` when it is not JSON or
+    not shaped like a list (a proxy's page, a broken server)."""
+    doc = _json_object(data, "list response")
+    items = doc.get("items") or []
+    meta = doc.get("metadata") or {}
+    if not isinstance(items, list) or not isinstance(meta, dict):
+        raise WatchStreamError("malformed list response: items or metadata of the wrong type")
+    for key in ("continue", "resourceVersion"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise WatchStreamError(f"malformed list response: metadata.{key} is not a string")
+    for obj in items:
+        problem = metadata_problem(obj)
+        if problem is not None:
+            raise WatchStreamError(f"malformed list response: an item's {problem}")
+    return items, meta
+
+
+def watch_frame(line: bytes) -> tuple[str, Obj]:
+    """The ``type`` and ``object`` of one watch line, or `WatchStreamError` saying what is
+    wrong with it. ``ERROR`` frames carry a Status, not an object: only its shape is
+    checked; a ``BOOKMARK`` needs no name."""
+    frame = _json_object(line, "watch line")
+    etype, obj = frame.get("type"), frame.get("object")
+    if not isinstance(etype, str) or not isinstance(obj, dict):
+        raise WatchStreamError("malformed watch line: type or object missing or of the wrong type")
+    if etype != "ERROR":
+        problem = metadata_problem(obj, named=etype != "BOOKMARK")
+        if problem is not None:
+            raise WatchStreamError(f"malformed watch line: the object's {problem}")
+    return etype, obj
+
+
+def _json_object(data: bytes, what: str) -> Obj:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise WatchStreamError(f"malformed {what}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise WatchStreamError(f"malformed {what}: not a JSON object")
+    return doc
+
+
+def metadata_problem(obj: Any, *, named: bool = True) -> str | None:
+    """What is wrong with `obj`'s metadata, as fastctl reads it (``None``: nothing)."""
+    if not isinstance(obj, dict):
+        return "value is not an object"
+    meta = obj.get("metadata")
+    if meta is None and not named:
+        return None
+    if not isinstance(meta, dict):
+        return "metadata is not an object"
+    if named and (not isinstance(meta.get("name"), str) or not meta["name"]):
+        return "metadata.name is missing or not a string"
+    for key in _STRINGS:
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            return f"metadata.{key} is not a string"
+    for key in ("labels", "annotations"):
+        if not _string_map(meta.get(key)):
+            return f"metadata.{key} is not a map of strings"
+    finalizers = meta.get("finalizers")
+    if finalizers is not None and not (
+        isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)
+    ):
+        return "metadata.finalizers is not a list of strings"
+    owners = meta.get("ownerReferences")
+    if owners is not None and not (
+        isinstance(owners, list)
+        and all(
+            isinstance(o, dict) and all(isinstance(o.get(k), str) for k in _OWNER_STRINGS)
+            for o in owners
+        )
+    ):
+        return "metadata.ownerReferences is not a list of owner references"
+    return None
+
+
+def _string_map(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    )
