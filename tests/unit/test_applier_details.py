@@ -438,17 +438,19 @@ async def test_a_thread_reconcile_task_cancelled_from_outside_ends_cancelled(
     it = applier(reconcile, None, None, store_of([ref]), feed, scheduler=sched)
     nxt = asyncio.ensure_future(it.__anext__())
     await wait_for(started.is_set)
-    [task] = [t for t in asyncio.all_tasks() if t.get_name() == "fastctl-reconcile:ns/a"]
-    task.cancel()
-    await asyncio.wait({task}, timeout=10)
-    assert task.cancelled()
-    assert sched.is_in_flight(ref.key)  # the thread still runs
-    nxt.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await nxt
-    await close(it)
-    assert id(sched) not in _PEERS
-    release.set()
+    try:
+        [task] = [t for t in asyncio.all_tasks() if t.get_name() == "fastctl-reconcile:ns/a"]
+        task.cancel()
+        await asyncio.wait({task}, timeout=10)
+        assert task.cancelled()
+        assert sched.is_in_flight(ref.key)  # the thread still runs
+        nxt.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await nxt
+        await close(it)
+        assert id(sched) not in _PEERS
+    finally:
+        release.set()  # a failure above must not leave the thread waiting
     await wait_for(lambda: sched.in_flight == 0)
     await turns(5)
     loop.set_exception_handler(None)
