@@ -172,8 +172,16 @@ def rerun(name: str) -> int:
     shutil.copytree(ROOT / "tests", scratch / "tests", ignore=ignore, dirs_exist_ok=True)
     write_config(scratch, target)
     env = dict(os.environ, PYTHONPATH=str(scratch / "mutants" / "src"), **dict(target.env))
+    # mutmut forgets the results of the mutants it was not asked to run: keep them.
+    metas = sorted((scratch / "mutants").rglob("*.py.meta"))
+    before = {m: json.loads(m.read_text()).get("exit_code_by_key", {}) for m in metas}
     cmd = ["mutmut", "run", "--max-children", "1", *survivors]
     rc = subprocess.call(cmd, cwd=scratch, env=env)
+    for meta, old in before.items():
+        data = json.loads(meta.read_text())
+        codes = data.get("exit_code_by_key", {})
+        data["exit_code_by_key"] = {k: old.get(k) if v is None else v for k, v in codes.items()}
+        meta.write_text(json.dumps(data))
     summary(name)
     return rc
 
