@@ -160,12 +160,13 @@ def run(name: str) -> int:
     return rc
 
 
-def rerun(name: str) -> int:
-    """Run again only the last run's survivors, against the working tree's tests as they are
-    now (to confirm the tests added for them); the other results are kept."""
+def rerun(name: str, names: list[str]) -> int:
+    """Run again only the last run's survivors (or the mutants `names`), against the working
+    tree's tests as they are now (to confirm the tests added for them); the other results
+    are kept."""
     target = TARGETS[name]
     scratch = ROOT / "target" / "mutants" / name
-    survivors = [k for k, v in results(scratch).items() if v not in ("killed", "timeout")]
+    survivors = names or [k for k, v in results(scratch).items() if v not in ("killed", "timeout")]
     if not survivors:
         return summary(name)
     ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
@@ -228,7 +229,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "run":
         sys.exit(run(sys.argv[2]))
     if sys.argv[1] == "rerun":
-        sys.exit(rerun(sys.argv[2]))
+        sys.exit(rerun(sys.argv[2], sys.argv[3:]))
     if sys.argv[1] == "summary":
         sys.exit(summary(sys.argv[2]))
     sys.exit(summary_rust(Path(sys.argv[2])))

@@ -292,6 +292,37 @@ async def test_a_stopping_applier_does_not_arm_a_timer_for_a_ready_key() -> None
     assert await asyncio.wait_for(collect(it), 10) == []
 
 
+async def test_one_timer_serves_every_wake_up_while_the_next_ready_time_stays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A key waits 30 s for its requeue while 20 others are reconciled: each of their
+    endings wakes the driver, and none may re-arm the timer it already has."""
+    later = ObjectRef("later", "ns")
+    keys = refs(20)
+    loop = asyncio.get_running_loop()
+    armed = 0
+    real_call_later = loop.call_later
+
+    def call_later(delay: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal armed
+        armed += getattr(callback, "__name__", "") == "_on_timer"
+        return real_call_later(delay, callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_later", call_later)
+
+    async def reconcile(obj: Any, ctx: None) -> Action | None:
+        return Action.requeue(30) if obj["name"] == "later" else None
+
+    feed = feed_of(later)
+    it = applier(reconcile, None, None, store_of([later, *keys]), feed)
+    await first_results(it, 1)
+    for ref in keys:
+        feed.put(ref)
+    assert len(await first_results(it, 20)) == 20
+    await close(it)
+    assert armed == 1
+
+
 async def test_a_timer_cleared_while_the_slots_are_full_can_be_armed_again() -> None:
     """A requeue arms the timer; a reconcile that fills the only slot clears it; when that
     one ends, the timer for the requeue is armed again."""
