@@ -15,8 +15,13 @@ be tried on a hand-made record that breaks it.
   observed. The driver's own watch is the observer; an operator's watch may see the deletion
   a little later, so a start within `DELETE_LAG` after the driver's observation is counted
   but not failed.
-- **rss**: per process life, after a warm-up, the median RSS of the last window is within
-  `RSS_GROWTH_LIMIT` of the median of the first window.
+- **rss**: per process life and per role in it, after a warm-up, the median RSS of the last
+  window is within `RSS_GROWTH_LIMIT` of the median of the first window. A replica that
+  starts as a follower and then leads holds the same cache in both roles but reconciles only
+  as the leader (queues, reconcile state, the clients' connections and buffers), so its
+  leading windows are compared with leading windows only, after a warm-up that starts when it
+  took over (`role_segments`); comparing its follower start with its leader end measured the
+  change of role, not a leak.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastctl.demo.widgets import render
+from fastctl.demo.widgets import Widget, render
 
 DELETE_LAG = 2.0
 """Seconds an operator's watch may trail the driver's in seeing a deletion."""
@@ -130,7 +135,7 @@ def lost(
         cm = configmaps.get(f"{meta['name']}-rendered")
         if cm is None:
             problems.append("no ConfigMap")
-        elif (cm.get("data") or {}) != render(w):
+        elif (cm.get("data") or {}) != rendered(w):
             problems.append("ConfigMap does not match the spec")
         if (w.get("status") or {}).get("observedGeneration") != meta.get("generation"):
             problems.append("status.observedGeneration is not the generation")
@@ -146,12 +151,19 @@ def lost(
     return found
 
 
+def rendered(widget: Mapping[str, Any]) -> dict[str, str]:
+    """The ConfigMap data the demo operator renders for a Widget, from the Widget as listed
+    (the demo's `render` takes the typed model)."""
+    return render(Widget.model_validate(widget))
+
+
 def after_delete(
     deleted: Mapping[str, float], all_intervals: Iterable[Interval]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Reconciles of a deleted uid that started more than `DELETE_LAG` after the driver saw
     the deletion (violations), and those that started after it within the lag."""
-    late, within_lag = [], []
+    late: list[dict[str, Any]] = []
+    within_lag: list[dict[str, Any]] = []
     for iv in all_intervals:
         seen = deleted.get(iv.uid or "")
         if seen is None or iv.start <= seen:
@@ -189,4 +201,42 @@ def rss_growth(
         growth=growth,
         ok=growth < RSS_GROWTH_LIMIT,
     )
+    return out
+
+
+def role_segments(
+    started: float, ended: float, leading_since: float | None, role: str = "follower"
+) -> list[tuple[str, float, float]]:
+    """A process life cut where it took over the lease: ``(role, start, end)`` pieces, `role`
+    before `leading_since` (or the whole life when it never led) and ``"leader"`` after.
+    A process leads at most once: a leader that loses its lease exits and is restarted."""
+    if leading_since is None or not started <= leading_since <= ended:
+        return [(role, started, ended)]
+    return [(role, started, leading_since), ("leader", leading_since, ended)]
+
+
+def rss_by_role(
+    samples: Sequence[tuple[float, int]],
+    segments: Sequence[tuple[str, float, float]],
+    churn_start: float,
+    warmup: float,
+    window: float,
+) -> dict[str, Any]:
+    """`rss_growth` of each role's samples alone, each warmed up from its own start (or from
+    the churn's, if later); ``ok`` unless a judged role grew too much."""
+    roles = {
+        role: rss_growth(
+            [(t, rss) for t, rss in samples if start <= t <= end],
+            max(start, churn_start),
+            warmup,
+            window,
+        )
+        for role, start, end in segments
+    }
+    out: dict[str, Any] = {"samples": len(samples), "roles": roles}
+    if samples:
+        out["first"] = samples[0][1]
+        out["last"] = samples[-1][1]
+    out["judged"] = any(r["judged"] for r in roles.values())
+    out["ok"] = all(r["ok"] for r in roles.values() if r["judged"])
     return out

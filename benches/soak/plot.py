@@ -6,8 +6,9 @@ No plotting stack is needed (the soak runs where matplotlib is not installed): t
 a small raster written with ``zlib``. Time runs left to right over the whole run, RSS
 (0 to the highest sample, rounded up to 50 MB) bottom to top; light grid lines every 5
 minutes and every 50 MB; one colour per slot (blue: replica 0, orange: replica 1, a darker
-shade for each restart); red vertical lines mark the faults. The figures are in
-docs/benchmarks.md.
+shade for each restart); red vertical lines mark the faults, and a short black tick at the
+top marks each takeover (a process starting to lead: its RSS is judged per role, from
+there). The figures are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ def draw(res: dict[str, Any]) -> bytes:
     for fault in res["faults"]:
         for y in range(PAD, H - PAD, 2):
             dot(x_of(fault["mono"]), y, (214, 39, 40))
+    for verdict in res["rss"].values():
+        leading = verdict.get("leading_since")
+        if leading is not None and t0 <= leading <= t1:
+            for y in range(PAD, PAD + 24):
+                dot(x_of(leading), y, (0, 0, 0))
     for name, samples in series:
         slot, serial = (int(part) for part in name.removeprefix("op").split("."))
         palette = PALETTES.get(slot, [(80, 80, 80)])

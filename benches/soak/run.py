@@ -20,6 +20,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from faults import KINDS, inject
 from kubernetes_asyncio.client import ApiClient
 from operators import LEASE, Operators
 
-from fastctl.demo.widgets import WIDGET, install_crd, render
+from fastctl.demo.widgets import WIDGET, install_crd
 from fastctl.kube._client import load_client
 from fastctl.kube._objects import create, delete, patch
 from fastctl.kube._resource import Resource
@@ -88,6 +89,7 @@ class Driver:
 
     async def _op(self) -> None:
         r = self.rng.random()
+        coro: Coroutine[Any, Any, object]
         if r < 0.25 or len(self.live) < 2:
             op, name = "create", self._new_name()
             coro = self._create(name)
@@ -175,7 +177,7 @@ async def settled(cp: ControlPlane) -> tuple[bool, int]:
         if (
             "deletionTimestamp" in meta
             or cm is None
-            or (cm.get("data") or {}) != render(w)
+            or (cm.get("data") or {}) != checks.rendered(w)
             or (w.get("status") or {}).get("observedGeneration") != meta.get("generation")
         ):
             pending += 1
@@ -310,12 +312,19 @@ class Soak:
         over = checks.overlaps(ivs)
         lost = checks.lost(widgets, cms, ivs)
         late, within_lag = checks.after_delete(observer.deleted, ivs)
-        rss = {
-            inst.name: checks.rss_growth(
-                inst.rss, max(inst.started, churn_start), args.warmup, args.rss_window
+        rss = {}
+        for inst in ops.instances:
+            leading = _leading_since(inst.log)
+            segments = checks.role_segments(
+                inst.started,
+                inst.ended or time.monotonic(),
+                leading,
+                "follower" if not args.no_leader_elect else "unelected",
             )
-            for inst in ops.instances
-        }
+            rss[inst.name] = checks.rss_by_role(
+                inst.rss, segments, churn_start, args.warmup, args.rss_window
+            )
+            rss[inst.name]["leading_since"] = leading
         relists = {inst.name: _relists(inst.log) for inst in ops.instances}
         for fault in self.faults:
             fault["relists_after"] = sum(
@@ -361,13 +370,25 @@ class Soak:
 
 def _relists(path: Path) -> list[float]:
     """Wall times of the watcher's "listing again" (a 410 Gone) lines in an operator log."""
+    return _log_times(path, "listing again")
+
+
+def _log_times(path: Path, needle: str) -> list[float]:
+    """Wall times of the lines of an operator log that contain `needle`."""
     times = []
     with contextlib.suppress(OSError), path.open(errors="replace") as file:
         for line in file:
-            if "listing again" in line:
+            if needle in line:
                 stamp = time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
                 times.append(time.mktime(stamp) + int(line[20:23]) / 1000)
     return times
+
+
+def _leading_since(path: Path) -> float | None:
+    """When the process took over the lease (the Manager's "leading (" line), as a
+    monotonic time like the RSS samples'; None if it never led."""
+    times = _log_times(path, "fastctl.manager object=- leading (")
+    return times[0] - (time.time() - time.monotonic()) if times else None
 
 
 _SHOWN = ("killed", "compacted_at_revision", "skipped", "relists_after")
@@ -391,18 +412,24 @@ def summary(res: dict[str, Any]) -> str:
             + ", ".join(f"{k}={v}" for k, v in f.items() if k in _SHOWN)
             for f in res["faults"]
         ),
-        f"{'process':<8} {'how it ended':<22} {'reconciles':>10} {'relists':>7} "
+        f"{'process':<8} {'how it ended':<22} {'reconciles':>10} {'relists':>7} {'role':>9} "
         f"{'RSS first':>9} {'last':>7} {'med 1st':>7} {'med last':>8} {'growth':>7}",
     ]
     for proc in res["processes"]:
-        r = res["rss"][proc["name"]]
-        growth = f"{r['growth'] * 100:+.1f}%" if r.get("judged") else "n/j"
-        lines.append(
-            f"{proc['name']:<8} {proc['how'] or '-':<22} {proc['reconciles']:>10} "
-            f"{len(res['relists_logged'][proc['name']]):>7} {_mb(r, 'first'):>9} "
-            f"{_mb(r, 'last'):>7} {_mb(r, 'median_first'):>7} {_mb(r, 'median_last'):>8} "
-            f"{growth:>7}"
-        )
+        first = True
+        for role, r in res["rss"][proc["name"]]["roles"].items():
+            growth = f"{r['growth'] * 100:+.1f}%" if r.get("judged") else "n/j"
+            head = (
+                f"{proc['name']:<8} {proc['how'] or '-':<22} {proc['reconciles']:>10} "
+                f"{len(res['relists_logged'][proc['name']]):>7}"
+                if first
+                else " " * 50
+            )
+            first = False
+            lines.append(
+                f"{head} {role:>9} {_mb(r, 'first'):>9} {_mb(r, 'last'):>7} "
+                f"{_mb(r, 'median_first'):>7} {_mb(r, 'median_last'):>8} {growth:>7}"
+            )
     lines.append("FAILED: " + ", ".join(res["failed"]) if res["failed"] else "all checks passed")
     return "\n".join(lines)
 
@@ -415,7 +442,7 @@ def main() -> int:
     parser.add_argument("--fault-every", type=float, default=240.0, help="seconds (240)")
     parser.add_argument("--rss-every", type=float, default=10.0, help="seconds (10)")
     parser.add_argument("--warmup", type=float, default=180.0, help="RSS warm-up, s (180)")
-    parser.add_argument("--rss-window", type=float, default=300.0, help="RSS window, s (300)")
+    parser.add_argument("--rss-window", type=float, default=200.0, help="RSS window, s (200)")
     parser.add_argument("--quiet", type=float, default=15.0, help="idle s for quiescence")
     parser.add_argument("--quiesce-timeout", type=float, default=900.0)
     parser.add_argument("--lease-duration", type=float, default=15.0)

@@ -61,3 +61,61 @@ def test_rss_growth_is_judged_on_medians_after_the_warmup() -> None:
     growing = [(float(t), 1000 + t) for t in range(0, 400, 10)]
     assert not checks.rss_growth(growing, since=0, warmup=50, window=100)["ok"]
     assert not checks.rss_growth(flat[:20], since=0, warmup=50, window=100)["judged"]
+
+
+def test_rss_is_judged_per_role_leader_windows_against_leader_windows() -> None:
+    # A follower at 100 for 1000 s takes over and settles at 130: flat in each role.
+    samples = [(float(t), 100 if t < 1000 else 130) for t in range(0, 2000, 10)]
+    segments = checks.role_segments(0, 2000, leading_since=1000)
+    assert [role for role, *_ in segments] == ["follower", "leader"]
+    verdict = checks.rss_by_role(samples, segments, churn_start=0, warmup=100, window=200)
+    assert verdict["ok"]
+    assert all(r["judged"] for r in verdict["roles"].values())
+    # the whole life at once sees the change of role as growth
+    assert not checks.rss_growth(samples, since=0, warmup=100, window=200)["ok"]
+
+
+def test_rss_growth_within_a_role_fails() -> None:
+    segments = checks.role_segments(0, 2000, leading_since=1000)
+    leader_grows = [
+        (float(t), 100 if t < 1000 else 100 + (t - 1000) // 10) for t in range(0, 2000, 10)
+    ]
+    verdict = checks.rss_by_role(leader_grows, segments, churn_start=0, warmup=100, window=200)
+    assert verdict["roles"]["follower"]["ok"]
+    assert not verdict["roles"]["leader"]["ok"]
+    assert not verdict["ok"]
+    follower_grows = [(float(t), 100 + t // 10 if t < 1000 else 300) for t in range(0, 2000, 10)]
+    verdict = checks.rss_by_role(follower_grows, segments, churn_start=0, warmup=100, window=200)
+    assert not verdict["roles"]["follower"]["ok"]
+    assert not verdict["ok"]
+
+
+def test_a_role_too_short_to_judge_and_a_process_that_never_led() -> None:
+    samples = [(float(t), 100 + t) for t in range(0, 2000, 10)]  # growing throughout
+    short = checks.rss_by_role(
+        samples, checks.role_segments(0, 2000, 1800), churn_start=0, warmup=100, window=200
+    )
+    assert not short["roles"]["leader"]["judged"]
+    assert not short["ok"]  # the follower part is long enough, and it grew
+    never = checks.role_segments(0, 2000, None)
+    assert never == [("follower", 0, 2000)]
+    assert checks.role_segments(0, 2000, 2500) == never  # a takeover after it ended
+    # the warm-up counts from the churn's start when the role began before it
+    flat_after = [(float(t), 50 if t < 500 else 100) for t in range(0, 2000, 10)]
+    verdict = checks.rss_by_role(flat_after, never, churn_start=400, warmup=100, window=200)
+    assert verdict["ok"]
+
+
+def test_a_leader_is_warmed_up_from_its_takeover() -> None:
+    # After the takeover the new leader fills its queue and connection pool: RSS ramps from
+    # 100 to 130 in 150 s, then stays flat. Warmed up from the takeover, that is no growth;
+    # warmed up from the start of the churn only, the ramp would be in the first window.
+    def rss(t: int) -> int:
+        return 100 if t < 1000 else min(130, 100 + (t - 1000) // 5)
+
+    samples = [(float(t), rss(t)) for t in range(0, 2000, 10)]
+    segments = checks.role_segments(0, 2000, leading_since=1000)
+    verdict = checks.rss_by_role(samples, segments, churn_start=0, warmup=200, window=200)
+    assert verdict["roles"]["leader"]["judged"]
+    assert verdict["roles"]["leader"]["median_first"] == 130
+    assert verdict["ok"]

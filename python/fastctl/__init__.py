@@ -19,6 +19,7 @@ from fastctl._core import Scheduler
 from fastctl._version import version as _installed_version
 from fastctl.errors import (
     ApiError,
+    DiscoveryError,
     FastctlError,
     InvalidObject,
     KubeconfigError,
@@ -85,6 +86,7 @@ __all__ = [
     "Controller",
     "CustomResource",
     "Discovery",
+    "DiscoveryError",
     "ErrorPolicy",
     "EventKind",
     "FastctlError",

@@ -7,6 +7,7 @@ Some leaves also derive from the built-in exception users already catch for that
     FastctlError
     ├── ApiError                  the API server answered with a non-2xx status
     ├── ResourceNotFound          (also LookupError) a kind the server does not serve
+    ├── DiscoveryError            discovery refused for good (401, 403): not retried
     ├── KubeconfigError           no usable cluster configuration
     ├── WatchError                a watch that cannot go on (e.g. forced streaming refused)
     │   └── WatchStreamError      a malformed or truncated stream (resumed internally)
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ApiError",
+    "DiscoveryError",
     "FastctlError",
     "InvalidObject",
     "KubeconfigError",
@@ -125,6 +127,23 @@ class ResourceNotFound(FastctlError, LookupError):
         self.resource = resource
         self.detail = detail
         super().__init__(f"unknown resource {resource.kind} ({resource.api_version}): {detail}")
+
+
+class DiscoveryError(FastctlError):
+    """Discovery was refused for good (401, 403, another 4xx): retrying cannot help."""
+
+    def __init__(self, resource: Resource, error: ApiError) -> None:
+        self.resource = resource
+        self.error = error
+        hint = {
+            401: "the credentials were rejected (check the kubeconfig or the token)",
+            403: "forbidden (check the RBAC of the operator's service account)",
+        }.get(error.status, "the API server refused it")
+        super().__init__(
+            f"cannot resolve {resource.kind} ({resource.api_version}): "
+            f"{error.method or 'GET'} {error.path} (discovery) failed with {error.status} "
+            f"{error.reason}: {hint}"
+        )
 
 
 class KubeconfigError(FastctlError):

@@ -252,4 +252,38 @@ mod tests {
         assert_eq!(index.find(42, |_| true), None);
         index.remove(42, 0);
     }
+
+    #[test]
+    fn the_table_is_the_smallest_power_of_two_that_keeps_the_load_at_half() {
+        for n in [1u32, 7, 8, 9, 16, 17, 64, 65, 1000] {
+            let mut index = Index::default();
+            for slot in 0..n {
+                index.insert(u64::from(slot).wrapping_mul(0x9E37_79B9_7F4A_7C15), slot);
+            }
+            let want = (2 * n as usize).next_power_of_two().max(16);
+            assert_eq!(index.allocated() / 8, want, "{n} keys");
+        }
+    }
+
+    #[test]
+    fn the_largest_slot_and_any_tag_fit_in_one_entry() {
+        for tag in [0, 1, 0x8000_0000, u32::MAX] {
+            for slot in [0, 1, MAX_SLOT] {
+                let e = entry(tag, slot);
+                assert_ne!(e, 0, "an entry is never the empty marker");
+                assert_eq!((entry_tag(e), entry_slot(e)), (tag, slot));
+            }
+        }
+    }
+
+    /// Removing an entry that is not there is a caller's bug: debug builds stop at it
+    /// rather than probing on (the load is at most 1/2, so the run ends at an empty entry).
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "index entry missing")]
+    fn removing_a_missing_entry_is_caught_in_debug_builds() {
+        let mut index = Index::default();
+        index.insert(7 << 32, 0);
+        index.remove(8 << 32, 1);
+    }
 }

@@ -384,6 +384,36 @@ mod tests {
         assert!(r.levels.is_empty() && r.heads.is_empty());
     }
 
+    /// The deque is compacted exactly when tombstones are more than 32 and more than half
+    /// of it: fewer would make removals O(n) (a compaction per removal), more would let
+    /// tombstones pile up without bound behind a live front entry.
+    #[test]
+    fn tombstones_are_compacted_past_32_and_past_half_the_deque() {
+        // `n` entries in order, the first one (the front) kept, the others removed in order:
+        // each removal leaves a tombstone behind the live front. The deque's length after
+        // each removal, as (removals, length) at each change.
+        let lengths = |n: u64| {
+            let mut q: Sorted<u64> = Sorted::default();
+            for k in 0..n {
+                q.insert(k, k as u32);
+            }
+            let mut changes = vec![(0, q.fifo.len())];
+            for k in 1..n {
+                q.remove(k, k as u32);
+                q.check().unwrap();
+                if q.fifo.len() != changes.last().unwrap().1 {
+                    changes.push((k, q.fifo.len()));
+                }
+            }
+            changes
+        };
+        // 63 entries: 32 tombstones are more than half, but not more than 32; the 33rd
+        // compacts, leaving the 30 live entries.
+        assert_eq!(lengths(63), [(0, 63), (33, 30)]);
+        // 66 entries: 33 tombstones are exactly half, not more; the 34th compacts.
+        assert_eq!(lengths(66), [(0, 66), (34, 32)]);
+    }
+
     #[test]
     fn waiting_pops_only_due_entries_in_time_order() {
         let mut w = Waiting::default();
@@ -429,5 +459,87 @@ mod tests {
             popped += 1;
         }
         assert_eq!(popped, want.len());
+    }
+
+    #[test]
+    fn check_finds_a_stale_length_a_leading_tombstone_and_disorder() {
+        let valid = || {
+            let mut q: Sorted<u64> = Sorted::default();
+            for k in [1, 2, 3] {
+                q.insert(k, k as u32);
+            }
+            q.check().unwrap();
+            q
+        };
+        let mut q = valid();
+        q.len += 1;
+        assert!(q.check().is_err(), "stale length");
+        let mut q = valid();
+        q.removed.insert(1);
+        q.len -= 1;
+        assert!(q.check().is_err(), "tombstone at the front");
+        let mut q = valid();
+        q.fifo.push_back((3, 9));
+        q.len += 1;
+        assert!(q.check().is_err(), "a key twice in the deque");
+        let mut w = Waiting::default();
+        w.insert(1.0, 1, 1);
+        w.check().unwrap();
+        w.order.len = 0;
+        assert!(w.check().is_err(), "the waiting queue is checked too");
+    }
+
+    #[test]
+    fn ready_lists_levels_from_the_highest_priority_each_in_age_order() {
+        let mut r = Ready::default();
+        for (p, s) in [(0, 4), (3, 5), (0, 6), (-1, 7), (3, 8)] {
+            r.insert(p, s, s as u32 + 100);
+        }
+        // Raised from a lower level with its older sequence number: first in its new level.
+        r.insert(3, 2, 102);
+        // Removed from the middle of a level: a tombstone, not listed.
+        r.remove(0, 6, 106);
+        let got: Vec<Entry> = r.iter().collect();
+        assert_eq!(
+            got,
+            [
+                (3, 2, 102),
+                (3, 5, 105),
+                (3, 8, 108),
+                (0, 4, 104),
+                (-1, 7, 107)
+            ]
+        );
+    }
+
+    #[test]
+    fn check_heads_finds_stale_heads_lengths_and_empty_levels() {
+        let valid = || {
+            let mut r = Ready::default();
+            for (p, s) in [(0, 1), (2, 2), (0, 3)] {
+                r.insert(p, s, s as u32);
+            }
+            r.check_heads().unwrap();
+            r
+        };
+        let mut r = valid();
+        r.heads.insert((3, 0));
+        assert!(
+            r.check_heads().is_err(),
+            "a head that is not first in its level"
+        );
+        let mut r = valid();
+        r.heads.remove(&(2, 2));
+        assert!(r.check_heads().is_err(), "a level without its head");
+        let mut r = valid();
+        r.len += 1;
+        assert!(r.check_heads().is_err(), "stale length");
+        let mut r = valid();
+        r.levels.insert(Reverse(7), Sorted::default());
+        assert!(r.check_heads().is_err(), "an empty level");
+        let mut r = valid();
+        r.levels.get_mut(&Reverse(0)).unwrap().len += 1;
+        r.len += 1;
+        assert!(r.check_heads().is_err(), "a level that fails its own check");
     }
 }

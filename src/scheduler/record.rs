@@ -92,8 +92,10 @@ impl Records {
                 let capacity = self.slots.capacity();
                 self.slots.push(record);
                 if self.slots.capacity() != capacity {
-                    let bytes = self.slots.capacity() * std::mem::size_of::<Record>();
-                    advise_huge_pages(self.slots.as_ptr().cast(), bytes);
+                    advise_huge_pages(
+                        self.slots.as_ptr().cast(),
+                        self.slots.capacity() * std::mem::size_of::<Record>(),
+                    );
                 }
                 i
             }

@@ -119,4 +119,72 @@ mod tests {
         assert_eq!(r.iter().collect::<Vec<_>>(), [(0, 0)]);
         r.check().unwrap();
     }
+
+    /// `order` is compacted exactly when it holds more than 32 entries and more than twice
+    /// as many as there are live keys: sooner would make `remove` O(n) (a compaction per
+    /// call), later would let stale entries pile up behind a long-running key.
+    #[test]
+    fn stale_entries_are_compacted_past_32_and_past_twice_the_live_keys() {
+        // `n` keys in flight; the first (the longest running) stays, the others end in pop
+        // order, each leaving a stale entry behind the live front. The length of `order`
+        // after each removal, as (removals, length) at each change.
+        let lengths = |n: u64| {
+            let mut r: Running<()> = Running::default();
+            for s in 0..n {
+                r.insert(s, s as u32);
+            }
+            let mut changes = vec![(0, r.order.len())];
+            for s in 1..n {
+                r.remove(s as u32);
+                r.check().unwrap();
+                if r.order.len() != changes.last().unwrap().1 {
+                    changes.push((s, r.order.len()));
+                }
+            }
+            assert_eq!(r.iter().collect::<Vec<_>>(), [(0, 0)]);
+            changes
+        };
+        // 32 entries are never more than 32: no compaction, however few keys stay live.
+        assert_eq!(lengths(32), [(0, 32)]);
+        // 34 entries: 17 live keys are exactly half, not fewer; at 16 it compacts to them.
+        assert_eq!(lengths(34), [(0, 34), (18, 16)]);
+    }
+
+    #[test]
+    fn entries_list_each_live_key_with_its_follow_up_flag() {
+        let mut r: Running<u8> = Running::default();
+        r.insert(4, 1);
+        r.insert(7, 2);
+        r.insert(9, 3);
+        *r.follow_up_mut(2).unwrap() = Some(1);
+        r.remove(3);
+        let mut got: Vec<_> = r.entries().collect();
+        got.sort_unstable();
+        assert_eq!(got, [(1, 4, false), (2, 7, true)]);
+    }
+
+    #[test]
+    fn check_finds_a_missing_or_misordered_entry() {
+        let mut r: Running<()> = Running::default();
+        r.insert(1, 1);
+        r.insert(2, 2);
+        r.check().unwrap();
+        // Order lists a live key twice, under the same sequence number.
+        r.order.push_back((2, 2));
+        assert!(r.check().is_err());
+        // Order is missing a live key.
+        r.order.clear();
+        r.order.push_back((1, 1));
+        assert!(r.check().is_err());
+        // Order lists live keys backwards.
+        r.order.clear();
+        r.order.push_back((2, 2));
+        r.order.push_back((1, 1));
+        assert!(r.check().is_err());
+        // Two keys popped under one sequence number: not strictly increasing.
+        let mut r: Running<()> = Running::default();
+        r.insert(5, 1);
+        r.insert(5, 2);
+        assert!(r.check().is_err());
+    }
 }

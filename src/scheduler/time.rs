@@ -26,3 +26,35 @@ pub fn check_now(now: f64) -> Result<f64, Error> {
         Err(Error::InvalidTime(now))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negative_zero_is_accepted_as_positive_zero() {
+        // -0.0 == 0.0, so only the sign bit shows the difference: an unnormalised -0.0
+        // would sort before 0.0 in the queues' total order, unlike in the Python model.
+        let delay = check_delay("after", -0.0).unwrap();
+        assert_eq!(delay.to_bits(), 0.0f64.to_bits());
+        let now = check_now(-0.0).unwrap();
+        assert_eq!(now.to_bits(), 0.0f64.to_bits());
+    }
+
+    #[test]
+    fn valid_values_pass_unchanged_and_long_delays_are_clamped() {
+        assert_eq!(check_delay("after", 0.0), Ok(0.0));
+        assert_eq!(check_delay("after", 2.5), Ok(2.5));
+        assert_eq!(check_delay("after", f64::INFINITY), Ok(MAX_DELAY));
+        assert_eq!(check_now(-3.5), Ok(-3.5));
+        assert_eq!(check_now(1e9), Ok(1e9));
+        assert_eq!(
+            check_delay("after", -1e-300),
+            Err(Error::InvalidDelay {
+                name: "after",
+                value: -1e-300
+            })
+        );
+        assert!(check_now(f64::NEG_INFINITY).is_err());
+    }
+}

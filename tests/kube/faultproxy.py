@@ -15,7 +15,9 @@ and streams the answers back line by line, so it can:
   can look at a client in the middle of a (re)list, with every object received;
 - `fail` the next requests matching a predicate with a given status and Status body
   (`heal` forgets those not yet used);
-- be `down` (every request answered 503) while a test changes the world behind it.
+- be `down` (every request answered 503) while a test changes the world behind it;
+- not be there yet: `start` it on a port chosen beforehand, so that a client configured
+  with that port first has its connections refused.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ class FaultProxy:
         self._session: aiohttp.ClientSession | None = None
         self.url = ""
 
-    async def start(self) -> str:
+    async def start(self, port: int = 0) -> str:
+        """Listen on `port` (0: any free one); until then, connections to it are refused."""
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=self._ssl), read_bufsize=2**21
         )
@@ -75,7 +78,7 @@ class FaultProxy:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"

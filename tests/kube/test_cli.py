@@ -86,3 +86,8 @@ def test_demo_runs_to_completion_with_small_n() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "summary: 20 Widgets ready" in proc.stdout
     assert "0 errors" in proc.stdout
+    # The demo's webhook end checks, each a call the API server made to the demo's process.
+    assert "validating webhook refused a Widget" in proc.stderr
+    assert "admitted with a warning: " in proc.stderr
+    assert "defaulting webhook set spec.owner" in proc.stderr
+    assert "as v1alpha1 through the conversion webhook" in proc.stderr

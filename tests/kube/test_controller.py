@@ -14,6 +14,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action, ObjectRef, Scheduler
+from fastctl.kube import _retry
 from fastctl.kube._client import load_client
 from fastctl.kube._http import ApiError, request_json
 from fastctl.kube._resource import Resource, ResourceNotFound
@@ -389,12 +390,17 @@ async def test_forbidden_by_rbac_is_a_clear_error_and_is_retried(
     assert "configmaps" in caplog.text.lower()
 
 
-async def test_an_unknown_kind_fails_at_start_with_a_clear_error(client: ApiClient) -> None:
+async def test_an_unknown_kind_fails_at_start_with_a_clear_error(
+    client: ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
         return None
 
+    # One lookup and one retry, not the default half a minute of them (a CRD may be
+    # installed right after its operator; that wait is tested without a server).
+    monkeypatch.setattr(_retry, "NOT_FOUND_RETRIES", 1)
     ctl = Controller(client, Resource("example.invalid/v1", "Nope"), reconcile)
-    with pytest.raises(ResourceNotFound, match=r"Nope \(example.invalid/v1\)"):
+    with pytest.raises(ResourceNotFound, match=r"Nope \(example.invalid/v1\).*not served by"):
         await ctl.run(handle_signals=False)
 
 

@@ -19,18 +19,22 @@ import orjson
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl.demo import webhooks as demo_webhooks
+from fastctl.demo import widgets
 from fastctl.errors import ApiError
 from fastctl.kube import Resource, create, delete, get
-from fastctl.kube._http import request
+from fastctl.kube._http import request, request_json
 from fastctl.testing import ControlPlane
 from fastctl.webhook import (
     AdmissionRequest,
     Allow,
+    Converter,
     Deny,
     ServingCertificate,
     Webhooks,
     WebhookServer,
     install,
+    uninstall,
 )
 from fastctl.webhook._configuration import MUTATING, VALIDATING
 
@@ -93,8 +97,12 @@ def _in(namespace: str) -> dict[str, Any]:
 
 
 async def _post(client: ApiClient, namespace: str, obj: Any, **query: str) -> tuple[int, Any, str]:
-    """Create `obj`: (status, body, the Warning headers joined)."""
-    path = CM.collection_path(namespace)
+    """Create ConfigMap `obj`: (status, body, the Warning headers joined)."""
+    return await _post_to(client, CM.collection_path(namespace), obj, **query)
+
+
+async def _post_to(client: ApiClient, path: str, obj: Any, **query: str) -> tuple[int, Any, str]:
+    """POST `obj` to collection `path`: (status, body, the Warning headers joined)."""
     async with await request(client, "POST", path, query=query, body=orjson.dumps(obj)) as resp:
         body = orjson.loads(await resp.read())
         return resp.status, body, " | ".join(resp.headers.getall("Warning", []))
@@ -208,17 +216,25 @@ def _convertible_crd() -> dict[str, Any]:
     }
 
 
+async def _convertibles(
+    control_plane: ControlPlane,
+) -> tuple[Resource, Resource, Webhooks, Converter]:
+    """The Convertible CRD installed (v1 stored, v2 served), its two versions, and webhooks
+    with its converter (no functions yet)."""
+    await asyncio.to_thread(install_crd, control_plane, _convertible_crd())
+    v1 = Resource(f"{GROUP}/v1", "Convertible", plural="convertibles", namespaced=True)
+    v2 = Resource(f"{GROUP}/v2", "Convertible", plural="convertibles", namespaced=True)
+    hooks = Webhooks()
+    return v1, v2, hooks, hooks.conversion(f"convertibles.{GROUP}")
+
+
 async def test_a_conversion_webhook_converts_between_versions(
     client: ApiClient,
     namespace: str,
     control_plane: ControlPlane,
     served: Callable[[Webhooks], Awaitable[Served]],
 ) -> None:
-    await asyncio.to_thread(install_crd, control_plane, _convertible_crd())
-    v1 = Resource(f"{GROUP}/v1", "Convertible", plural="convertibles", namespaced=True)
-    v2 = Resource(f"{GROUP}/v2", "Convertible", plural="convertibles", namespaced=True)
-    hooks = Webhooks()
-    convertibles = hooks.conversion(f"convertibles.{GROUP}")
+    v1, v2, hooks, convertibles = await _convertibles(control_plane)
     calls: list[tuple[str, str]] = []
 
     @convertibles.converts("v1", "v2")
@@ -301,3 +317,149 @@ async def test_failure_policy_when_the_server_is_down(
     assert "cm.fail.fastctl.dev" in body["message"]
     status, _, _ = await _post(client, namespace, _cm("i", namespace, {"policy": "Ignore"}))
     assert status == 201, "Ignore admits what it cannot ask about"
+
+
+def _widgets(namespace: str, version: str) -> str:
+    return f"/apis/{widgets.GROUP}/{version}/namespaces/{namespace}/widgets"
+
+
+@pytest.fixture
+async def demo_served(client: ApiClient, namespace: str) -> AsyncIterator[None]:
+    """The demo's managed webhook server, its admission webhooks scoped to `namespace`;
+    uninstalled at the end (the Widget CRD back to no conversion)."""
+    await widgets.install_crd(client)
+    server = demo_webhooks.serve(client, namespace=namespace, name=f"fastctl-demo-{namespace}")
+    await server.start()
+    try:
+        await asyncio.wait_for(server.installed(), 60)
+        assert server.is_ready()[0]
+        yield
+    finally:
+        await uninstall(client, server.webhooks, server.name)
+        await server.stop()
+
+
+async def test_the_demo_widget_is_validated_defaulted_and_warned_about(
+    client: ApiClient, namespace: str, demo_served: None
+) -> None:
+    path = _widgets(namespace, "v1")
+
+    async def active() -> bool:
+        bad = widgets.widget("probe", namespace, {"not a key!": "x"})
+        denied, _, _ = await _post_to(client, path, bad, dryRun="All")
+        _, empty, _ = await _post_to(
+            client, path, widgets.widget("probe", namespace, {}), dryRun="All"
+        )
+        return denied == 403 and bool((empty.get("spec") or {}).get("owner"))
+
+    await _eventually(active, "the demo's admission webhooks answering")
+    status, body, _ = await _post_to(client, path, widgets.widget("bad", namespace, {"a b": "1"}))
+    assert status == 403
+    assert "'a b' is not a valid ConfigMap key" in body["message"]
+    assert demo_webhooks.VALIDATE in body["message"]
+    with pytest.raises(ApiError):
+        await get(client, widgets.WIDGET, "bad", namespace=namespace)
+
+    status, body, warnings = await _post_to(client, path, widgets.widget("empty", namespace, {}))
+    assert status == 201
+    assert "spec.data is empty" in warnings
+    stored = await get(client, widgets.WIDGET, "empty", namespace=namespace)
+    owner = stored["spec"]["owner"]
+    assert owner, "the defaulting webhook filled it"
+    assert owner != "unknown", "with the user's name"
+
+
+async def test_a_demo_widget_read_as_v1alpha1_and_written_back_is_unchanged(
+    client: ApiClient, namespace: str, demo_served: None
+) -> None:
+    await create(client, widgets.WIDGET, widgets.widget("rt", namespace, {"b": "2", "a": "1"}))
+    stored = await get(client, widgets.WIDGET, "rt", namespace=namespace)
+    expected = [{"key": "a", "value": "1"}, {"key": "b", "value": "2"}]
+    seen: list[Any] = []
+
+    async def converted() -> bool:
+        old = await request_json(client, "GET", f"{_widgets(namespace, 'v1alpha1')}/rt")
+        seen.append(old)
+        return bool(old["spec"].get("values") == expected)
+
+    await _eventually(converted, "the Widget read as v1alpha1 through the webhook")
+    old = seen[-1]
+    assert old["apiVersion"] == f"{widgets.GROUP}/v1alpha1"
+    assert old["spec"]["owner"] == stored["spec"]["owner"]
+    listed = await request_json(client, "GET", _widgets(namespace, "v1alpha1"))
+    assert [item["spec"]["values"] for item in listed["items"]] == [expected]
+
+    old["metadata"].setdefault("labels", {})["written"] = "as-v1alpha1"
+    await request_json(
+        client, "PUT", f"{_widgets(namespace, 'v1alpha1')}/rt", body=orjson.dumps(old)
+    )
+    back = await get(client, widgets.WIDGET, "rt", namespace=namespace)
+    assert back["spec"] == stored["spec"], "v1 -> v1alpha1 -> v1 gave the object back"
+    assert back["metadata"]["labels"] == {"written": "as-v1alpha1"}
+
+
+async def test_a_failing_conversion_reaches_the_client_and_stores_nothing(
+    client: ApiClient,
+    namespace: str,
+    control_plane: ControlPlane,
+    served: Callable[[Webhooks], Awaitable[Served]],
+) -> None:
+    v1, v2, hooks, convertibles = await _convertibles(control_plane)
+
+    @convertibles.converts("v1", "v2")
+    def up(obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["metadata"]["name"] == "bad":
+            raise RuntimeError("bad cannot be converted")
+        obj["spec"] = {"replicas": {"count": obj["spec"].pop("replicas")}}
+        return obj
+
+    @convertibles.converts("v2", "v1")
+    def down(obj: dict[str, Any]) -> dict[str, Any]:
+        count = obj["spec"]["replicas"]["count"]
+        if count == 13:
+            raise ValueError("13 replicas have no v1 form")
+        obj["spec"] = {"replicas": count}
+        return obj
+
+    await served(hooks)
+
+    def convertible(name: str, version: str, spec: Any) -> dict[str, Any]:
+        meta = {"name": name, "namespace": namespace}
+        return {"apiVersion": f"{GROUP}/{version}", "kind": "Convertible", "metadata": meta,
+                "spec": spec}  # fmt: skip
+
+    try:
+        await create(client, v1, convertible("good", "v1", {"replicas": 3}))
+        await create(client, v1, convertible("bad", "v1", {"replicas": 4}))
+
+        async def converted() -> bool:
+            try:
+                got = await get(client, v2, "good", namespace=namespace)
+            except ApiError:
+                return False
+            return bool(got["spec"] == {"replicas": {"count": 3}})
+
+        await _eventually(converted, "the object read as v2 through the webhook")
+        with pytest.raises(ApiError) as one:
+            await get(client, v2, "bad", namespace=namespace)
+        assert "RuntimeError('bad cannot be converted')" in one.value.message
+        with pytest.raises(ApiError) as listing:
+            await request_json(
+                client, "GET", f"/apis/{GROUP}/v2/namespaces/{namespace}/convertibles"
+            )
+        assert "bad cannot be converted" in listing.value.message
+        stored = await get(client, v1, "bad", namespace=namespace)
+        assert stored["spec"] == {"replicas": 4}, "as stored, untouched by the failure"
+
+        with pytest.raises(ApiError) as refused:
+            await create(client, v2, convertible("thirteen", "v2", {"replicas": {"count": 13}}))
+        assert "13 replicas have no v1 form" in refused.value.message
+        with pytest.raises(ApiError) as missing:
+            await get(client, v1, "thirteen", namespace=namespace)
+        assert missing.value.status == 404, "a write whose conversion failed stored nothing"
+    finally:
+        await asyncio.to_thread(
+            control_plane.api_request,
+            "DELETE",
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/convertibles.{GROUP}",
+        )

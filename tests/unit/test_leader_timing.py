@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import types
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,6 +20,21 @@ from .test_leader import _fake_elector, _FakeLeases
 from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
 
 RENEW_DEADLINE = 0.3
+VIRTUAL_LIMIT = 60.0
+"""Virtual seconds a test of the elector may last. The longest needs a few; a broken
+elector that never leads would otherwise make the loop jump its clock forever (mutation
+testing meets many such)."""
+T = TypeVar("T")
+
+
+def run_bounded(main: Callable[[VirtualTimeLoop], Coroutine[Any, Any, T]]) -> T:
+    """`run_virtual`, failing with `TimeoutError` after `VIRTUAL_LIMIT` virtual seconds."""
+
+    async def bounded(loop: VirtualTimeLoop) -> T:
+        async with asyncio.timeout(VIRTUAL_LIMIT):
+            return await main(loop)
+
+    return run_virtual(bounded)
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +80,7 @@ def test_wait_lost_returns_at_the_deadline_and_at_once_for_a_term_already_over()
         assert loop.now == now
         await asyncio.gather(run, return_exceptions=True)
 
-    run_virtual(main)
+    run_bounded(main)
 
 
 @pytest.mark.parametrize("timeout", [None, 0.1, 2.0])
@@ -92,4 +109,4 @@ def test_release_that_the_server_never_answers_gives_up_after_its_timeout(
         assert LeaseRecord.from_lease(lease).holder == "a"
         await asyncio.wait_for(run, 0.01)  # run() ends after a release, answered or not
 
-    run_virtual(main)
+    run_bounded(main)

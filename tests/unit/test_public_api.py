@@ -46,7 +46,7 @@ def _names(text: str) -> set[str]:
 FASTCTL_ALL = _names(
     """
     DEFAULT_CONCURRENCY INITIAL_LIST_PRIORITY Action ApiError Controller Discovery
-    ErrorPolicy EventKind FastctlError KubeconfigError LeaderElection LeaderElector
+    DiscoveryError ErrorPolicy EventKind FastctlError KubeconfigError LeaderElection LeaderElector
     LeadershipLost Manager Mapper ObjectRef Reconcile ReconcileCancelled ReconcileResult
     ReconcileTimeout Recorder ResolvedResource Resource ResourceNotFound Scheduler Store
     Trigger WatchError WatchEvent WatchStreamError applier finalizer load_client reflector
@@ -56,7 +56,8 @@ FASTCTL_ALL = _names(
 )
 KUBE_ALL = _names(
     """
-    ApiError Backoff Discovery EventKind KubeconfigError PatchType Recorder ResolvedResource
+    ApiError Backoff Discovery DiscoveryError EventKind KubeconfigError PatchType Recorder
+    ResolvedResource
     Resource ResourceNotFound Store WatchEvent add_finalizer apply apply_status
     controller_uid create delete finalizer get load_client patch reflector remove_finalizer
     resolved watcher
@@ -69,13 +70,14 @@ DEPLOY_ALL = _names(
     BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions Rule
     collect_crds deployment derive describe manifests needs needs_of rbac_objects
     resolve_offline resolve_resources service_account to_yaml
+    CA_NOTE CERT_DIR MANAGED_RULES webhook_objects webhook_rules webhook_secret webhook_service
     """
 )
 WEBHOOK_ALL = _names(
     """
-    MAX_BODY_BYTES AdmissionRequest AdmissionWebhook Allow Converter Deny Service
-    ServingCertificate WebhookMetrics WebhookServer Webhooks configurations conversion install
-    json_patch
+    MAX_BODY_BYTES AdmissionRequest AdmissionWebhook Allow Converter Deny
+    ManagedWebhookServer Service ServingCertificate WebhookMetrics WebhookServer Webhooks
+    configurations conversion install json_patch uninstall
     """
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
@@ -156,7 +156,8 @@ async def test_apply_status_sends_the_set_fields_of_a_status_model_by_alias(
 
     monkeypatch.setattr(_objects, "request_json", request_json)
     obj = Gizmo.model_validate(gizmo("a", 2))
-    status = Status(observed_generation=4, message=None)  # ready_replicas left unset
+    # ready_replicas left unset; message set to None, its default: "no value", left out too
+    status = Status(observed_generation=4, message=None)
     await apply_status(client(), Gizmo.resource(), obj, status=status, field_manager="m")
     import orjson
 
@@ -166,5 +167,24 @@ async def test_apply_status_sends_the_set_fields_of_a_status_model_by_alias(
         "apiVersion": "test.fastctl.dev/v1",
         "kind": "Gizmo",
         "metadata": {"name": "a", "namespace": "default"},
-        "status": {"observedGeneration": 4, "message": None},
+        "status": {"observedGeneration": 4},
+    }
+
+
+class Finish(KubeModel):
+    colour: Literal["red", "blue"] | None = None  # optional: None is "no value"
+    given: int | None  # required, but nullable: None must be sent as null
+    shade: str | None = "dark"  # a None that differs from the default is kept
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+def test_a_none_whose_default_is_none_is_left_out_of_every_dump() -> None:
+    finish = Finish(colour=None, given=None, shade=None, extra={"k": None})
+    expected = {"given": None, "shade": None, "extra": {"k": None}}
+    assert finish.model_dump(mode="json") == expected
+    assert finish.model_dump(mode="json", exclude_unset=True) == expected
+    assert Finish.model_validate(finish.model_dump()) == finish  # absence parses back as None
+    assert Finish(colour="red", given=1).model_dump(exclude_unset=True) == {
+        "colour": "red",
+        "given": 1,
     }

@@ -150,9 +150,11 @@ async def _served_name(port: int, context: ssl.SSLContext) -> str:
     return str(subject["commonName"])
 
 
-async def test_replaced_certificate_files_are_served_without_a_failed_request(
+def _live_pair(
     tmp_path: Path,
-) -> None:
+) -> tuple[CertificateAuthority, Path, ServingCertificate, ssl.SSLContext]:
+    """A CA, a directory holding the serving pair ``old-cert`` as ``tls.crt``/``tls.key``,
+    the `ServingCertificate` read from it, and a client context trusting the CA."""
     ca = CertificateAuthority(tmp_path)
     first = ca.issue("old", "old-cert", server_names=["127.0.0.1"])
     live = tmp_path / "live"
@@ -160,7 +162,13 @@ async def test_replaced_certificate_files_are_served_without_a_failed_request(
     os.replace(first.cert, live / "tls.crt")
     os.replace(first.key, live / "tls.key")
     cert = ServingCertificate.from_files(live / "tls.crt", live / "tls.key")
-    context = _client_context(ca.cert_pem)
+    return ca, live, cert, _client_context(ca.cert_pem)
+
+
+async def test_replaced_certificate_files_are_served_without_a_failed_request(
+    tmp_path: Path,
+) -> None:
+    ca, live, cert, context = _live_pair(tmp_path)
     async with WebhookServer(
         _hooks(), cert, port=0, host="127.0.0.1", reload_interval=0.01
     ) as server:
@@ -199,3 +207,45 @@ async def test_past_the_request_timeout_the_answer_is_504_with_a_body(tmp_path: 
     ):
         assert resp.status == 504
         assert "no answer within 0.05 s" in await resp.text()
+
+
+async def test_reviews_in_flight_during_a_rotation_all_get_their_answer(tmp_path: Path) -> None:
+    """Concurrent clients, on kept-alive connections and on new ones, keep sending reviews
+    while the pair is replaced (certificate first, key later): every review is answered."""
+    ca, live, cert, context = _live_pair(tmp_path)
+    statuses: list[int] = []
+    rotated = asyncio.Event()
+
+    async def worker(session: aiohttp.ClientSession, url: str) -> None:
+        for _ in range(5000):  # bounded: stops once the rotation is seen, or here
+            async with session.post(url, data=_review({})) as r:
+                statuses.append(r.status)
+                assert (await r.json())["response"]["allowed"] is True
+            if rotated.is_set():
+                return
+
+    async with WebhookServer(
+        _hooks(), cert, port=0, host="127.0.0.1", reload_interval=0.01
+    ) as server:
+        url = server.url + PATH
+        kept = aiohttp.TCPConnector(ssl=context, limit=4)
+        fresh = aiohttp.TCPConnector(ssl=context, force_close=True)
+        async with (
+            aiohttp.ClientSession(connector=kept) as keep_alive,
+            aiohttp.ClientSession(connector=fresh) as new_each_time,
+        ):
+            workers = [asyncio.create_task(worker(keep_alive, url)) for _ in range(4)]
+            workers += [asyncio.create_task(worker(new_each_time, url)) for _ in range(4)]
+            await asyncio.sleep(0.05)
+            second = ca.issue("new", "new-cert", server_names=["127.0.0.1"])
+            os.replace(second.cert, live / "tls.crt")
+            await asyncio.sleep(0.05)  # a half-written pair, served around
+            os.replace(second.key, live / "tls.key")
+            for _ in range(2000):
+                if await _served_name(server.port, context) == "new-cert":
+                    break
+            rotated.set()
+            await asyncio.gather(*workers)
+    assert cert.reloads == 1
+    assert len(statuses) > 8
+    assert set(statuses) == {200}

@@ -5,6 +5,13 @@ first time; ``--kubeconfig`` uses an existing cluster instead), installs the Wid
 creates N Widgets, runs the Widget operator (`fastctl.demo.widgets`) and shows objects
 ready, reconciles per second, running, queued and errors until every Widget is Ready; then
 it changes every Widget at once and waits for the re-render, and prints a summary.
+
+The operator serves the Widget's webhooks in its own process (`fastctl.demo.webhooks`):
+with a CA it made, it installs the webhook configurations and the CRD's conversion once it
+serves, checks that the API server calls them (a refused Widget, a warning, a default, a
+Widget read as v1alpha1), and removes them at the end. The API server dials
+``https://<--webhook-host>:<port>``; ``--no-webhooks`` skips them (a remote cluster that
+cannot reach this host).
 """
 
 from __future__ import annotations
@@ -37,6 +44,17 @@ def register(subcommands: Subcommands) -> None:
     )
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="give up after this many seconds"
+    )
+    parser.add_argument(
+        "--no-webhooks",
+        dest="webhooks",
+        action="store_false",
+        help="do not serve the Widget's admission and conversion webhooks",
+    )
+    parser.add_argument(
+        "--webhook-host",
+        default="127.0.0.1",
+        help="the address the API server calls the webhooks at (default 127.0.0.1)",
     )
     parser.set_defaults(handler=handle)
 
@@ -115,11 +133,23 @@ async def _run_operator(client: Any, args: argparse.Namespace) -> int:
         raise CliError(
             f"the demo needs the typed extra: pip install 'fastctl[typed]' ({exc})"
         ) from None
+
+    await widgets.install_crd(client)
+    await _ensure_namespace(client, args.namespace)
+    if not args.webhooks:
+        return await _run_widgets(client, args, widgets)
+    from fastctl.cli._demo_webhooks import check_conversion, served_webhooks
+
+    async with served_webhooks(client, args, _say):
+        code = await _run_widgets(client, args, widgets)
+        await check_conversion(client, args.namespace, "widget-00000", _say)
+        return code
+
+
+async def _run_widgets(client: Any, args: argparse.Namespace, widgets: Any) -> int:
     from fastctl.kube._objects import create, patch
 
     n, namespace = args.objects, args.namespace
-    await widgets.install_crd(client)
-    await _ensure_namespace(client, namespace)
     ctl = widgets.make_controller(client, namespace=namespace, concurrency=args.concurrency)
     counts = {"reconciles": 0, "errors": 0, "peak": 0}
 

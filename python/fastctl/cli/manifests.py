@@ -8,6 +8,12 @@ module's ``CRDS`` and ``CRD``, and resources with a ``crd()``), the Namespace (w
 operator watches one namespace) or a ClusterRole and ClusterRoleBinding (all namespaces),
 and a Deployment running ``fastctl run module:attr --leader-elect NAME``.
 
+With a module-level ``WEBHOOKS`` (a ``fastctl.webhook.Webhooks``) it also writes the
+webhook Service, the webhook configurations and the CRDs' conversion stanza pointing at it,
+the container's webhook port, and cert-manager's Issuer and Certificate
+(``--webhook-certificates cert-manager``, the default) or nothing for the certificate
+(``managed``: the operator patches the caBundle at start, and may).
+
 Extra rules for what the reconciles touch come from the module's ``RBAC`` list and from
 ``fastctl.deploy.needs``. Plurals come from the resources, the CRDs and the built-in
 kinds; ``--kubeconfig`` asks the cluster's discovery for the others.
@@ -46,6 +52,16 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument("--metrics-port", type=int, default=8080, help="metrics and probes")
     parser.add_argument(
         "--create-namespace", action="store_true", help="also write the operator's Namespace"
+    )
+    parser.add_argument(
+        "--webhook-port", type=int, default=9443, help="the webhook server's port (WEBHOOKS)"
+    )
+    parser.add_argument(
+        "--webhook-certificates",
+        choices=("cert-manager", "managed"),
+        default="cert-manager",
+        help="who certifies the webhooks: cert-manager (an Issuer and a Certificate, CA "
+        "injected) or managed (the operator makes its CA and patches the caBundle at start)",
     )
     parser.add_argument("--kubeconfig", help="use this cluster's discovery for plurals")
     parser.set_defaults(handler=handle, concurrency=None)
@@ -128,6 +144,8 @@ async def _render(target: Any, module: Any, args: argparse.Namespace) -> str:
         leader_election=leader_election,
         metrics_port=args.metrics_port,
         create_namespace=args.create_namespace,
+        webhook_port=args.webhook_port,
+        webhook_certificates=args.webhook_certificates,
     )
     try:
         permissions = derive(
@@ -139,4 +157,8 @@ async def _render(target: Any, module: Any, args: argparse.Namespace) -> str:
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    return to_yaml(manifests(options, permissions, operator.crds))
+    try:
+        objects = manifests(options, permissions, operator.crds, operator.webhooks)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    return to_yaml(objects)

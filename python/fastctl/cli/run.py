@@ -13,7 +13,10 @@ Controllers are run in a `Manager`, so every operator gets ``/metrics``, ``/heal
 election. A Manager returned by `attr` is run as it is.
 
 Exit status: 0 after a graceful stop, 3 when the leader lease was lost (the process is meant
-to be restarted as a follower, as controller-runtime does), 1 for other errors. If
+to be restarted as a follower, as controller-runtime does), 1 for other errors. An API
+server that does not answer yet is waited for (discovery and the watches retry, with
+backoff; ``/readyz`` says not ready meanwhile); a resource it does not serve, or credentials
+or RBAC that it refuses for discovery, end the run with one line saying so. If
 plain-function reconciles are still running in threads when the Manager has stopped (a
 thread cannot be cancelled), the process exits at once with that status instead of waiting
 for them: they may still write, and only ending the process stops them.
@@ -127,6 +130,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 async def _run(target: Any, args: argparse.Namespace) -> int:
+    from fastctl.errors import DiscoveryError, ResourceNotFound
     from fastctl.kube._client import KubeconfigError, load_client
     from fastctl.runtime._controller import Controller
     from fastctl.runtime._health import HealthServerError
@@ -167,7 +171,7 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
                 manager.add(ctl)
         try:
             await manager.run()
-        except HealthServerError as exc:
+        except (HealthServerError, ResourceNotFound, DiscoveryError) as exc:
             raise CliError(str(exc)) from None
         except LeadershipLost as exc:
             lost = exc

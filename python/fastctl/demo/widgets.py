@@ -44,6 +44,7 @@ from fastctl.kube import (
     Resource,
     apply,
     apply_status,
+    crd,
     delete,
     finalizer,
     get,
@@ -56,10 +57,13 @@ __all__ = [
     "FINALIZER",
     "WIDGET",
     "Condition",
+    "KeyValue",
     "Widget",
     "WidgetContext",
     "WidgetSpec",
+    "WidgetSpecV1alpha1",
     "WidgetStatus",
+    "WidgetV1alpha1",
     "install_crd",
     "make_controller",
     "reconcile",
@@ -76,6 +80,24 @@ class WidgetSpec(KubeModel):
         default_factory=dict,
         description="The ConfigMap's values; {name} and {namespace} are filled in.",
     )
+    owner: str | None = Field(
+        default=None,
+        description="Who asked for it: the creating user, filled in by the defaulting webhook.",
+    )
+
+
+class KeyValue(KubeModel):
+    """One value of a v1alpha1 Widget."""
+
+    key: str
+    value: str
+
+
+class WidgetSpecV1alpha1(KubeModel):
+    """The old shape: the values as a list of key/value pairs (v1 made it a map)."""
+
+    values: list[KeyValue] = Field(default_factory=list)
+    owner: str | None = None
 
 
 class Condition(KubeModel):
@@ -97,18 +119,26 @@ class WidgetStatus(KubeModel):
     conditions: list[Condition] = Field(default_factory=list)
 
 
-class Widget(
-    CustomResource,
-    group=GROUP,
-    version="v1",
-    printer_columns=[
-        PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
-        PrinterColumn("ConfigMap", ".status.configMap"),
-    ],
-):
+_COLUMNS = [
+    PrinterColumn("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+    PrinterColumn("ConfigMap", ".status.configMap"),
+]
+
+
+class Widget(CustomResource, group=GROUP, version="v1", storage=True, printer_columns=_COLUMNS):
     """A Widget: a ConfigMap to render, with its name and namespace filled in."""
 
     spec: WidgetSpec = Field(default_factory=WidgetSpec)
+    status: WidgetStatus | None = None
+
+
+class WidgetV1alpha1(
+    CustomResource, group=GROUP, version="v1alpha1", kind="Widget", printer_columns=_COLUMNS
+):
+    """The Widget as it was first served; still served, converted to and from v1 by the
+    conversion webhook (`fastctl.demo.webhooks`)."""
+
+    spec: WidgetSpecV1alpha1 = Field(default_factory=WidgetSpecV1alpha1)
     status: WidgetStatus | None = None
 
 
@@ -117,8 +147,9 @@ CONFIGMAP = Resource("v1", "ConfigMap")
 FIELD_MANAGER = "fastctl-widget-operator"
 FINALIZER = f"{GROUP}/cleanup"
 
-CRD: dict[str, Any] = Widget.crd()
-"""The Widget CRD, generated from the model (``fastctl crd fastctl.demo.widgets:Widget``)."""
+CRD: dict[str, Any] = crd(WidgetV1alpha1, Widget)
+"""The Widget CRD, both versions generated from their models, v1 stored. Its conversion
+stanza is the webhook's, written by `fastctl.demo.webhooks` once the server serves."""
 
 
 @dataclass(frozen=True, slots=True)

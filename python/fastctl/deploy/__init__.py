@@ -23,11 +23,23 @@ from fastctl.deploy._rbac import (
     needs_of,
     resolve_offline,
 )
+from fastctl.deploy._webhooks import (
+    CA_NOTE,
+    CERT_DIR,
+    MANAGED_RULES,
+    webhook_objects,
+    webhook_rules,
+    webhook_secret,
+    webhook_service,
+)
 
 __all__ = [
     "BUILTIN_RESOURCES",
+    "CA_NOTE",
+    "CERT_DIR",
     "EVENTS_RULE",
     "LEASE_RULE",
+    "MANAGED_RULES",
     "DeployOptions",
     "Needs",
     "Operator",
@@ -45,4 +57,8 @@ __all__ = [
     "resolve_resources",
     "service_account",
     "to_yaml",
+    "webhook_objects",
+    "webhook_rules",
+    "webhook_secret",
+    "webhook_service",
 ]

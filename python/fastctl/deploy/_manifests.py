@@ -1,4 +1,5 @@
-"""The objects that deploy an operator: CRDs, ServiceAccount, RBAC, Deployment.
+"""The objects that deploy an operator: CRDs, ServiceAccount, RBAC, Deployment (and, for an
+operator with webhooks, what `fastctl.deploy.webhook_objects` adds).
 
 Everything here is a pure function of what the operator declares (its controllers, its
 CRDs, its extra rules) and of `DeployOptions`: no cluster is needed, and the output is plain
@@ -14,10 +15,18 @@ the metrics port, a non-root user and a read-only root filesystem (``/tmp`` is a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastctl.deploy._rbac import Permissions, Rule
+from fastctl.deploy._webhooks import (
+    CERT_DIR,
+    CertificateMode,
+    webhook_objects,
+    webhook_rules,
+    webhook_secret,
+)
+from fastctl.webhook._registry import Webhooks
 
 __all__ = [
     "DeployOptions",
@@ -42,6 +51,11 @@ class DeployOptions:
     - `operator_namespace`: where the Deployment, ServiceAccount and Lease live.
     - `watch_namespace`: the one namespace the controllers watch (``None``: all).
     - `leader_election`: run with ``--leader-elect`` (needs the Lease rule).
+    - `webhook_port`: the port the operator's `WebhookServer` listens on (its default,
+      9443), when it has webhooks.
+    - `webhook_certificates`: ``"cert-manager"`` (an Issuer and a Certificate, the CA
+      injected by cert-manager) or ``"managed"`` (the operator patches the ``caBundle`` at
+      start); see `fastctl.deploy.webhook_objects`.
     """
 
     target: str
@@ -56,6 +70,8 @@ class DeployOptions:
     requests: Mapping[str, str] = field(default_factory=lambda: {"cpu": "100m", "memory": "128Mi"})
     limits: Mapping[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "512Mi"})
     run_as_user: int = 65532
+    webhook_port: int = 9443
+    webhook_certificates: CertificateMode = "cert-manager"
 
     @property
     def labels(self) -> dict[str, str]:
@@ -143,7 +159,9 @@ def run_args(options: DeployOptions) -> list[str]:
     return args
 
 
-def deployment(options: DeployOptions) -> Obj:
+def deployment(options: DeployOptions, *, webhooks: bool = False) -> Obj:
+    """The operator's Deployment; with `webhooks`, its container also has the ``webhook``
+    port and, in cert-manager mode, the serving certificate's Secret at `CERT_DIR`."""
     probe = {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10}
     container: Obj = {
         "name": "operator",
@@ -162,6 +180,16 @@ def deployment(options: DeployOptions) -> Obj:
         },
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
+    volumes: list[Obj] = [{"name": "tmp", "emptyDir": {}}]
+    if webhooks:
+        container["ports"].append({"name": "webhook", "containerPort": options.webhook_port})
+        if options.webhook_certificates == "cert-manager":
+            container["volumeMounts"].append(
+                {"name": "webhook-certs", "mountPath": CERT_DIR, "readOnly": True}
+            )
+            volumes.append(
+                {"name": "webhook-certs", "secret": {"secretName": webhook_secret(options)}}
+            )
     selector = {"app.kubernetes.io/name": options.name}
     return {
         "apiVersion": "apps/v1",
@@ -183,7 +211,7 @@ def deployment(options: DeployOptions) -> Obj:
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "containers": [container],
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    "volumes": volumes,
                 },
             },
         },
@@ -191,10 +219,24 @@ def deployment(options: DeployOptions) -> Obj:
 
 
 def manifests(
-    options: DeployOptions, permissions: Permissions, crds: Iterable[Mapping[str, Any]] = ()
+    options: DeployOptions,
+    permissions: Permissions,
+    crds: Iterable[Mapping[str, Any]] = (),
+    webhooks: Webhooks | None = None,
 ) -> list[Obj]:
     """Every object, in the order ``kubectl apply`` needs: CRDs, the Namespace (with
-    `DeployOptions.create_namespace`), ServiceAccount, RBAC, Deployment."""
+    `DeployOptions.create_namespace`), ServiceAccount, RBAC, then, with `webhooks` that
+    register anything, the webhook Service and certificate objects, the Deployment, and the
+    webhook configurations last (`fastctl.deploy.webhook_objects`)."""
+    before: list[Obj] = []
+    after: list[Obj] = []
+    served = webhooks is not None and bool(webhooks.admission or webhooks.converters)
+    if served:
+        assert webhooks is not None
+        crds, before, after = webhook_objects(options, webhooks, crds)
+        extra = webhook_rules(options, webhooks)
+        if extra:
+            permissions = replace(permissions, cluster=(*permissions.cluster, *extra))
     out: list[Obj] = [dict(crd) for crd in crds]
     if options.create_namespace:
         out.append(
@@ -206,7 +248,9 @@ def manifests(
         )
     out.append(service_account(options))
     out.extend(rbac_objects(options, permissions))
-    out.append(deployment(options))
+    out.extend(before)
+    out.append(deployment(options, webhooks=served))
+    out.extend(after)
     return out
 
 

@@ -8,7 +8,9 @@
 - CRDs: the module's ``CRDS`` (a list of CRD dicts or of models with a ``crd()``
   classmethod) and ``CRD`` (one dict), and every watched resource that has a ``crd()``;
 - extra rules: the module's ``RBAC`` (a list of `Rule` or ``PolicyRule`` dicts), for what
-  the reconciles touch that no controller declares (granted where the controllers are).
+  the reconciles touch that no controller declares (granted where the controllers are);
+- webhooks: the module's ``WEBHOOKS`` (a `fastctl.webhook.Webhooks`), which the operator's
+  webhook server serves.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.runtime._controller import Controller
 from fastctl.runtime._manager import Manager
 from fastctl.runtime.leader._rules import LeaderElection
+from fastctl.webhook._registry import Webhooks
 
 __all__ = ["Operator", "describe", "resolve_resources"]
 
@@ -39,6 +42,7 @@ class Operator:
     rules: tuple[Rule, ...] = ()
     manager: bool = False
     election: LeaderElection | None = None
+    webhooks: Webhooks | None = None
     resources: tuple[Resource, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -63,6 +67,9 @@ def describe(built: Any, module: ModuleType | None = None) -> Operator:
         raise TypeError(f"expected Controllers or a Manager, got {type(built).__name__}")
     declared: list[Any] = []
     rules: list[Rule] = []
+    webhooks = getattr(module, "WEBHOOKS", None) if module is not None else None
+    if webhooks is not None and not isinstance(webhooks, Webhooks):
+        raise TypeError(f"WEBHOOKS must be a fastctl.webhook.Webhooks, not {type(webhooks)}")
     if module is not None:
         declared.extend(getattr(module, "CRDS", None) or ())
         if isinstance(getattr(module, "CRD", None), Mapping):
@@ -76,6 +83,7 @@ def describe(built: Any, module: ModuleType | None = None) -> Operator:
         tuple(rules),
         manager=manager,
         election=built.leader_election if manager else None,
+        webhooks=webhooks,
     )
 
 

@@ -8,7 +8,14 @@ cache every reconcile reads); `fastctl.runtime` turns those events into triggers
 
 from typing import TYPE_CHECKING, Any
 
-from fastctl.errors import ApiError, InvalidObject, KubeconfigError, ResourceNotFound, SchemaError
+from fastctl.errors import (
+    ApiError,
+    DiscoveryError,
+    InvalidObject,
+    KubeconfigError,
+    ResourceNotFound,
+    SchemaError,
+)
 from fastctl.kube._client import load_client
 from fastctl.kube._crd_schema import PrinterColumn, Rule
 from fastctl.kube._events import Recorder
@@ -24,8 +31,9 @@ from fastctl.kube._objects import (
     resolved,
 )
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
+from fastctl.kube._retry import Backoff
 from fastctl.kube._store import Store, controller_uid, reflector
-from fastctl.kube._watcher import Backoff, EventKind, WatchConfig, WatchEvent, watcher
+from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 
 if TYPE_CHECKING:
     from fastctl.kube._model import CustomResource, KubeModel, ObjectMeta, crd
@@ -48,6 +56,7 @@ __all__ = [
     "Backoff",
     "CustomResource",
     "Discovery",
+    "DiscoveryError",
     "EventKind",
     "InvalidObject",
     "KubeModel",

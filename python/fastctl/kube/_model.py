@@ -27,7 +27,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 from pydantic.alias_generators import to_camel
 
 from fastctl.errors import InvalidObject
@@ -44,7 +52,13 @@ class KubeModel(BaseModel):
     ``observedGeneration`` on the wire (either is accepted on input; dumps use the alias).
 
     ``rules=[Rule(...)]`` as a class keyword adds CEL rules on the model as a whole, where
-    ``self`` is the object (``self.min <= self.max``)."""
+    ``self`` is the object (``self.min <= self.max``).
+
+    A field that is ``None`` and whose default is ``None`` is left out of every dump: it
+    has no value, and its absence parses back to the same model. As ``null`` the API server
+    would refuse it for an enum (``colour: Literal["red", "blue"] | None = None``), and a
+    server-side apply of ``null`` would claim the field. A field that must be given
+    (``x: int | None``, no default) is dumped as ``null``, as its schema requires."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -64,6 +78,19 @@ class KubeModel(BaseModel):
         if cls.__kube_rules__:
             add_rules(handler.resolve_ref_schema(schema), list(cls.__kube_rules__))
         return schema
+
+    @model_serializer(mode="wrap")
+    def _without_none_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> Any:
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        for name, field in type(self).model_fields.items():
+            if field.default is None and not field.is_required() and getattr(self, name) is None:
+                data.pop(field.alias or name, None)
+                data.pop(name, None)
+        return data
 
 
 class ObjectMeta(KubeModel, extra="allow"):

@@ -100,14 +100,16 @@ async def get(
 async def create(
     client: ApiClient,
     resource: Resource | ResolvedResource,
-    obj: Mapping[str, Any],
+    obj: Mapping[str, Any] | Any,
     *,
     namespace: str | None = None,
     field_manager: str | None = None,
 ) -> Obj:
-    """POST a new object (`ApiError` 409 AlreadyExists if the name is taken). A
-    ``metadata.generateName`` without a name is fine."""
+    """POST a new object (a mapping or a `CustomResource` instance; `ApiError` 409
+    AlreadyExists if the name is taken). A ``metadata.generateName`` without a name is
+    fine."""
     res = await resolved(client, resource)
+    obj = as_json(obj)
     ns = (obj.get("metadata") or {}).get("namespace") or namespace
     if res.namespaced and not ns:
         raise ValueError(f"{res.kind} is namespaced: give metadata.namespace or namespace=")

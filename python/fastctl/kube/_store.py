@@ -132,7 +132,13 @@ class Store(Mapping[ObjectRef, Obj]):
         elif kind is EventKind.INIT_APPLY and obj is not None:
             if self._buffer is None:  # tolerate a missing INIT
                 self._buffer = {}
-            self._buffer[ObjectRef.from_object(obj)] = obj
+            ref = ObjectRef.from_object(obj)
+            held = self._objects.get(ref)
+            # An object the relist brings back unchanged (same uid and resourceVersion) is
+            # kept as the copy already held: the list's copy is dropped now, so a relist
+            # holds the changed objects twice, not the whole store (a relist used to double
+            # the heap once, and the process's RSS kept that high-water mark).
+            self._buffer[ref] = held if held is not None and _same_version(held, obj) else obj
         elif kind is EventKind.INIT:
             self._buffer = {}
         elif kind is EventKind.INIT_DONE:
@@ -194,6 +200,16 @@ class Store(Mapping[ObjectRef, Obj]):
                 value = labels.get(key)
                 if value is not None:
                     _discard(index, value, ref)
+
+
+def _same_version(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two copies of an object are the same version of it: the API server changes
+    ``resourceVersion`` on every write, so equal uid and resourceVersion mean equal content."""
+    meta_a, meta_b = a.get("metadata") or {}, b.get("metadata") or {}
+    rv = meta_a.get("resourceVersion")
+    return (
+        bool(rv) and rv == meta_b.get("resourceVersion") and meta_a.get("uid") == meta_b.get("uid")
+    )
 
 
 def _discard(index: dict[str, set[ObjectRef]], key: str, ref: ObjectRef) -> None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from fastctl._options import pick
 from fastctl.errors import ApiError, WatchError, WatchStreamError
 from fastctl.kube._http import error_from_response, request
 from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._retry import Backoff, resolve_patiently
 
 __all__ = ["Backoff", "EventKind", "WatchConfig", "WatchEvent", "WatchStreamError", "watcher"]
 
@@ -91,32 +91,6 @@ class _Gone(Exception):
 
 class _StreamingListUnsupported(Exception):
     """The server rejected or ignored ``sendInitialEvents``; use a paginated list."""
-
-
-@dataclass
-class Backoff:
-    """Exponential backoff with multiplicative jitter: the n-th consecutive failure waits
-    ``min(maximum, initial * factor**(n-1)) * U(1 - jitter, 1 + jitter)``.
-
-    Jitter keeps a fleet of controllers from reconnecting in lock-step after an API server
-    restart; the cap keeps a long outage from turning into a long wait after it ends.
-    """
-
-    initial: float = 0.5
-    factor: float = 2.0
-    maximum: float = 30.0
-    jitter: float = 0.2
-    failures: int = 0
-
-    def next_delay(self) -> float:
-        """Count one failure and return how long to wait before the next attempt."""
-        self.failures += 1
-        base = min(self.maximum, self.initial * self.factor ** min(self.failures - 1, 64))
-        return base * random.uniform(1.0 - self.jitter, 1.0 + self.jitter)
-
-    def reset(self) -> None:
-        """A success: the next failure waits `initial` again."""
-        self.failures = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +150,9 @@ async def watcher(
     The options between `namespace` and `backoff` are those of `WatchConfig` (see its
     fields); pass them as keywords or as one `config`, not both. `backoff` is the retry
     state (a fresh `Backoff` by default). `on_error` hears every error the watcher retries
-    (for metrics, health, tests); a `Resource` that the server does not serve raises
-    `ResourceNotFound` before any event.
+    (for metrics, health, tests). A `Resource` is resolved first with `resolve_patiently`:
+    discovery is retried while the API server is unreachable; a resource it still does not
+    serve after a few lookups raises `ResourceNotFound` before any event.
     """
     options = pick(
         config,
@@ -192,10 +167,13 @@ async def watcher(
         ),
         _DEFAULT_CONFIG,
     )
+    backoff = backoff or Backoff()
     resolved = (
-        resource if isinstance(resource, ResolvedResource) else await resource.resolve(client)
+        resource
+        if isinstance(resource, ResolvedResource)
+        else await resolve_patiently(client, resource, backoff=backoff, on_error=on_error)
     )
-    state = _Watcher(client, resolved, namespace, options, backoff or Backoff(), on_error)
+    state = _Watcher(client, resolved, namespace, options, backoff, on_error)
     async for event in state.run():
         yield event
 

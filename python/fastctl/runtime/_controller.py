@@ -34,6 +34,7 @@ from fastctl._options import pick
 from fastctl.errors import InvalidObject
 from fastctl.kube._events import Recorder
 from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._retry import resolve_patiently
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._metrics import ReconcileCounters
@@ -162,6 +163,7 @@ class Controller:
         self._shutdown_requested = False
         self._running = False
         self._resolved: ResolvedResource | None = None
+        self._resolving: asyncio.Task[None] | None = None
         self._event_sources: dict[Resource, EventSource] = {}
         self._primary_shared = False
         self._gate: asyncio.Event | None = None
@@ -251,6 +253,8 @@ class Controller:
         self._shutdown_requested = True
         if self._triggers is not None:
             self._triggers.close()
+        if self._resolving is not None:  # still waiting for discovery: stop waiting
+            self._resolving.cancel()
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until `shutdown()`, or SIGTERM or SIGINT when `handle_signals` (a second
@@ -294,10 +298,19 @@ class Controller:
         tasks: list[asyncio.Task[None]] = []
         reports: set[asyncio.Task[None]] = set()  # Events about invalid objects
         try:
-            self._resolved = await self.resource.resolve(self.client)
-            for rel in self._relations:
-                await rel.resource.resolve(self.client)  # unknown kinds fail here, clearly
+            if self._shutdown_requested:
+                return  # stopped before it started: not even discovery
             loop = asyncio.get_running_loop()
+            self._resolving = loop.create_task(self._resolve_resources())
+            try:
+                await self._resolving
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if self._shutdown_requested and (current is None or not current.cancelling()):
+                    return  # shutdown() while waiting for the API server: nothing to drain
+                raise
+            finally:
+                self._resolving = None
             tasks.append(
                 loop.create_task(self._watch_primary(triggers), name=f"{self.name}:primary")
             )
@@ -345,6 +358,16 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, *reports, return_exceptions=True)
             self._running = False
+
+    async def _resolve_resources(self) -> None:
+        """Resolve the primary and related resources, patiently: an API server that is not
+        up yet is waited for (the controller is not ready meanwhile); an unknown kind still
+        fails here, clearly, after a few lookups (`resolve_patiently`)."""
+        self._resolved = await resolve_patiently(
+            self.client, self.resource, on_error=self._on_watch_error
+        )
+        for rel in self._relations:
+            await resolve_patiently(self.client, rel.resource, on_error=self._on_watch_error)
 
     async def _report_invalid(self, result: ReconcileResult) -> None:
         """A Warning Event on an object the model rejects, so ``kubectl describe`` says why

@@ -8,7 +8,8 @@ The Manager
   leader that loses its lease stops at once: running reconciles are cancelled and `run()`
   raises `LeadershipLost`, so the process exits and is restarted as a follower (what
   controller-runtime does: two leaders must never act at once);
-- serves ``/metrics``, ``/healthz`` and ``/readyz`` on `metrics_port`;
+- serves ``/metrics``, ``/healthz`` and ``/readyz`` on `metrics_port` (ready: caches synced
+  and every runnable that can say so ready, such as a managed webhook server);
 - starts other components of the process (`add_runnable`: a webhook server, say) before the
   controllers and stops them after, on every replica, leader or not;
 - shuts down gracefully on SIGTERM/SIGINT or `shutdown()`: no new reconciles start, running
@@ -56,7 +57,9 @@ watch options)."""
 
 
 class Runnable(Protocol):
-    """A component the Manager starts before its controllers and stops after them."""
+    """A component the Manager starts before its controllers and stops after them. One
+    that also has ``is_ready()`` (a bool, or ``(bool, reason)``) holds ``/readyz`` until it
+    says so: a webhook server that does not serve yet makes the replica not ready."""
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
@@ -127,8 +130,24 @@ class Manager:
         return self.leader_election is None or self._leading.is_set()
 
     def is_ready(self) -> bool:
-        """Caches synced (whether or not this replica leads)."""
-        return all(c.is_ready for c in self.controllers)
+        """Caches synced (whether or not this replica leads), and every runnable with an
+        ``is_ready()`` ready."""
+        return self.readiness()[0]
+
+    def readiness(self) -> tuple[bool, str]:
+        """`is_ready`, with the first reason it is not (what ``/readyz`` answers)."""
+        for ctl in self.controllers:
+            if not ctl.is_ready:
+                return False, f"controller {ctl.name}: caches not synced"
+        for runnable in self.runnables:
+            check = getattr(runnable, "is_ready", None)
+            if not callable(check):
+                continue
+            result = check()
+            ok, reason = result if isinstance(result, tuple) else (bool(result), "")
+            if not ok:
+                return False, reason or f"{type(runnable).__name__} not ready"
+        return True, "ready"
 
     def shutdown(self) -> None:
         """Stop gracefully (see the module docstring)."""
@@ -181,7 +200,7 @@ class Manager:
                     host=self.metrics_host,
                     registry=self.registry,
                     live=self._alive,
-                    ready=self.is_ready,
+                    ready=self.readiness,
                 )
                 await self.health.start()
                 log.info("serving /metrics, /healthz, /readyz on port %d", self.health.port)

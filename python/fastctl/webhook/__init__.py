@@ -3,14 +3,22 @@
 Register handlers on a `Webhooks` (validating, mutating, CRD conversion), serve them with
 a `WebhookServer` (TLS on aiohttp, in the operator's process or alone), certify it with a
 `ServingCertificate` (made by fastctl, or files that are reloaded on change), and tell the
-API server about them with `configurations` / `conversion`, or `install` them.
+API server about them with `configurations` / `conversion`, or `install` them; a
+`ManagedWebhookServer` does all of it itself, installing once it serves.
 See docs/webhooks.md.
 """
 
 from fastctl.webhook._admission import AdmissionWebhook
-from fastctl.webhook._configuration import Service, configurations, conversion, install
+from fastctl.webhook._configuration import (
+    Service,
+    configurations,
+    conversion,
+    install,
+    uninstall,
+)
 from fastctl.webhook._conversion import Converter
 from fastctl.webhook._jsonpatch import diff as json_patch
+from fastctl.webhook._managed import ManagedWebhookServer
 from fastctl.webhook._metrics import WebhookMetrics
 from fastctl.webhook._registry import Webhooks
 from fastctl.webhook._review import AdmissionRequest, Allow, Deny
@@ -24,6 +32,7 @@ __all__ = [
     "Allow",
     "Converter",
     "Deny",
+    "ManagedWebhookServer",
     "Service",
     "ServingCertificate",
     "WebhookMetrics",
@@ -33,4 +42,5 @@ __all__ = [
     "conversion",
     "install",
     "json_patch",
+    "uninstall",
 ]

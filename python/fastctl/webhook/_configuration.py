@@ -11,6 +11,8 @@ and `install`, which writes them (with the CA bundle) into the cluster.
   owns them whole) and merge-patches each CRD's ``spec.conversion`` (the CRD itself belongs
   to whoever installed it). Run it at start-up when fastctl made the certificate, so the
   ``caBundle`` follows the CA of this process.
+- `uninstall(client, webhooks, name)`: takes them out again, for a process that installed
+  them for itself alone (a demo, a test); a replicated operator leaves them in place.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.kube._objects import apply, patch
+from fastctl.kube._objects import apply, delete, patch
 from fastctl.kube._resource import Resource
 from fastctl.webhook._admission import AdmissionWebhook
 from fastctl.webhook._conversion import Converter
 from fastctl.webhook._registry import Webhooks
 
-__all__ = ["Service", "configurations", "conversion", "install"]
+__all__ = ["Service", "configurations", "conversion", "install", "uninstall"]
 
 _ADMISSION = "admissionregistration.k8s.io/v1"
 VALIDATING = Resource(
@@ -184,3 +186,15 @@ async def install(
     for converter in webhooks.converters:
         spec = conversion(converter, url=url, service=service, ca_bundle=ca_bundle)
         await patch(client, CRD, converter.crd, {"spec": {"conversion": spec}})
+
+
+async def uninstall(client: ApiClient, webhooks: Webhooks, name: str) -> None:
+    """Delete the configurations named `name` and set each converter's CRD back to no
+    conversion: once the server is gone, a configuration with ``failurePolicy: Fail``
+    would refuse every matching write, and a CRD could not serve its other versions."""
+    for resource, mutating in ((VALIDATING, False), (MUTATING, True)):
+        if any(w.mutating is mutating for w in webhooks.admission):
+            await delete(client, resource, name)
+    for converter in webhooks.converters:
+        none = {"strategy": "None", "webhook": None}
+        await patch(client, CRD, converter.crd, {"spec": {"conversion": none}})

@@ -346,7 +346,7 @@ class LeaderElector:
             async with asyncio.timeout(budget), self._lock:
                 return await self._write_release()
         except TRANSIENT as exc:
-            log.warning("%s: could not release: %s", self._where, exc or "timed out")
+            log.warning("%s: could not release: %s", self._where, str(exc) or "timed out")
             return False
 
     async def _write_release(self) -> bool:
