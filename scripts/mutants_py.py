@@ -31,12 +31,22 @@ class Target:
     files: tuple[str, ...]
     tests: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
+    timeout_multiplier: float = 15.0
+    """A mutant that runs this many times longer than its tests did unmutated is a timeout
+    (mutmut's default: 15)."""
 
 
 TARGETS: dict[str, Target] = {
     "applier": Target(
         ("python/fastctl/_applier.py",),
-        ("tests/unit/test_applier.py", "tests/unit/test_applier_edges.py"),
+        (
+            "tests/unit/test_applier.py",
+            "tests/unit/test_applier_edges.py",
+            "tests/unit/test_applier_details.py",
+        ),
+        # Its hung mutants dominate the run (each waits out the limit): a survivor runs in
+        # about its measured time, far below five times it.
+        timeout_multiplier=5.0,
     ),
     "leader": Target(
         (
@@ -104,6 +114,14 @@ def prepare(name: str, target: Target) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
     shutil.copytree(ROOT / "python", scratch / "src", ignore=ignore)
     shutil.copytree(ROOT / "tests", scratch / "tests", ignore=ignore)
+    write_config(scratch, target)
+    # Python caches "no importer" for a path that does not exist at start-up, so the mutated
+    # tree's import root must exist before mutmut starts.
+    (scratch / "mutants" / "src").mkdir(parents=True)
+    return scratch
+
+
+def write_config(scratch: Path, target: Target) -> None:
     config = (ROOT / "pyproject.toml").read_text()
     config += (
         "\n[tool.mutmut]\n"
@@ -113,12 +131,9 @@ def prepare(name: str, target: Target) -> Path:
         'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n'
         # The scratch directory sits inside the repository: git's view of it is not the copy's.
         "use_git_change_detection = false\n"
+        f"timeout_multiplier = {target.timeout_multiplier}\n"
     )
     (scratch / "pyproject.toml").write_text(config)
-    # Python caches "no importer" for a path that does not exist at start-up, so the mutated
-    # tree's import root must exist before mutmut starts.
-    (scratch / "mutants" / "src").mkdir(parents=True)
-    return scratch
 
 
 def results(scratch: Path) -> dict[str, str]:
@@ -156,18 +171,31 @@ def run(name: str) -> int:
     return rc
 
 
-def rerun(name: str) -> int:
-    """Run the survivors of the last run of `name` again, against the tests as they are now
-    (the copy's `tests/` is refreshed; the mutants and the other results are kept)."""
+def rerun(name: str, names: list[str]) -> int:
+    """Run the survivors of the last run of `name` again (or the mutants `names`), against
+    the tests as they are now (the copy's `tests/` and test selection are refreshed; the
+    mutants and the other results are kept)."""
     target = TARGETS[name]
     scratch = ROOT / "target" / "mutants" / name
-    survivors = sorted(k for k, v in results(scratch).items() if v in ("survived", "no tests"))
+    survivors = names or sorted(
+        k for k, v in results(scratch).items() if v in ("survived", "no tests")
+    )
     if not survivors:
         return summary(name)
     ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
     shutil.copytree(ROOT / "tests", scratch / "tests", ignore=ignore, dirs_exist_ok=True)
+    write_config(scratch, target)
     env = dict(os.environ, PYTHONPATH=str(scratch / "mutants" / "src"), **dict(target.env))
-    rc = subprocess.call(["mutmut", "run", "--max-children", "1", *survivors], cwd=scratch, env=env)
+    # mutmut forgets the results of the mutants it was not asked to run: keep them.
+    metas = sorted((scratch / "mutants").rglob("*.py.meta"))
+    before = {m: json.loads(m.read_text()).get("exit_code_by_key", {}) for m in metas}
+    cmd = ["mutmut", "run", "--max-children", "1", *survivors]
+    rc = subprocess.call(cmd, cwd=scratch, env=env)
+    for meta, old in before.items():
+        data = json.loads(meta.read_text())
+        codes = data.get("exit_code_by_key", {})
+        data["exit_code_by_key"] = {k: old.get(k) if v is None else v for k, v in codes.items()}
+        meta.write_text(json.dumps(data))
     summary(name)
     return rc
 
@@ -214,7 +242,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "run":
         sys.exit(run(sys.argv[2]))
     if sys.argv[1] == "rerun":
-        sys.exit(rerun(sys.argv[2]))
+        sys.exit(rerun(sys.argv[2], sys.argv[3:]))
     if sys.argv[1] == "summary":
         sys.exit(summary(sys.argv[2]))
     sys.exit(summary_rust(Path(sys.argv[2])))

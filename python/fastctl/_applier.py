@@ -184,7 +184,8 @@ class _Driver:
         self.orphans: set[str] = set()  # cancelled while their thread runs on
         self.cancelling = False
         self.fatal: BaseException | None = None  # KeyboardInterrupt/SystemExit to re-raise
-        self.blocked = False  # the last pop got less than asked though keys were ready
+        self.blocked = False  # the last pop got less than asked (see `arm_ready_timer`)
+        self.popped_at = -math.inf  # the clock just before that pop
         self.waiter: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at: float | None = None
@@ -263,6 +264,7 @@ class _Driver:
                     return
             else:
                 free = _UNBOUNDED_BATCH
+            self.popped_at = time.monotonic()
             keys = scheduler.pop_many(free)
             # Fewer keys than asked: none ready, or the scheduler's own limit (it may be
             # lower than ours, or shared) is reached. `arm_ready_timer` tells which.
@@ -490,12 +492,16 @@ class _Driver:
         return not self.concurrency or len(self.running) < self.concurrency
 
     def arm_ready_timer(self) -> None:
-        """Arm the timer for the next ready key, unless that time has passed and the last
-        pop still came back short: then the scheduler's own limit holds the key back, and
-        the wake-up comes from a reconcile ending (ours or a peer's), not from the clock. A
-        timer in the past would fire at once, again and again: a busy loop."""
+        """Arm the timer for the next ready key, unless the key was ready already when the
+        last pop came back short: then the scheduler's own limit holds it back, and the
+        wake-up comes from a reconcile ending (ours or a peer's), not from the clock. A
+        timer in the past would fire at once, again and again: a busy loop.
+
+        The time compared is the one taken before that pop, not the clock now: a key that
+        became ready since the pop (a slow pop, a loaded machine) was not held back by any
+        limit, and with no timer for it nothing would ever wake the driver."""
         at = self.scheduler.next_ready_at()
-        if at is not None and self.blocked and at <= time.monotonic():
+        if at is not None and self.blocked and at <= self.popped_at:
             at = None
         self.arm_timer(at)
 

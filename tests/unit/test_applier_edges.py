@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -350,6 +351,40 @@ async def test_a_scheduler_with_fewer_slots_than_the_applier_does_not_spin() -> 
     assert len(results) == 3
     assert all(r.ok for r in results)
     assert sched.pops <= 12  # O(1) pops per reconcile
+
+
+class SlowPopScheduler(CountingScheduler):
+    """A `Scheduler` whose empty pops take a while, as on a loaded machine: a key waiting
+    for its backoff becomes ready between the pop and whatever the driver does next."""
+
+    def pop_many(self, max: int) -> list[str]:
+        keys = super().pop_many(max)
+        if not keys:
+            time.sleep(0.01)  # longer than the backoff below
+        return keys
+
+
+async def test_a_key_that_becomes_ready_just_after_a_short_pop_still_gets_its_timer() -> None:
+    """A failed key backs off for about a millisecond; the pop that finds nothing ready
+    returns after it is ready. The driver must still wake for it (no trigger, no running
+    reconcile would ever wake it otherwise)."""
+    ref = ObjectRef("a")
+    sched = SlowPopScheduler(Scheduler(backoff_base=0.001, backoff_max=0.001))
+    calls = 0
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise KeyError("first attempt")
+
+    feed = Feed()
+    feed.put(ref)
+    it = applier(reconcile, None, None, store_of([ref]), feed, scheduler=sched)
+    results = await first_results(it, 2)  # a hang shows as first_results' timeout
+    await close(it)
+    assert [r.ok for r in results] == [False, True]
+    assert calls == 2
 
 
 # -- results nobody consumed, and what the scheduler measures ----------------------------
