@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
@@ -240,3 +241,15 @@ async def test_the_client_filter_matches_the_selector_ranges(key: str) -> None:
         obj = {"metadata": {"uid": f"uid-{i}", "namespace": f"ns-{i % 37}"}}
         h = fnv1a_64(obj["metadata"][key])
         assert keep(obj) == any(start <= h < end for start, end in ranges)
+
+
+@pytest.mark.parametrize("identity", ["vm_e26dcb1338e8", "Node.A", "x", "a--b_"])
+def test_the_member_lease_name_is_a_valid_object_name(identity: str) -> None:
+    """The default identity (``host_random``) has an underscore: the Lease name must still
+    be a DNS subdomain, and two identities must not share one."""
+    from fastctl.runtime.sharding import Sharding
+
+    name = Sharding("grp", identity=identity).lease_name
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name), name
+    assert name != Sharding("grp", identity=identity + "_").lease_name
+    assert Sharding("grp", identity="plain-1").lease_name == "grp-plain-1"

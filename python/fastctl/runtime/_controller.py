@@ -35,7 +35,7 @@ from fastctl.errors import InvalidObject
 from fastctl.kube._events import Recorder
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._store import Store, reflector
-from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
+from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
@@ -511,9 +511,11 @@ def _controller_uid(obj: Mapping[str, Any], name: str) -> str | None:
 
 
 async def _counted(events: AsyncIterator[WatchEvent], gate: ShardGate) -> AsyncIterator[WatchEvent]:
-    """Count the objects a sharded watch delivers (``fastctl_shard_objects_received``)."""
+    """Count what a sharded watch delivers: list items and watch events apart."""
     async for event in events:
-        if event.obj is not None:
+        if event.kind is EventKind.INIT_APPLY:
+            gate.listed += 1
+        elif event.obj is not None:
             gate.received += 1
         yield event
 

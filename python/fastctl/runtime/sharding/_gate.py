@@ -62,7 +62,9 @@ class ShardGate:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_token = 0
         self.received = 0
-        """Objects the sharded primary watch delivered (list items and watch events)."""
+        """Watch events (changes, deletions) the sharded primary watch delivered."""
+        self.listed = 0
+        """Objects the sharded primary watch's lists delivered."""
         self.relists = 0
         """How many times the primary watch started over with a new set of slots."""
         self.watching: frozenset[int] = frozenset()

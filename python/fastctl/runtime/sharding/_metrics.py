@@ -4,8 +4,10 @@
 - ``fastctl_shard_members{group}``: the live members it counts (itself included);
 - ``fastctl_shard_handovers_total{group,direction}``: slots gained (``in``) and lost
   (``out``), the moves a join, a leave or an expiry causes;
-- ``fastctl_shard_objects_received_total{controller}``: objects the sharded primary watch
-  delivered (about ``1/N`` of all with N replicas, whether the server or the client filters);
+- ``fastctl_shard_events_received_total{controller}``: watch events (changes, deletions)
+  the sharded primary watch delivered: about ``1/N`` of all with N replicas, whether the
+  server or the client filters;
+- ``fastctl_shard_objects_listed_total{controller}``: objects its lists delivered;
 - ``fastctl_shard_relists_total{controller}``: primary watches started with a new set of
   slots.
 """
@@ -55,8 +57,13 @@ class ShardingCollector(Collector):
         handovers.add_metric([group, "in"], float(member.gained))
         handovers.add_metric([group, "out"], float(member.lost))
         received = CounterMetricFamily(
-            "fastctl_shard_objects_received",
-            "Objects the sharded primary watch delivered",
+            "fastctl_shard_events_received",
+            "Watch events the sharded primary watch delivered",
+            labels=["controller"],
+        )
+        listed = CounterMetricFamily(
+            "fastctl_shard_objects_listed",
+            "Objects the sharded primary watch's lists delivered",
             labels=["controller"],
         )
         relists = CounterMetricFamily(
@@ -66,5 +73,6 @@ class ShardingCollector(Collector):
         )
         for name, gate in self._gates():
             received.add_metric([name], float(gate.received))
+            listed.add_metric([name], float(gate.listed))
             relists.add_metric([name], float(gate.relists))
-        yield from (served, members, handovers, received, relists)
+        yield from (served, members, handovers, received, listed, relists)
