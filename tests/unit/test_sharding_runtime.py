@@ -253,3 +253,90 @@ def test_the_member_lease_name_is_a_valid_object_name(identity: str) -> None:
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name), name
     assert name != Sharding("grp", identity=identity + "_").lease_name
     assert Sharding("grp", identity="plain-1").lease_name == "grp-plain-1"
+
+
+# -- related objects -------------------------------------------------------------------------
+
+
+def _sharded_controller(member: FakeMember, key: str, mapped: bool) -> Any:
+    """A Controller of Widgets that owns (or, `mapped`, watches) ConfigMaps, sharded by
+    `member`; never run, so its client is never used."""
+    from kubernetes_asyncio.client import ApiClient
+
+    from fastctl import ObjectRef
+    from fastctl.kube._resource import Resource
+    from fastctl.runtime._controller import Controller
+
+    widget = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
+    child = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
+
+    async def reconcile(obj: Any, ctx: Any) -> None:
+        return None
+
+    ctl = Controller(ApiClient.__new__(ApiClient), widget, reconcile, name="widgets")
+    if mapped:
+        ctl.watches(
+            child, lambda obj: [ObjectRef(obj["data"]["owner"], obj["metadata"]["namespace"])]
+        )
+    else:
+        ctl.owns(child)
+    ctl._shard_on(ShardGate(member, key, SLOTS), member)  # type: ignore[arg-type]
+    return ctl
+
+
+def _child_of(owner: dict[str, Any]) -> dict[str, Any]:
+    meta = owner["metadata"]
+    ref = {"apiVersion": "example.com/v1", "kind": "Widget", "name": meta["name"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"{meta['name']}-child",
+            "namespace": meta["namespace"],
+            "ownerReferences": [{**ref, "uid": meta["uid"], "controller": True}],
+        },
+        "data": {"owner": meta["name"]},
+    }
+
+
+@pytest.mark.parametrize("mapped", [False, True], ids=["owns", "watches"])
+async def test_a_related_trigger_is_kept_only_if_its_owner_slot_is_served(mapped: bool) -> None:
+    """``owns``: the owner's UID in the child's ownerReferences decides, even before the
+    owner is cached; ``watches``: the cached owner does (only this replica's are cached)."""
+    from fastctl import ObjectRef
+
+    member = FakeMember({0})
+    probe = ShardGate(member, "uid", SLOTS)
+    ours, theirs = obj_in(probe, 0, "ours"), obj_in(probe, 1, "theirs")
+    ctl = _sharded_controller(member, "uid", mapped)
+    rel = ctl._relations[0]
+
+    def kept(owner: dict[str, Any]) -> bool:
+        event = WatchEvent(EventKind.APPLY, _child_of(owner))
+        ref = ObjectRef(owner["metadata"]["name"], "ns")
+        return bool(ctl._related_served(rel, event, ref))
+
+    if mapped:  # the mapper names an object: it must be in this replica's cache
+        assert not kept(ours)
+        for owner in (ours, theirs):
+            ctl.store.apply(WatchEvent(EventKind.APPLY, owner))
+    assert kept(ours)
+    assert not kept(theirs)
+    member.move({1})
+    assert kept(theirs)
+    assert not kept(ours)
+
+
+async def test_a_related_trigger_with_key_namespace_follows_the_namespace() -> None:
+    from fastctl import ObjectRef
+
+    member = FakeMember(set())
+    ctl = _sharded_controller(member, "namespace", mapped=False)
+    gate = ctl.shard
+    rel = ctl._relations[0]
+    owner = {"metadata": {"name": "w", "namespace": "team-a", "uid": "u"}}
+    event = WatchEvent(EventKind.APPLY, _child_of(owner))
+    ref = ObjectRef("w", "team-a")
+    assert not ctl._related_served(rel, event, ref)
+    member.move({gate.slot_of("team-a")})
+    assert ctl._related_served(rel, event, ref)
