@@ -116,7 +116,7 @@ def main() -> int:
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--objects", type=int, default=500)
     parser.add_argument("--rate", type=float, default=50.0, help="writes per second")
-    parser.add_argument("--slots", type=int, default=64)
+    parser.add_argument("--slots", type=int, default=256)
     parser.add_argument("--work", type=float, default=0.2, help="seconds per reconcile")
     parser.add_argument("--window", type=float, default=10.0, help="quiet window, seconds")
     parser.add_argument("--settle", type=float, default=60.0, help="settle limit, seconds")

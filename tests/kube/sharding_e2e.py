@@ -9,8 +9,9 @@ changing; replicas join, leave on SIGTERM and die on SIGKILL; then the records a
 - **assignment**: in a quiet stretch, every reconcile ran on the replica whose member Lease
   publishes the object's slot (object by object; the same whether the server or the
   client filters);
-- **share**: each replica's part of the objects its sharded watch received in that stretch
-  (``fastctl_shard_events_received_total``) is about ``1/N``.
+- **share**: each replica's part of the watch events in that stretch
+  (``fastctl_shard_events_received_total``) is its part of the objects (the writer picks
+  objects uniformly), and that is about ``1/N``.
 
 Self-contained (no package-relative imports), so the bench imports it by path too.
 """
@@ -110,7 +111,7 @@ class Cluster:
     client: ApiClient
     namespace: str
     directory: Path
-    slots: int = 64
+    slots: int = 256
     work: float = 0.1
     replicas: dict[str, Replica] = field(default_factory=dict)
     writes: int = 0
@@ -316,6 +317,7 @@ async def steady_window(cluster: Cluster, seconds: float) -> dict[str, Any]:
     received = {name: after[name] - before[name] for name in before}
     total = sum(received.values()) or 1.0
     records = cluster.records()
+    uids = [o["metadata"]["uid"] for o in await cluster.objects()]
     return {
         "reconciles": {
             r.name: sum(1 for x in records[r.name] if x["ev"] == "start" and since <= x["mono"])
@@ -325,4 +327,14 @@ async def steady_window(cluster: Cluster, seconds: float) -> dict[str, Any]:
         "share": {name: n / total for name, n in received.items()},
         "received": received,
         "slots": {r.name: len(published.get(r.identity or "", ())) for r in live},
+        # The writer picks objects uniformly: each replica's expected part of the events
+        # is its part of the objects.
+        "expected": {
+            r.name: sum(
+                slot_of(fnv1a_64(uid), cluster.slots) in published.get(r.identity or "", ())
+                for uid in uids
+            )
+            / len(uids)
+            for r in live
+        },
     }
