@@ -134,6 +134,8 @@ class Cluster:
             GROUP,
             "--shard-slots",
             str(self.slots),
+            "--concurrency",
+            "64",
             "--lease-namespace",
             self.namespace,
             "--lease-duration",

@@ -74,7 +74,7 @@ async def test_replicas_join_leave_and_die_without_overlap(
     e2e_namespace: str,
     tmp_path: Path,
 ) -> None:
-    cluster = Cluster(sharded_control_plane, sharded_client, e2e_namespace, tmp_path, work=0.5)
+    cluster = Cluster(sharded_control_plane, sharded_client, e2e_namespace, tmp_path, work=1.5)
     try:
         await cluster.create(OBJECTS)
         async with writing(cluster):
