@@ -61,11 +61,15 @@ async def run(args: argparse.Namespace, cp: ControlPlane, workdir: Path) -> dict
     names = iter(f"r{i}" for i in range(1000))
 
     async def settle_and_measure(what: str) -> None:
+        began = time.monotonic()
         await cluster.settled(args.settle)
+        settled = time.monotonic() - began
         window = await e2e.steady_window(cluster, args.window)
         window["after"] = what
+        window["settle_seconds"] = settled
         windows.append(window)
-        log(f"{what}: share { ({k: round(v, 3) for k, v in window['share'].items()}) }")
+        share = {k: round(v, 3) for k, v in window["share"].items()}
+        log(f"{what}: settled in {settled:.1f} s; share of events {share}")
 
     try:
         await cluster.create(args.objects)
