@@ -340,3 +340,44 @@ async def test_a_related_trigger_with_key_namespace_follows_the_namespace() -> N
     assert not ctl._related_served(rel, event, ref)
     member.move({gate.slot_of("team-a")})
     assert ctl._related_served(rel, event, ref)
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+
+def test_the_collector_reports_the_member_and_each_gate() -> None:
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from fastctl.runtime.sharding._metrics import ShardingCollector
+
+    member = SimpleNamespace(
+        config=SimpleNamespace(group="g"),
+        serving=frozenset({1, 2, 3}),
+        members=["a", "b"],
+        gained=5,
+        lost=2,
+    )
+    gate = ShardGate(FakeMember(set()), "uid", SLOTS)
+    gate.received, gate.listed, gate.relists = 7, 11, 3
+    registry = CollectorRegistry()
+    registry.register(ShardingCollector(lambda: member, lambda: [("ctl", gate)]))  # type: ignore[arg-type,return-value]
+    value = registry.get_sample_value
+    assert value("fastctl_shard_slots_served", {"group": "g"}) == 3
+    assert value("fastctl_shard_members", {"group": "g"}) == 2
+    assert value("fastctl_shard_handovers_total", {"group": "g", "direction": "in"}) == 5
+    assert value("fastctl_shard_handovers_total", {"group": "g", "direction": "out"}) == 2
+    assert value("fastctl_shard_events_received_total", {"controller": "ctl"}) == 7
+    assert value("fastctl_shard_objects_listed_total", {"controller": "ctl"}) == 11
+    assert value("fastctl_shard_relists_total", {"controller": "ctl"}) == 3
+
+
+def test_the_collector_is_silent_without_sharding() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from fastctl.runtime.sharding._metrics import ShardingCollector
+
+    registry = CollectorRegistry()
+    registry.register(ShardingCollector(lambda: None, lambda: []))
+    assert [m.name for m in registry.collect()] == []

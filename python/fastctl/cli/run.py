@@ -135,6 +135,8 @@ def load_target(spec: str) -> Any:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.shard_group and args.leader_elect is not None:
+        raise CliError("--leader-elect and --shard-group: choose one (one mode per Manager)")
     configure_logging(args.log_level, args.log_format)
     target = load_target(args.target)
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
@@ -168,8 +170,6 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
                     election = LeaderElection(name, **_lease_options(args))
                 except ValueError as exc:
                     raise CliError(f"--leader-elect: {exc}") from None
-                if args.shard_group:
-                    raise CliError("--leader-elect and --shard-group: choose one")
             manager = Manager(
                 client,
                 leader_election=election,
