@@ -59,7 +59,7 @@ def check_window(window: dict[str, Any], replicas: int) -> None:
     assert isinstance(share, dict)
     assert len(share) == replicas
     events = sum(window["received"].values())
-    assert events > 50, window
+    assert events >= 30, window  # the tolerance below widens as the count falls
     for name, part in share.items():
         expected = window["expected"][name]
         assert 0.5 / replicas < expected < 1.6 / replicas, f"{name}'s objects: {window}"
