@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +239,31 @@ async def collect() -> AsyncIterator[Callable[[AsyncIterable[WatchEvent]], Colle
     yield start
     for c in made:
         await c.close()
+
+
+# -- sharding --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sharded_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A second control plane, with the ``ShardedListAndWatch`` feature gate on (the
+    session's `control_plane` keeps it off, so the client-side fallback runs there)."""
+    from fastctl.testing.binaries import ensure_binaries
+
+    cp = ControlPlane(
+        binaries=ensure_binaries(build=False),
+        start_timeout=request.config.getoption("control_plane_timeout"),
+        feature_gates={"ShardedListAndWatch": True},
+    )
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture
+async def sharded_client(sharded_control_plane: ControlPlane) -> AsyncIterator[ApiClient]:
+    """An admin client of `sharded_control_plane`."""
+    async with await make_client(sharded_control_plane.kubeconfig) as api:
+        yield api

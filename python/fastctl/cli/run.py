@@ -11,7 +11,10 @@
 Controllers are run in a `Manager`, so every operator gets ``/metrics`` (HTTPS on 8443,
 only for callers allowed to ``get`` ``/metrics``; ``--metrics-insecure`` for plain HTTP),
 ``/healthz`` and ``/readyz`` (plain HTTP on 8081), graceful shutdown on SIGTERM/SIGINT
-and, with ``--leader-elect``, leader election. A Manager returned by `attr` is run as it is.
+and, with ``--leader-elect``, leader election, or with ``--shard-group``, active-active
+sharding: the replicas of the group split the objects, each reconciling its share
+(``--shard-key uid`` or ``namespace``; the Lease options apply to the member Leases). A
+Manager returned by `attr` is run as it is.
 
 Exit status: 0 after a graceful stop, 3 when the leader lease was lost (the process is meant
 to be restarted as a follower, as controller-runtime does), 1 for other errors. An API
@@ -58,6 +61,20 @@ def register(subcommands: Subcommands) -> None:
         const="",
         metavar="LEASE",
         help="leader election on a Lease (name default: the module name)",
+    )
+    parser.add_argument(
+        "--shard-group",
+        metavar="NAME",
+        help="share the objects with the other replicas of this group (not with --leader-elect)",
+    )
+    parser.add_argument(
+        "--shard-key",
+        choices=("uid", "namespace"),
+        default="uid",
+        help="what puts an object in a shard: its uid, or its namespace (default: uid)",
+    )
+    parser.add_argument(
+        "--shard-slots", type=int, default=256, help="slots of the hash space (default: 256)"
     )
     parser.add_argument(
         "--lease-namespace", default="default", help="namespace of the Lease (default: default)"
@@ -135,6 +152,8 @@ def load_target(spec: str) -> Any:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.shard_group and args.leader_elect is not None:
+        raise CliError("--leader-elect and --shard-group: choose one (one mode per Manager)")
     configure_logging(args.log_level, args.log_format)
     target = load_target(args.target)
     for flag in ("metrics_port", "probe_port"):
@@ -183,18 +202,13 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
             if lease is not None:
                 name = lease or args.target.partition(":")[0].replace(".", "-").replace("_", "-")
                 try:
-                    election = LeaderElection(
-                        name,
-                        namespace=args.lease_namespace,
-                        lease_duration=args.lease_duration,
-                        renew_deadline=args.renew_deadline,
-                        retry_period=args.retry_period,
-                    )
+                    election = LeaderElection(name, **_lease_options(args))
                 except ValueError as exc:
                     raise CliError(f"--leader-elect: {exc}") from None
             manager = Manager(
                 client,
                 leader_election=election,
+                sharding=_sharding(args),
                 metrics_port=args.metrics_port or None,
                 metrics_secure=not args.metrics_insecure,
                 metrics_certificate=_metrics_certificate(args),
@@ -215,6 +229,30 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
     if lost is not None:
         raise CliError(str(lost), code=3)
     return code
+
+
+def _lease_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The Lease options, shared by leader election and shard membership."""
+    return {
+        "namespace": args.lease_namespace,
+        "lease_duration": args.lease_duration,
+        "renew_deadline": args.renew_deadline,
+        "retry_period": args.retry_period,
+    }
+
+
+def _sharding(args: argparse.Namespace) -> Any:
+    """The `Sharding` of ``--shard-group`` (None without it)."""
+    from fastctl.runtime.sharding import Sharding
+
+    if not args.shard_group:
+        return None
+    try:
+        return Sharding(
+            args.shard_group, key=args.shard_key, slots=args.shard_slots, **_lease_options(args)
+        )
+    except ValueError as exc:
+        raise CliError(f"--shard-group: {exc}") from None
 
 
 def exit_now_if_threads_run(code: int, message: str) -> None:

@@ -26,6 +26,11 @@ every failure the API server or the network can produce into a retry:
 - **403 Forbidden** is logged as an RBAC problem naming the verb and resource, passed to
   `on_error`, and retried with backoff (RBAC can be fixed while the controller runs).
 - **400/422** (a malformed selector, say) can never succeed: raised as `ApiError`.
+- **Sharded** (``shard_selector``): lists and watches carry ``shardSelector`` (Kubernetes
+  v1.36's ``ShardedListAndWatch``) and list page by page, since a list response says
+  whether the server applied it (``metadata.shardInfo``). When it did not (the feature is
+  off, or an older server ignores the parameter), `shard_filter` keeps on the client only
+  the objects the selector would have returned, so both paths give the same objects.
 
 Objects are parsed with orjson from the raw response bytes, never through
 kubernetes-asyncio's models; list items get their ``apiVersion``/``kind`` filled in (the
@@ -148,6 +153,8 @@ async def watcher(
     backoff: Backoff | None = None,
     on_error: Callable[[BaseException], None] | None = None,
     config: WatchConfig | None = None,
+    shard_selector: str | None = None,
+    shard_filter: Callable[[dict[str, Any]], bool] | None = None,
 ) -> AsyncIterator[WatchEvent]:
     """Events of `resource` (in `namespace`, or all namespaces), forever.
 
@@ -157,6 +164,9 @@ async def watcher(
     (for metrics, health, tests). A `Resource` is resolved first with `resolve_patiently`:
     discovery is retried while the API server is unreachable; a resource it still does not
     serve after a few lookups raises `ResourceNotFound` before any event.
+    `shard_selector` (not empty: an empty selector would mean every object) asks the server
+    for one shard; `shard_filter` is the same choice made on the client, applied only when
+    the server did not shard the list.
     """
     options = pick(
         config,
@@ -171,6 +181,8 @@ async def watcher(
         ),
         _DEFAULT_CONFIG,
     )
+    if shard_selector == "":
+        raise ValueError("shard_selector must not be empty (it would select every object)")
     backoff = backoff or Backoff()
     resolved = (
         resource
@@ -178,6 +190,10 @@ async def watcher(
         else await resolve_patiently(client, resource, backoff=backoff, on_error=on_error)
     )
     state = _Watcher(client, resolved, namespace, options, backoff, on_error)
+    if shard_selector is not None:
+        state.selectors["shardSelector"] = shard_selector
+        state.streaming = False  # only a list response says whether the server sharded
+        state.shard_filter = shard_filter
     async for event in state.run():
         yield event
 
@@ -214,6 +230,8 @@ class _Watcher:
         self.sensitive = is_sensitive(resource.kind)
         """Objects of this kind hold secrets: remember their values (`fastctl._redact`) and
         never log a line of the stream."""
+        self.shard_filter: Callable[[dict[str, Any]], bool] | None = None
+        self.filtering = False  # the server ignored shardSelector: `shard_filter` applies
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -317,9 +335,13 @@ class _Watcher:
                     raise err
             items, meta = list_page(data)
             if cont is None:
+                self._check_sharded(meta)
                 yield WatchEvent(EventKind.INIT)
             api_version, kind = self.resource.api_version, self.resource.kind
+            keep = self.shard_filter if self.filtering else None
             for obj in items:
+                if keep is not None and not keep(obj):
+                    continue
                 obj.setdefault("apiVersion", api_version)
                 obj.setdefault("kind", kind)
                 if self.config.strip_managed_fields:
@@ -336,6 +358,15 @@ class _Watcher:
                     raise WatchStreamError("list response without metadata.resourceVersion")
                 yield WatchEvent(EventKind.INIT_DONE)
                 return
+
+    def _check_sharded(self, meta: dict[str, Any]) -> None:
+        """From a list's first page: did the server apply ``shardSelector``?"""
+        if "shardSelector" not in self.selectors:
+            return
+        filtering = "shardInfo" not in meta and self.shard_filter is not None
+        if filtering and not self.filtering:
+            log.info("%s: the server does not shard lists; filtering on the client", self)
+        self.filtering = filtering
 
     # -- watch ------------------------------------------------------------------------
 
@@ -443,6 +474,8 @@ class _Watcher:
             return WatchEvent(EventKind.INIT_APPLY, obj)
         if rv:
             self.rv = rv
+        if self.filtering and self.shard_filter is not None and not self.shard_filter(obj):
+            return None
         if etype in ("ADDED", "MODIFIED"):
             return WatchEvent(EventKind.APPLY, obj)
         if etype == "DELETED":

@@ -36,12 +36,14 @@ from fastctl.kube._events import Recorder
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import resolve_patiently
 from fastctl.kube._store import Store, reflector
-from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
+from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.log import RedactingFilter
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
 from fastctl.runtime._typed import is_model, typed_reconcile
+from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
+from fastctl.runtime.sharding._watch import ServingSet, sharded_events
 from fastctl.types import ErrorPolicy, Mapper, ObjectRef, Reconcile, ReconcileResult, Trigger
 
 if TYPE_CHECKING:
@@ -169,6 +171,8 @@ class Controller:
         self._event_sources: dict[Resource, EventSource] = {}
         self._primary_shared = False
         self._gate: asyncio.Event | None = None
+        self._shard: ShardGate | None = None
+        self._shard_member: ServingSet | None = None
 
     # -- builder ----------------------------------------------------------------------------
 
@@ -242,6 +246,19 @@ class Controller:
         keep their caches warm and their triggers queued, and reconcile once leading)."""
         self._check_not_running()
         self._gate = open_
+
+    def _shard_on(self, gate: ShardGate, member: ServingSet) -> None:
+        """Reconcile only the objects of the slots `member` serves (the Manager's
+        sharding): the primary watch lists just those, and `gate` checks each reconcile
+        as it starts and counts it for the member's drains."""
+        self._check_not_running()
+        self._shard = gate
+        self._shard_member = member
+
+    @property
+    def shard(self) -> ShardGate | None:
+        """The shard gate when the Manager shards this controller's objects."""
+        return self._shard
 
     @property
     def is_ready(self) -> bool:
@@ -331,11 +348,19 @@ class Controller:
             for task in tasks:
                 task.add_done_callback(lambda t: _stop_on_failure(t, triggers, failures))
             counters = self._counters
+            reconcile = self.reconcile
+            store: Mapping[ObjectRef, Any] = self.store
+            if self._gate is not None:
+                store = _GatedStore(self.store, self._gate)
+            if self._shard is not None:
+                self._shard.bind(loop)
+                reconcile = self._shard.track(reconcile)
+                store = ShardedStore(self.store, self._shard)
             async for result in applier(
-                self.reconcile,
+                reconcile,
                 self.error_policy,
                 self.context,
-                self.store if self._gate is None else _GatedStore(self.store, self._gate),
+                store,
                 triggers,
                 config=self.config,
                 scheduler=self.scheduler,
@@ -409,9 +434,31 @@ class Controller:
         """The watcher retries by itself; count what it retried, for metrics."""
         self._counters.watch_errors += 1
 
+    def _sharded_events(self, gate: ShardGate, member: ServingSet) -> AsyncIterator[WatchEvent]:
+        """The primary watch of the served slots, restarted when they change."""
+
+        def make(selector: str, keep: Callable[[dict[str, Any]], bool]) -> Any:
+            return watcher(
+                self.client,
+                self._resolved or self.resource,
+                namespace=self.namespace,
+                config=self.watch_config,
+                on_error=self._on_watch_error,
+                shard_selector=selector,
+                shard_filter=keep,
+            )
+
+        return sharded_events(
+            member, gate.slots, gate.key, make, gate.in_slots, on_restart=gate.restarted
+        )
+
     async def _watch_primary(self, triggers: Channel[ObjectRef | Trigger]) -> None:
-        events = self._events(self.resource)
-        if not self._primary_shared:
+        gate, member = self._shard, self._shard_member
+        if gate is not None and member is not None:
+            events = reflector(self.store, _counted(self._sharded_events(gate, member), gate))
+        else:
+            events = self._events(self.resource)
+        if not self._primary_shared and gate is None:
             events = reflector(self.store, events)
         store = self.store
         try:
@@ -431,9 +478,26 @@ class Controller:
         try:
             async for event in self._events(rel.resource):
                 for trigger in related.on_event(event):
+                    if self._shard is not None and not self._related_served(rel, event, trigger):
+                        continue
                     await triggers.put(trigger)
         except ChannelClosed:
             return
+
+    def _related_served(
+        self, rel: _Relation, event: WatchEvent, trigger: ObjectRef | Trigger
+    ) -> bool:
+        """Sharded: keep a related object's trigger only if its target's slot is served
+        here. An owned object names its owner's UID; otherwise the target's namespace
+        (key ``namespace``) or the cached target (key ``uid``) tells."""
+        gate = self._shard
+        assert gate is not None
+        ref = trigger.ref if isinstance(trigger, Trigger) else trigger
+        if rel.mapper is None and gate.key == "uid" and event.obj is not None:
+            uid = _controller_uid(event.obj, ref.name)
+            if uid is not None:
+                return gate.member.serves(gate.slot_of(uid))
+        return gate.admits_ref(ref, self.store)
 
     def _owner_of(self, obj: Mapping[str, Any]) -> list[ObjectRef]:
         """The primary object that controls `obj` (its ``controller: true`` owner reference
@@ -461,6 +525,24 @@ class Controller:
                     await triggers.put(Trigger(ref, reason="reconcile_all_on"))
         except ChannelClosed:
             return
+
+
+def _controller_uid(obj: Mapping[str, Any], name: str) -> str | None:
+    """The UID of `obj`'s controller owner named `name`."""
+    for owner in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if owner.get("controller") and owner.get("name") == name and owner.get("uid"):
+            return str(owner["uid"])
+    return None
+
+
+async def _counted(events: AsyncIterator[WatchEvent], gate: ShardGate) -> AsyncIterator[WatchEvent]:
+    """Count what a sharded watch delivers: list items and watch events apart."""
+    async for event in events:
+        if event.kind is EventKind.INIT_APPLY:
+            gate.listed += 1
+        elif event.obj is not None:
+            gate.received += 1
+        yield event
 
 
 def _stop_on_failure(

@@ -8,6 +8,11 @@ The Manager
   leader that loses its lease stops at once: running reconciles are cancelled and `run()`
   raises `LeadershipLost`, so the process exits and is restarted as a follower (what
   controller-runtime does: two leaders must never act at once);
+- with `sharding` (instead of leader election: one mode per Manager), splits every
+  controller's objects with the other replicas of the group (docs/sharding.md): each
+  primary watch lists only the served slots and starts over when they change, a reconcile
+  starts only while its object's slot is served, a slot that moves away is drained before
+  it is released, and a tenure that runs out cancels the running reconciles at once;
 - serves ``/metrics`` on `metrics_port` (8443), by default over HTTPS and only to callers
   the cluster's RBAC allows to ``get`` ``/metrics`` (a TokenReview and a
   SubjectAccessReview per new token, cached: `fastctl.runtime._metrics_auth`), with a
@@ -58,6 +63,10 @@ from fastctl.runtime._metrics import FastctlCollector
 from fastctl.runtime._metrics_auth import MetricsAuthorizer
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime.leader import LeaderElection, LeaderElector
+from fastctl.runtime.sharding._gate import ShardGate
+from fastctl.runtime.sharding._member import ShardMember
+from fastctl.runtime.sharding._metrics import ShardingCollector
+from fastctl.runtime.sharding._rules import Sharding
 
 __all__ = ["LeadershipLost", "Manager", "Runnable"]
 
@@ -94,9 +103,19 @@ class Manager:
         drain_timeout: float = 30.0,
         registry: CollectorRegistry | None = None,
         namespace: str | None = None,
+        sharding: Sharding | None = None,
     ) -> None:
+        if leader_election is not None and sharding is not None:
+            raise ValueError(
+                "a Manager either shards its controllers or elects a leader, not both: run "
+                "the leader-elected controllers in a Manager (a process) of their own"
+            )
         self.client = client
         self.leader_election = leader_election
+        self.sharding = sharding
+        self.member: ShardMember | None = None
+        self._member_client: ApiClient | None = None
+        self._settled = False
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.metrics_secure = metrics_secure
@@ -122,6 +141,12 @@ class Manager:
         self._elector_client: ApiClient | None = None
         self._led = False  # this replica has led (so a loss in the drain is a lost lease)
         self.registry.register(_LeaderCollector(self))
+        self.registry.register(
+            ShardingCollector(
+                lambda: self.member,
+                lambda: [(c.name, c.shard) for c in self.controllers if c.shard is not None],
+            )
+        )
 
     def _alive(self) -> bool:
         """/healthz: false once a controller, watch or the elector has died."""
@@ -154,12 +179,17 @@ class Manager:
         return self.leader_election is None or self._leading.is_set()
 
     def is_ready(self) -> bool:
-        """Caches synced (whether or not this replica leads), and every runnable with an
-        ``is_ready()`` ready."""
+        """Caches synced (whether or not this replica leads), every runnable with an
+        ``is_ready()`` ready and, sharded, the member's first assignment served."""
         return self.readiness()[0]
 
     def readiness(self) -> tuple[bool, str]:
-        """`is_ready`, with the first reason it is not (what ``/readyz`` answers)."""
+        """`is_ready`, with the first reason it is not (what ``/readyz`` answers); sharded,
+        not ready until the member has served its first assignment."""
+        if self.member is not None and not self._settled:
+            self._settled = self.member.settled
+            if not self._settled:
+                return False, "shard member: first assignment not served yet"
         for ctl in self.controllers:
             if not ctl.is_ready:
                 return False, f"controller {ctl.name}: caches not synced"
@@ -184,12 +214,17 @@ class Manager:
         that disagree (on `strip_managed_fields`, a label selector, ...) get one watch per
         set of options, so each cache holds what its controllers asked for."""
         uses: Counter[_WatchKey] = Counter()
+
+        def resources(ctl: Controller) -> list[Resource]:
+            # A sharded primary watch lists only this replica's slots: never shared.
+            return ctl.resources[1:] if self.sharding is not None else ctl.resources
+
         for ctl in self.controllers:
-            for resource in ctl.resources:
+            for resource in resources(ctl):
                 uses[(resource, ctl.namespace, ctl._watch_config_for(resource))] += 1
         shared: dict[_WatchKey, SharedWatch] = {}
         for ctl in self.controllers:
-            for resource in ctl.resources:
+            for resource in resources(ctl):
                 key = (resource, ctl.namespace, ctl._watch_config_for(resource))
                 if uses[key] < 2:
                     continue
@@ -213,6 +248,14 @@ class Manager:
         if self.leader_election is not None:
             for ctl in self.controllers:
                 ctl._gate_on(self._leading)
+        if self.sharding is not None:
+            # Its own client, like the elector's: renewals never wait for a connection.
+            self._member_client = ApiClient(self.client.configuration)
+            self.member = ShardMember(self._member_client, self.sharding, drainer=self._drain_slots)
+            for ctl in self.controllers:
+                ctl._shard_on(
+                    ShardGate(self.member, self.sharding.key, self.sharding.slots), self.member
+                )
         tasks: dict[asyncio.Task[None], str] = {}
         drain = True
         lost_in_drain = False
@@ -229,6 +272,8 @@ class Manager:
                     f"controller {ctl.name}"
                 )
             lost: asyncio.Task[None] | None = None
+            if self.member is not None:
+                tasks[loop.create_task(self.member.run())] = "shard membership"
             if self.leader_election is not None:
                 # Its own client, so renewals never queue behind watches for a connection
                 # of the shared pool (each watch holds one for its whole life).
@@ -303,6 +348,11 @@ class Manager:
             "HTTPS, TokenReview and SubjectAccessReview" if context else "plain HTTP, no auth",
         )
 
+    async def _drain_slots(self, slots: frozenset[int], urgent: bool) -> None:
+        """The member's drainer: every controller's reconciles of `slots` have ended."""
+        gates = [c.shard for c in self.controllers if c.shard is not None]
+        await asyncio.gather(*(gate.drain(slots, urgent) for gate in gates))
+
     async def _wait_stop(self) -> None:
         await self._stop.wait()
 
@@ -336,6 +386,10 @@ class Manager:
         lost = False
         if controllers and drain:
             lost = await self._drain(controllers, _leadership(tasks))
+        if self.member is not None and drain and not live_threads():
+            # Graceful: the reconciles have drained; publish nothing so that the others
+            # take over at once. Otherwise the Lease is left to expire (a crash's path).
+            await self.member.leave()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -356,6 +410,8 @@ class Manager:
                 await self.elector.release()
         if self._elector_client is not None:
             await self._elector_client.close()
+        if self._member_client is not None:
+            await self._member_client.close()
         if self._cert_watch is not None:
             self._cert_watch.cancel()
         for server in (self.metrics_server, self.health):

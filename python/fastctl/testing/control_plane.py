@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -211,6 +211,9 @@ class ControlPlane:
     - `start_timeout`: seconds to wait for each server to be ready (a start takes ~3 s on
       an idle 2-core machine; the generous default covers a machine busy compiling).
     - `apiserver_args` / `etcd_args`: extra flags, appended (so they override the defaults).
+    - `feature_gates`: kube-apiserver feature gates to set, e.g.
+      ``{"ShardedListAndWatch": True}`` for server-side sharded lists and watches (one
+      ``--feature-gates`` flag; alpha gates also need no other switch).
     """
 
     def __init__(
@@ -224,6 +227,7 @@ class ControlPlane:
         build: bool = True,
         apiserver_args: Sequence[str] = (),
         etcd_args: Sequence[str] = (),
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> None:
         self._binaries_arg = binaries
         self._directory_arg = Path(directory) if directory is not None else None
@@ -233,6 +237,7 @@ class ControlPlane:
         self._build = build
         self._apiserver_args = list(apiserver_args)
         self._etcd_args = list(etcd_args)
+        self.feature_gates: dict[str, bool] = dict(feature_gates or {})
 
         self._binaries: Binaries | None = None
         self._directory: Path | None = None
@@ -562,8 +567,15 @@ class ControlPlane:
             f"--service-account-key-file={service_account.cert}",
             f"--service-account-signing-key-file={service_account.key}",
             "--allow-privileged=true",
+            *self._feature_gate_args(),
             *self._apiserver_args,
         ]
+
+    def _feature_gate_args(self) -> list[str]:
+        if not self.feature_gates:
+            return []
+        gates = ",".join(f"{name}={str(on).lower()}" for name, on in self.feature_gates.items())
+        return [f"--feature-gates={gates}"]
 
     def _ca_file_path(self) -> Path:
         return self._need(self._ca, "ca_file").cert_file

@@ -26,6 +26,7 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl.kube._http import ApiError
 from fastctl.runtime.leader._lease_api import TRANSIENT
 from fastctl.runtime.leader._rules import RETRY_JITTER, LeaseRecord
+from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._member_api import GroupLeases, ShardLeaseClient, member_lease
 from fastctl.runtime.sharding._rules import SLOTS_ANNOTATION, Member, Sharding, parse_slots
 
@@ -77,6 +78,11 @@ class ShardMember:
         self._timer: asyncio.TimerHandle | None = None
         self._drains: set[asyncio.Task[None]] = set()
         self._last_error = ""
+        self._last_serving: frozenset[int] = frozenset()
+        self.gained = 0
+        """Slots this member started serving (counted once per start)."""
+        self.lost = 0
+        """Slots this member stopped serving (moved away, or its tenure ended)."""
 
     def __repr__(self) -> str:
         return (
@@ -97,8 +103,10 @@ class ShardMember:
         rules = self._rules
         return frozenset(rules.serving) if rules.valid(self._now()) else frozenset()
 
-    def serves(self, slot: int) -> bool:
-        return self._rules.serves(slot, self._now())
+    def serves(self, slot: int, now: float | None = None) -> bool:
+        """True if a reconcile of an object in `slot` may start now (`now`: the loop's
+        time, for a caller in another thread, which has no running loop)."""
+        return self._rules.serves(slot, self._now() if now is None else now)
 
     @property
     def members(self) -> list[str]:
@@ -106,6 +114,13 @@ class ShardMember:
         now = self._now()
         live = [seen.holder for seen in self._seen.values() if now < seen.expires_at()]
         return sorted({self.identity, *live})
+
+    @property
+    def settled(self) -> bool:
+        """Serving exactly its rendezvous share among the members it counts (the first
+        time this holds, the replica is ready)."""
+        desired = assign(self.members, self.config.slots).get(self.identity, frozenset())
+        return self.serving == desired
 
     @property
     def version(self) -> int:
@@ -119,6 +134,10 @@ class ShardMember:
         return self._version
 
     def _notify(self) -> None:
+        serving = self.serving
+        self.gained += len(serving - self._last_serving)
+        self.lost += len(self._last_serving - serving)
+        self._last_serving = serving
         self._version += 1
         self._changed.set()
         self._changed = asyncio.Event()

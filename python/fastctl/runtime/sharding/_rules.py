@@ -28,7 +28,9 @@ through a moment when just its old server publishes it (draining) and then nobod
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -44,6 +46,8 @@ __all__ = [
     "format_slots",
     "parse_slots",
 ]
+
+_NOT_NAME = re.compile(r"[^a-z0-9.-]+")
 
 GROUP_LABEL = "sharding.fastctl.dev/group"
 """The label that puts a member's Lease in its group (the group's Leases are listed by it)."""
@@ -112,8 +116,15 @@ class Sharding:
 
     @property
     def lease_name(self) -> str:
-        """This member's own Lease."""
-        return f"{self.group}-{self.identity}"
+        """This member's own Lease: ``<group>-<identity>``, made a valid object name (the
+        default identity, ``host_random``, has an underscore): lower case, other characters
+        as ``-``, and then a hash of the original so two identities never share a name."""
+        raw = f"{self.group}-{self.identity}"
+        name = _NOT_NAME.sub("-", raw.lower()).strip("-.")
+        if name == raw:
+            return name
+        digest = hashlib.blake2b(raw.encode(), digest_size=4).hexdigest()
+        return f"{name[:200]}-{digest}"
 
     @property
     def lease_duration_seconds(self) -> int:

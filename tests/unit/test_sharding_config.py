@@ -1,0 +1,49 @@
+"""Choosing sharding: the ``fastctl run`` flags build the `Sharding` they say, and a Manager
+(or a command line) that asks for both sharding and leader election is refused before
+anything starts (one mode per Manager, docs/sharding.md)."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from fastctl.cli import build_parser, main
+from fastctl.cli.run import _sharding
+from fastctl.runtime._manager import Manager
+from fastctl.runtime.leader import LeaderElection
+from fastctl.runtime.sharding import Sharding
+
+
+def parse(*extra: str) -> Sharding | None:
+    args = build_parser().parse_args(["run", "nowhere:make", *extra])
+    made = _sharding(args)
+    assert made is None or isinstance(made, Sharding)
+    return made
+
+
+def test_the_flags_build_the_sharding_they_say() -> None:
+    assert parse() is None
+    made = parse(
+        *("--shard-group", "widgets", "--shard-key", "namespace", "--shard-slots", "32"),
+        *("--lease-namespace", "ops", "--lease-duration", "20", "--renew-deadline", "12"),
+        *("--retry-period", "3"),
+    )
+    assert made is not None
+    assert (made.group, made.key, made.slots, made.namespace) == ("widgets", "namespace", 32, "ops")
+    assert (made.lease_duration, made.renew_deadline, made.retry_period) == (20, 12, 3)
+    assert parse("--shard-group", "widgets").key == "uid"  # type: ignore[union-attr]
+
+
+def test_both_modes_on_the_command_line_are_refused_before_the_target_loads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The target does not exist: the refusal must come first.
+    code = main(["run", "no_such_module:make", "--shard-group", "g", "--leader-elect"])
+    assert code == 1
+    assert "--leader-elect and --shard-group" in capsys.readouterr().err
+
+
+def test_a_manager_with_both_modes_is_refused() -> None:
+    client = ApiClient.__new__(ApiClient)  # never used
+    with pytest.raises(ValueError, match="not both"):
+        Manager(client, leader_election=LeaderElection("x"), sharding=Sharding("g"))
