@@ -76,6 +76,9 @@ class Replica:
     record: Path
     log: Path
     port: int
+    """Its ``/metrics``, in plain HTTP (``--metrics-insecure``: the test scrapes it)."""
+    probe_port: int
+    """Its ``/healthz`` and ``/readyz``."""
     ended: float | None = None  # monotonic time it was seen to end
 
     @property
@@ -95,7 +98,7 @@ class Replica:
         )
 
     async def ready(self) -> bool:
-        url = f"http://127.0.0.1:{self.port}/readyz"
+        url = f"http://127.0.0.1:{self.probe_port}/readyz"
         try:
             async with aiohttp.ClientSession() as session, session.get(url) as resp:
                 return resp.status == 200
@@ -119,7 +122,7 @@ class Cluster:
     def start(self, name: str) -> Replica:
         record = self.directory / f"{name}.jsonl"
         log = self.directory / f"{name}.log"
-        port = free_port()
+        port, probe_port = free_port(), free_port()
         argv = [
             sys.executable,
             "-m",
@@ -146,10 +149,13 @@ class Cluster:
             "0.3",
             "--metrics-port",
             str(port),
+            "--metrics-insecure",
+            "--probe-port",
+            str(probe_port),
         ]
         env = {**os.environ, "RECORD_FILE": str(record), "RECONCILE_SECONDS": str(self.work)}
         proc = subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-        replica = Replica(name, proc, record, log, port)
+        replica = Replica(name, proc, record, log, port, probe_port)
         self.replicas[name] = replica
         return replica
 

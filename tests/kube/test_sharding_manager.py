@@ -47,7 +47,9 @@ def manager(client: ApiClient, namespace: str, identity: str, rows: list[Row]) -
         meta = obj["metadata"]
         rows.append((identity, meta["uid"], meta["resourceVersion"], start, loop.time()))
 
-    mgr = Manager(client, sharding=sharding(namespace, identity), metrics_port=None)
+    mgr = Manager(
+        client, sharding=sharding(namespace, identity), metrics_port=None, probe_port=None
+    )
     mgr.add(Controller(client, CM, reconcile, namespace=namespace, name="rec"))
     return mgr
 
