@@ -63,6 +63,8 @@ async def test_a_manager_started_before_the_api_server_comes_up_and_reconciles(
             leader_election=fast_election("startup", namespace),
             metrics_port=0,
             metrics_host="127.0.0.1",
+            probe_port=0,
+            probe_host="127.0.0.1",
         ).add(ctl)
         run = asyncio.create_task(mgr.run())
         try:

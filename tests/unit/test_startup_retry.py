@@ -200,7 +200,14 @@ async def test_a_manager_without_an_api_server_is_alive_not_ready_and_stops_at_o
         return None
 
     ctl = Controller(api, WIDGET, reconcile)
-    manager = Manager(api, metrics_port=0, metrics_host="127.0.0.1", drain_timeout=600)
+    manager = Manager(
+        api,
+        metrics_port=0,
+        metrics_host="127.0.0.1",
+        probe_port=0,
+        probe_host="127.0.0.1",
+        drain_timeout=600,
+    )
     manager.add(ctl)
     run = asyncio.create_task(manager.run())
     await _until(lambda: ctl._counters.watch_errors >= 2, "two failed discoveries")
@@ -241,6 +248,8 @@ async def test_fastctl_run_reports_a_refused_discovery_in_one_line(
             "--kubeconfig",
             str(kubeconfig),
             "--metrics-port",
+            "0",
+            "--probe-port",
             "0",
             stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
