@@ -60,11 +60,18 @@ KUBE_ALL = _names(
     ResolvedResource
     Resource ResourceNotFound Store WatchEvent add_finalizer apply apply_status
     controller_uid create delete finalizer get load_client patch reflector remove_finalizer
-    resolved watcher
+    resolved watcher MetadataOnlyUnsupported
     CustomResource KubeModel ObjectMeta PrinterColumn Rule crd InvalidObject SchemaError
     """
 )
-RUNTIME_ALL = {"INITIAL_LIST_PRIORITY", "Controller", "LeaderElection", "LeaderElector", "Manager"}
+RUNTIME_ALL = {
+    "INITIAL_LIST_PRIORITY",
+    "Controller",
+    "LeaderElection",
+    "LeaderElector",
+    "Manager",
+    "RelatedCache",
+}
 DEPLOY_ALL = _names(
     """
     BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions Rule

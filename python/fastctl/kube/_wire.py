@@ -18,7 +18,7 @@ import orjson
 
 from fastctl.errors import WatchStreamError
 
-__all__ = ["list_page", "metadata_problem", "watch_frame"]
+__all__ = ["list_page", "metadata_problem", "typed_list_page", "watch_frame"]
 
 Obj = dict[str, Any]
 
@@ -29,6 +29,12 @@ _OWNER_STRINGS = ("apiVersion", "kind", "name", "uid")
 def list_page(data: bytes) -> tuple[list[Obj], Obj]:
     """A list response's items and metadata, or `WatchStreamError` when it is not JSON or
     not shaped like a list (a proxy's page, a broken server)."""
+    items, meta, _ = typed_list_page(data)
+    return items, meta
+
+
+def typed_list_page(data: bytes) -> tuple[list[Obj], Obj, Any]:
+    """`list_page` and the list's ``kind`` (a metadata-only list checks it)."""
     doc = _json_object(data, "list response")
     items = doc.get("items") or []
     meta = doc.get("metadata") or {}
@@ -41,7 +47,7 @@ def list_page(data: bytes) -> tuple[list[Obj], Obj]:
         problem = metadata_problem(obj)
         if problem is not None:
             raise WatchStreamError(f"malformed list response: an item's {problem}")
-    return items, meta
+    return items, meta, doc.get("kind")
 
 
 def watch_frame(line: bytes) -> tuple[str, Obj]:

@@ -11,6 +11,11 @@ A (re)list triggers its objects only once it is complete and the store has swapp
 those triggers get priority -100, so that after a restart the live changes are served
 before the backlog of objects that merely exist (as controller-runtime does).
 
+With ``cache=True``, `owns` and `watches` also keep the related objects, and the reconcile
+reads them (`RelatedCache`, ``fastctl.runtime._children``) instead of asking the API
+server; with ``metadata_only=True`` the related watch lists and watches
+``PartialObjectMetadata`` (names, labels, owners and versions, no body).
+
 Given a `CustomResource` model instead of a `Resource`, the controller watches the model's
 resource and each reconcile gets a validated instance (`fastctl.runtime._typed`).
 """
@@ -21,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -38,6 +43,7 @@ from fastctl.kube._retry import resolve_patiently
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.log import RedactingFilter
+from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
@@ -73,6 +79,8 @@ class _Relation:
     resource: Resource
     mapper: Mapper | None  # None: follow controller owner references to the primary
     reason: str
+    cache: RelatedCache | None = None  # cache=True: the objects, for the reconcile
+    metadata_only: bool = False
 
 
 class Controller:
@@ -176,20 +184,71 @@ class Controller:
 
     # -- builder ----------------------------------------------------------------------------
 
-    def owns(self, resource: Resource) -> Controller:
+    def owns(
+        self, resource: Resource, *, cache: bool = False, metadata_only: bool = False
+    ) -> Controller:
         """Also watch `resource`; a change to an object with a controller owner reference to
-        a primary object triggers that owner (e.g. the ConfigMaps a Widget renders)."""
-        self._check_not_running()
-        self._relations.append(_Relation(resource, None, f"owned {resource.kind} changed"))
+        a primary object triggers that owner (e.g. the ConfigMaps a Widget renders).
+
+        `cache` keeps the objects for the reconcile to read (``ctl.cache(resource)``, a
+        `RelatedCache`: ``owned_by(obj)``) instead of GETting them; off by default, since
+        it holds every object of the resource in the namespace, not only the owned ones.
+        `metadata_only` watches ``PartialObjectMetadata``: the cache (and the triggers)
+        see only each object's metadata, a fraction of the memory and of the bytes."""
+        self._add(_Relation(resource, None, f"owned {resource.kind} changed"), cache, metadata_only)
         return self
 
-    def watches(self, resource: Resource, mapper: Mapper) -> Controller:
-        """Also watch `resource`; each change triggers the primary objects `mapper` returns."""
-        self._check_not_running()
+    def watches(
+        self,
+        resource: Resource,
+        mapper: Mapper,
+        *,
+        cache: bool = False,
+        metadata_only: bool = False,
+    ) -> Controller:
+        """Also watch `resource`; each change triggers the primary objects `mapper` returns,
+        and those it returned for the object's previous state (a removed reference
+        re-triggers its old target; a delete, the last targets). `cache` and
+        `metadata_only` as for `owns`; the cache's ``mapped_to(obj)`` gives the objects
+        the mapper last mapped to a primary object."""
         if not callable(mapper):
             raise TypeError(f"mapper must be callable, got {type(mapper).__name__}")
-        self._relations.append(_Relation(resource, mapper, f"watched {resource.kind} changed"))
+        rel = _Relation(resource, mapper, f"watched {resource.kind} changed")
+        self._add(rel, cache, metadata_only)
         return self
+
+    def _add(self, rel: _Relation, cache: bool, metadata_only: bool) -> None:
+        self._check_not_running()
+        resource = rel.resource
+        if not isinstance(resource, Resource):
+            raise TypeError(f"resource must be a fastctl.Resource, got {type(resource).__name__}")
+        if metadata_only and resource == self.resource:
+            raise ValueError(
+                f"{resource} is the primary resource, watched with full objects: "
+                "metadata_only applies to related resources only"
+            )
+        for other in self._relations:
+            if other.resource == resource and other.metadata_only != metadata_only:
+                raise ValueError(
+                    f"{resource} is already watched with metadata_only={other.metadata_only}: "
+                    "one controller watches a resource one way"
+                )
+            if other.resource == resource and cache and other.cache is not None:
+                raise ValueError(f"{resource} is already cached by this controller")
+        made = RelatedCache(resource, metadata_only=metadata_only) if cache else None
+        self._relations.append(replace(rel, cache=made, metadata_only=metadata_only))
+
+    def cache(self, resource: Resource) -> RelatedCache:
+        """The cache of a related resource added with ``cache=True`` (put it in the
+        reconcile's context: ``ctx.configmaps.owned_by(obj)``). Available at once; it fills
+        when the controller runs, and the controller reconciles only once it is ready."""
+        for rel in self._relations:
+            if rel.resource == resource and rel.cache is not None:
+                return rel.cache
+        raise KeyError(
+            f"controller {self.name} does not cache {resource}: "
+            "add it with owns(..., cache=True) or watches(..., cache=True)"
+        )
 
     def reconcile_all_on(self, source: AsyncIterable[Any]) -> Controller:
         """Each item `source` yields re-triggers every cached object (e.g. a config reload
@@ -240,6 +299,9 @@ class Controller:
         if resource == self.resource:
             self.store = shared.store
             self._primary_shared = True
+        for rel in self._relations:
+            if rel.resource == resource and rel.cache is not None:
+                rel.cache.store = shared.store  # the shared watch feeds it
 
     def _gate_on(self, open_: asyncio.Event) -> None:
         """Start no reconcile until `open_` is set (the Manager's leader election: followers
@@ -262,8 +324,11 @@ class Controller:
 
     @property
     def is_ready(self) -> bool:
-        """True once the primary cache holds its first complete list."""
-        return self.store.is_ready
+        """True once the primary cache, and every related cache, holds its first list."""
+        return self.store.is_ready and all(c.is_ready for c in self._caches())
+
+    def _caches(self) -> list[RelatedCache]:
+        return [rel.cache for rel in self._relations if rel.cache is not None]
 
     # -- running ----------------------------------------------------------------------------
 
@@ -356,6 +421,8 @@ class Controller:
                 self._shard.bind(loop)
                 reconcile = self._shard.track(reconcile)
                 store = ShardedStore(self.store, self._shard)
+            if self._caches():
+                store = _GatedStore(store, None, [c.store for c in self._caches()])
             async for result in applier(
                 reconcile,
                 self.error_policy,
@@ -428,7 +495,10 @@ class Controller:
         selectors (they select primary objects, not the objects related to them)."""
         if resource == self.resource:
             return self.watch_config
-        return replace(self.watch_config, label_selector=None, field_selector=None)
+        metadata_only = any(r.metadata_only for r in self._relations if r.resource == resource)
+        return replace(
+            self.watch_config, label_selector=None, field_selector=None, metadata_only=metadata_only
+        )
 
     def _on_watch_error(self, exc: BaseException) -> None:
         """The watcher retries by itself; count what it retried, for metrics."""
@@ -474,9 +544,15 @@ class Controller:
             rel.reason,
             controller=self.name,
             kind=rel.resource.kind,
+            index=rel.cache is not None,
         )
+        events = self._events(rel.resource)
+        if rel.cache is not None:
+            rel.cache._bind(related)
+            if rel.resource not in self._event_sources:  # a shared watch fills its own store
+                events = reflector(rel.cache.store, events)
         try:
-            async for event in self._events(rel.resource):
+            async for event in events:
                 for trigger in related.on_event(event):
                     if self._shard is not None and not self._related_served(rel, event, trigger):
                         continue
@@ -562,19 +638,28 @@ def _stop_on_failure(
 
 
 class _GatedStore(Mapping[ObjectRef, Any]):
-    """A store that is not ready until its gate opens: the applier queues (and de-duplicates)
-    triggers meanwhile, and starts reconciling when both the cache and the gate are ready."""
+    """A store that is not ready until its gate opens (if any) and the related caches
+    (`caches`) hold their first lists: the applier queues (and de-duplicates) triggers
+    meanwhile, and starts reconciling when all are ready, so a reconcile never reads a
+    child cache that merely looks empty because it has not been listed yet."""
 
-    def __init__(self, store: Store, gate: asyncio.Event) -> None:
+    def __init__(
+        self, store: Any, gate: asyncio.Event | None, caches: Sequence[Store] = ()
+    ) -> None:
         self._store = store
         self._gate = gate
+        self._caches = caches
 
     @property
     def is_ready(self) -> bool:
-        return self._gate.is_set() and self._store.is_ready
+        gate_open = self._gate is None or self._gate.is_set()
+        return gate_open and bool(self._store.is_ready) and all(c.is_ready for c in self._caches)
 
     async def wait_ready(self) -> None:
-        await self._gate.wait()
+        if self._gate is not None:
+            await self._gate.wait()
+        for cache in self._caches:
+            await cache.wait_ready()
         await self._store.wait_ready()
 
     def __getitem__(self, ref: ObjectRef) -> Any:

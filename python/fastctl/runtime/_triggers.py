@@ -21,6 +21,12 @@ triggers nothing until it is complete:
   triggers both. The map costs a ref per target: a mapper that fans one object out to many
   primaries costs as many. With a shared watch the reflector also sends a ``DELETE`` for
   each vanished object; its triggers repeat the diff's, and the scheduler merges them.
+  This memory is also what makes a removed reference count: an update that drops a target
+  triggers the old target as well as the new ones, and a delete triggers the last targets,
+  even when the deleted object's final state no longer names them.
+- With ``index=True`` (a cached relation, `fastctl.runtime.RelatedCache`) it also keeps
+  the reverse map, primary ref → the related objects mapped to it (`sources_of`), so a
+  reconcile finds the objects that point at its object without a scan.
 """
 
 from __future__ import annotations
@@ -60,15 +66,44 @@ class RelatedTriggers:
     """The triggers a related resource's events produce, and the slim state that lets a
     relist report the related objects that vanished (see the module docstring)."""
 
-    __slots__ = ("_controller", "_kind", "_listing", "_mapper", "_reason", "_targets")
+    __slots__ = ("_controller", "_kind", "_listing", "_mapper", "_reason", "_sources", "_targets")
 
-    def __init__(self, mapper: Mapper, reason: str, *, controller: str, kind: str) -> None:
+    def __init__(
+        self, mapper: Mapper, reason: str, *, controller: str, kind: str, index: bool = False
+    ) -> None:
         self._mapper = mapper
         self._reason = reason
         self._controller = controller
         self._kind = kind
         self._targets: dict[ObjectRef, tuple[ObjectRef, ...]] = {}
         self._listing: dict[ObjectRef, tuple[ObjectRef, ...]] | None = None
+        self._sources: dict[ObjectRef, set[ObjectRef]] | None = {} if index else None
+
+    def sources_of(self, target: ObjectRef) -> tuple[ObjectRef, ...]:
+        """The related objects last mapped to `target` (needs ``index=True``)."""
+        if self._sources is None:
+            raise RuntimeError("RelatedTriggers keeps no reverse index (index=False)")
+        return tuple(self._sources.get(target, ()))
+
+    def _retarget(
+        self, ref: ObjectRef, before: tuple[ObjectRef, ...], after: tuple[ObjectRef, ...]
+    ) -> None:
+        """Remember `after` as `ref`'s targets (forget it when empty), and keep the reverse
+        index in step."""
+        if after:
+            self._targets[ref] = after
+        sources = self._sources
+        if sources is None or before == after:
+            return
+        for target in before:
+            if target not in after:
+                refs = sources.get(target)
+                if refs is not None:
+                    refs.discard(ref)
+                    if not refs:
+                        del sources[target]
+        for target in after:
+            sources.setdefault(target, set()).add(ref)
 
     def __len__(self) -> int:
         """How many related objects map to at least one primary object."""
@@ -93,11 +128,12 @@ class RelatedTriggers:
             ref = ObjectRef.from_object(obj)
             targets = self._map(obj)
             before = self._targets.pop(ref, _NONE)
-            if targets:
-                self._targets[ref] = targets
+            self._retarget(ref, before, targets)
             return self._triggers(_union(before, targets), 0)
         elif kind is EventKind.DELETE:
-            before = self._targets.pop(ObjectRef.from_object(obj), _NONE)
+            ref = ObjectRef.from_object(obj)
+            before = self._targets.pop(ref, _NONE)
+            self._retarget(ref, before, _NONE)
             return self._triggers(_union(before, self._map(obj)), 0)
         return []
 
@@ -105,6 +141,11 @@ class RelatedTriggers:
         new = self._listing if self._listing is not None else {}
         self._listing = None
         old, self._targets = self._targets, new
+        if self._sources is not None:
+            self._sources = {}
+            for ref, targets in new.items():
+                for target in targets:
+                    self._sources.setdefault(target, set()).add(ref)
         vanished: dict[ObjectRef, None] = {}
         for ref, targets in old.items():
             if ref not in new:
