@@ -5,7 +5,7 @@ controller owner reference), and ServiceAccounts point at owners through an anno
 (``to``). The controller caches both related resources, the ServiceAccounts as metadata
 only; the reconcile reads its child and its pointers from the caches and writes only when
 the child is missing or stale. Every request the controller makes goes through a
-`FaultProxy`, which counts them and can force relists (a 410 injected into the watches).
+`FaultProxy`, which counts them and can force relists (a resume answered 410 Gone).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import os
 import time
 from typing import Any
 
-import orjson
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
@@ -36,15 +35,6 @@ CONFIGMAP = Resource("v1", "ConfigMap")
 SECRET = Resource("v1", "Secret")
 SA = Resource("v1", "ServiceAccount")
 FIELD_MANAGER = "children-test"
-GONE = (
-    orjson.dumps(
-        {
-            "type": "ERROR",
-            "object": {"kind": "Status", "apiVersion": "v1", "code": 410, "reason": "Expired"},
-        }
-    )
-    + b"\n"
-)
 SLOW = pytest.mark.skipif(
     not os.environ.get("FASTCTL_SLOW_KUBE"),
     reason="restarts kube-apiserver (~18 s): FASTCTL_SLOW_KUBE=1, see docs/benchmarks.md",
@@ -182,12 +172,18 @@ async def test_children_come_from_the_cache_and_deletes_and_moves_retrigger(
         await eventually(lambda: operator.writes == writes + 1, what="o-2 recreated its child")
         await eventually(lambda: ctl.cache(SECRET).get("o-2-child", namespace) is not None)
 
-        # The same after a relist: the 410 reaches the Secret watch before the DELETED line,
-        # so the delete is only seen as a child missing from the new list.
+        # The same after a relist: the watches are down while the child is deleted, and the
+        # Secret watch's resume is answered 410 Gone, so the delete is only seen as a child
+        # missing from the new list.
         secret_lists = relists(proxy, "secrets")
         writes = operator.writes
-        assert proxy.inject(GONE) >= 3
+        proxy.fail(
+            410, match=lambda method, path: "/secrets?" in path and "resourceVersion=" in path
+        )
+        proxy.down = True
+        proxy.cut()
         await delete(client, SECRET, "o-1-child", namespace=namespace)
+        proxy.down = False
         await eventually(lambda: operator.writes == writes + 1, what="o-1 recreated its child")
         assert relists(proxy, "secrets") > secret_lists, "the delete was not seen by a relist"
         await eventually(lambda: ctl.cache(SECRET).get("o-1-child", namespace) is not None)
