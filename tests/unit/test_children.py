@@ -257,3 +257,19 @@ def test_a_full_watch_sends_no_metadata_accept(monkeypatch: pytest.MonkeyPatch) 
     server = AcceptServer(lambda q: None)
     run(server, monkeypatch)
     assert server.accepts == [None]
+
+
+def test_a_shared_watch_fills_the_cache_and_keeps_metadata_only_watches_apart() -> None:
+    from fastctl.runtime._shared_watch import SharedWatch
+
+    async def nothing() -> Any:
+        yield WatchEvent(EventKind.INIT)
+
+    ctl = Controller(client(), WIDGET, lambda obj, ctx: None)
+    ctl.owns(CM, cache=True)
+    shared = SharedWatch("cm", nothing)
+    ctl._use_shared_watch(CM, shared)
+    assert ctl.cache(CM).store is shared.store
+    other = Controller(client(), WIDGET, lambda obj, ctx: None).owns(CM, metadata_only=True)
+    # the Manager shares a watch only between equal watch configs
+    assert other._watch_config_for(CM) != ctl._watch_config_for(CM)
