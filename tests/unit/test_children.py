@@ -268,7 +268,7 @@ def test_a_shared_watch_fills_the_cache_and_keeps_metadata_only_watches_apart() 
     ctl = Controller(client(), WIDGET, lambda obj, ctx: None)
     ctl.owns(CM, cache=True)
     shared = SharedWatch("cm", nothing)
-    ctl._use_shared_watch(CM, shared)
+    ctl._use_shared_watch(0, shared)
     assert ctl.cache(CM).store is shared.store
     other = Controller(client(), WIDGET, lambda obj, ctx: None).owns(CM, metadata_only=True)
     # the Manager shares a watch only between equal watch configs

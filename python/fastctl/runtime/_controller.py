@@ -176,7 +176,9 @@ class Controller:
         self._running = False
         self._resolved: ResolvedResource | None = None
         self._resolving: asyncio.Task[None] | None = None
-        self._event_sources: dict[Resource, EventSource] = {}
+        # One source per use (None: the primary watch; i: relation i), not per resource:
+        # two relations on one resource each need their own subscription to a shared watch.
+        self._event_sources: dict[int | None, EventSource] = {}
         self._primary_shared = False
         self._gate: asyncio.Event | None = None
         self._shard: ShardGate | None = None
@@ -290,18 +292,30 @@ class Controller:
         """The resources added with `owns` (what the reconcile writes, for RBAC)."""
         return [rel.resource for rel in self._relations if rel.mapper is None]
 
-    def _use_shared_watch(self, resource: Resource, shared: SharedWatch) -> None:
-        """Take `resource`'s events from `shared` instead of opening a watch of its own (the
-        Manager shares one watch and one cache per resource among its controllers). For the
-        primary resource the shared store becomes this controller's cache."""
+    def _watch_uses(self) -> list[tuple[int | None, Resource, WatchConfig]]:
+        """Every watch this controller would open: (use, resource, watch options), the
+        primary's use being None and relation i's use i. The Manager shares watches per use,
+        so two relations on one resource get a subscription each."""
+        uses: list[tuple[int | None, Resource, WatchConfig]] = [
+            (None, self.resource, self._watch_config_for(self.resource))
+        ]
+        for i, rel in enumerate(self._relations):
+            uses.append((i, rel.resource, self._watch_config_for(rel.resource)))
+        return uses
+
+    def _use_shared_watch(self, use: int | None, shared: SharedWatch) -> None:
+        """Take the events of `use` (see `_watch_uses`) from `shared` instead of opening a
+        watch of its own (the Manager shares one watch and one cache per resource among its
+        controllers). For the primary the shared store becomes this controller's cache."""
         self._check_not_running()
-        self._event_sources[resource] = shared.subscribe(on_error=self._on_watch_error)
-        if resource == self.resource:
+        self._event_sources[use] = shared.subscribe(on_error=self._on_watch_error)
+        if use is None:
             self.store = shared.store
             self._primary_shared = True
-        for rel in self._relations:
-            if rel.resource == resource and rel.cache is not None:
-                rel.cache.store = shared.store  # the shared watch feeds it
+        else:
+            cache = self._relations[use].cache
+            if cache is not None:
+                cache.store = shared.store  # the shared watch feeds it
 
     def _gate_on(self, open_: asyncio.Event) -> None:
         """Start no reconcile until `open_` is set (the Manager's leader election: followers
@@ -398,10 +412,10 @@ class Controller:
             tasks.append(
                 loop.create_task(self._watch_primary(triggers), name=f"{self.name}:primary")
             )
-            for rel in self._relations:
+            for use, rel in enumerate(self._relations):
                 tasks.append(
                     loop.create_task(
-                        self._watch_related(rel, triggers),
+                        self._watch_related(use, rel, triggers),
                         name=f"{self.name}:{rel.resource.kind}",
                     )
                 )
@@ -478,8 +492,8 @@ class Controller:
         except Exception as exc:
             log.warning("controller %s: no Event for %s: %r", self.name, result.ref, exc)
 
-    def _events(self, resource: Resource) -> AsyncIterator[WatchEvent]:
-        source = self._event_sources.get(resource)
+    def _events(self, resource: Resource, use: int | None) -> AsyncIterator[WatchEvent]:
+        source = self._event_sources.get(use)
         if source is not None:
             return source()
         return watcher(
@@ -527,7 +541,7 @@ class Controller:
         if gate is not None and member is not None:
             events = reflector(self.store, _counted(self._sharded_events(gate, member), gate))
         else:
-            events = self._events(self.resource)
+            events = self._events(self.resource, None)
         if not self._primary_shared and gate is None:
             events = reflector(self.store, events)
         store = self.store
@@ -538,7 +552,9 @@ class Controller:
         except ChannelClosed:
             return
 
-    async def _watch_related(self, rel: _Relation, triggers: Channel[ObjectRef | Trigger]) -> None:
+    async def _watch_related(
+        self, use: int, rel: _Relation, triggers: Channel[ObjectRef | Trigger]
+    ) -> None:
         related = RelatedTriggers(
             rel.mapper if rel.mapper is not None else self._owner_of,
             rel.reason,
@@ -546,10 +562,10 @@ class Controller:
             kind=rel.resource.kind,
             index=rel.cache is not None,
         )
-        events = self._events(rel.resource)
+        events = self._events(rel.resource, use)
         if rel.cache is not None:
             rel.cache._bind(related)
-            if rel.resource not in self._event_sources:  # a shared watch fills its own store
+            if use not in self._event_sources:  # a shared watch fills its own store
                 events = reflector(rel.cache.store, events)
         try:
             async for event in events:

@@ -215,22 +215,25 @@ class Manager:
         set of options, so each cache holds what its controllers asked for."""
         uses: Counter[_WatchKey] = Counter()
 
-        def resources(ctl: Controller) -> list[Resource]:
+        def watch_uses(ctl: Controller) -> list[tuple[int | None, _WatchKey]]:
             # A sharded primary watch lists only this replica's slots: never shared.
-            return ctl.resources[1:] if self.sharding is not None else ctl.resources
+            return [
+                (use, (resource, ctl.namespace, config))
+                for use, resource, config in ctl._watch_uses()
+                if use is not None or self.sharding is None
+            ]
 
         for ctl in self.controllers:
-            for resource in resources(ctl):
-                uses[(resource, ctl.namespace, ctl._watch_config_for(resource))] += 1
+            for _, key in watch_uses(ctl):
+                uses[key] += 1
         shared: dict[_WatchKey, SharedWatch] = {}
         for ctl in self.controllers:
-            for resource in resources(ctl):
-                key = (resource, ctl.namespace, ctl._watch_config_for(resource))
+            for use, key in watch_uses(ctl):
                 if uses[key] < 2:
                     continue
                 if key not in shared:
                     shared[key] = _shared_watch(self.client, *key)
-                ctl._use_shared_watch(resource, shared[key])
+                ctl._use_shared_watch(use, shared[key])
         return list(shared.values())
 
     async def run(self) -> None:
