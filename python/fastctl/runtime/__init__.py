@@ -5,7 +5,27 @@ modules behind them are private.
 """
 
 from fastctl.runtime._controller import INITIAL_LIST_PRIORITY, Controller
+from fastctl.runtime._filters import (
+    Predicate,
+    all_of,
+    annotations_changed,
+    any_of,
+    generation_changed,
+    labels_changed,
+)
 from fastctl.runtime._manager import Manager
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 
-__all__ = ["INITIAL_LIST_PRIORITY", "Controller", "LeaderElection", "LeaderElector", "Manager"]
+__all__ = [
+    "INITIAL_LIST_PRIORITY",
+    "Controller",
+    "LeaderElection",
+    "LeaderElector",
+    "Manager",
+    "Predicate",
+    "all_of",
+    "annotations_changed",
+    "any_of",
+    "generation_changed",
+    "labels_changed",
+]

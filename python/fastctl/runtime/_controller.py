@@ -38,7 +38,9 @@ from fastctl.kube._retry import resolve_patiently
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.log import RedactingFilter
+from fastctl.runtime._filters import EventFilter, Predicate, check_predicate
 from fastctl.runtime._metrics import ReconcileCounters
+from fastctl.runtime._own_writes import OwnWrites
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
 from fastctl.runtime._typed import is_model, typed_reconcile
@@ -73,6 +75,7 @@ class _Relation:
     resource: Resource
     mapper: Mapper | None  # None: follow controller owner references to the primary
     reason: str
+    event_filter: Predicate | None = None
 
 
 class Controller:
@@ -115,6 +118,8 @@ class Controller:
         config: ApplierConfig | None = None,
         watch_config: WatchConfig | None = None,
         recorder: Recorder | None = None,
+        event_filter: Predicate | None = None,
+        ignore_own_writes: bool = False,
     ) -> None:
         """`concurrency`, `debounce`, `timeout` and `executor` are the fields of
         `ApplierConfig`, `label_selector` and `strip_managed_fields` those of `WatchConfig`
@@ -122,6 +127,10 @@ class Controller:
         pass each group as keywords or as one object (`config`, `watch_config`), not both.
         `scheduler` replaces the default one built from `config` (for metrics or the model).
         `recorder` publishes Warning Events about objects a typed controller cannot parse.
+        `event_filter` (a predicate ``(old, new) -> bool``, e.g. `generation_changed`)
+        decides which changes of a primary object trigger it; `ignore_own_writes` holds
+        back the watch events of the writes this controller's reconciles make to the
+        objects it watches (docs/authoring.md, "Event filters").
         """
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
@@ -139,6 +148,9 @@ class Controller:
         self.resource = resource
         self.reconcile = reconcile
         self.recorder = recorder
+        self.event_filter = check_predicate(event_filter, "Controller")
+        self.ignore_own_writes = bool(ignore_own_writes)
+        self._own_writes: OwnWrites | None = None
         self.context = context
         self.error_policy = error_policy
         self.config = pick(
@@ -176,19 +188,29 @@ class Controller:
 
     # -- builder ----------------------------------------------------------------------------
 
-    def owns(self, resource: Resource) -> Controller:
+    def owns(self, resource: Resource, *, event_filter: Predicate | None = None) -> Controller:
         """Also watch `resource`; a change to an object with a controller owner reference to
-        a primary object triggers that owner (e.g. the ConfigMaps a Widget renders)."""
+        a primary object triggers that owner (e.g. the ConfigMaps a Widget renders).
+        `event_filter` decides which changes of those objects trigger."""
         self._check_not_running()
-        self._relations.append(_Relation(resource, None, f"owned {resource.kind} changed"))
+        predicate = check_predicate(event_filter, "owns")
+        self._relations.append(
+            _Relation(resource, None, f"owned {resource.kind} changed", predicate)
+        )
         return self
 
-    def watches(self, resource: Resource, mapper: Mapper) -> Controller:
-        """Also watch `resource`; each change triggers the primary objects `mapper` returns."""
+    def watches(
+        self, resource: Resource, mapper: Mapper, *, event_filter: Predicate | None = None
+    ) -> Controller:
+        """Also watch `resource`; each change triggers the primary objects `mapper` returns.
+        `event_filter` decides which changes of those objects trigger."""
         self._check_not_running()
         if not callable(mapper):
             raise TypeError(f"mapper must be callable, got {type(mapper).__name__}")
-        self._relations.append(_Relation(resource, mapper, f"watched {resource.kind} changed"))
+        predicate = check_predicate(event_filter, "watches")
+        self._relations.append(
+            _Relation(resource, mapper, f"watched {resource.kind} changed", predicate)
+        )
         return self
 
     def reconcile_all_on(self, source: AsyncIterable[Any]) -> Controller:
@@ -330,6 +352,8 @@ class Controller:
                 raise
             finally:
                 self._resolving = None
+            if self.ignore_own_writes:
+                self._own_writes = OwnWrites(self.resources)
             tasks.append(
                 loop.create_task(self._watch_primary(triggers), name=f"{self.name}:primary")
             )
@@ -349,6 +373,8 @@ class Controller:
                 task.add_done_callback(lambda t: _stop_on_failure(t, triggers, failures))
             counters = self._counters
             reconcile = self.reconcile
+            if self._own_writes is not None:
+                reconcile = self._own_writes.observing(reconcile)
             store: Mapping[ObjectRef, Any] = self.store
             if self._gate is not None:
                 store = _GatedStore(self.store, self._gate)
@@ -461,9 +487,13 @@ class Controller:
         if not self._primary_shared and gate is None:
             events = reflector(self.store, events)
         store = self.store
+        event_filter = self._event_filter(self.event_filter, self.resource)
+        own_writes = self._own_writes
         try:
             async for event in events:
-                for trigger in primary_triggers(event, store):
+                if own_writes is not None and event.obj is not None:
+                    await own_writes.settle(self.resource, event.obj)
+                for trigger in primary_triggers(event, store, event_filter):
                     await triggers.put(trigger)
         except ChannelClosed:
             return
@@ -474,15 +504,34 @@ class Controller:
             rel.reason,
             controller=self.name,
             kind=rel.resource.kind,
+            event_filter=self._event_filter(rel.event_filter, rel.resource),
         )
+        own_writes = self._own_writes
         try:
             async for event in self._events(rel.resource):
+                if own_writes is not None and event.obj is not None:
+                    await own_writes.settle(rel.resource, event.obj)
                 for trigger in related.on_event(event):
                     if self._shard is not None and not self._related_served(rel, event, trigger):
                         continue
                     await triggers.put(trigger)
         except ChannelClosed:
             return
+
+    def _event_filter(self, predicate: Predicate | None, resource: Resource) -> EventFilter | None:
+        """The filter state of one watch: `predicate`, and the own-writes echoes."""
+        if predicate is None and self._own_writes is None:
+            return None
+        return EventFilter(
+            predicate,
+            controller=self.name,
+            kind=resource.kind,
+            own_writes=self._own_writes,
+            on_error=self._on_filter_error,
+        )
+
+    def _on_filter_error(self) -> None:
+        self._counters.event_filter_errors += 1
 
     def _related_served(
         self, rel: _Relation, event: WatchEvent, trigger: ObjectRef | Trigger
