@@ -52,6 +52,7 @@ FASTCTL_ALL = _names(
     Trigger WatchError WatchEvent WatchStreamError applier finalizer load_client reflector
     watcher
     CustomResource KubeModel PrinterColumn Rule InvalidObject SchemaError
+    Predicate all_of annotations_changed any_of generation_changed labels_changed
     """
 )
 KUBE_ALL = _names(
@@ -72,6 +73,9 @@ RUNTIME_ALL = {
     "Manager",
     "RelatedCache",
 }
+RUNTIME_ALL |= _names(
+    "Predicate all_of annotations_changed any_of generation_changed labels_changed"
+)
 DEPLOY_ALL = _names(
     """
     BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions Rule

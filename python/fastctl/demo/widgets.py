@@ -39,7 +39,7 @@ from typing import Any, Literal
 from kubernetes_asyncio.client import ApiClient
 from pydantic import Field
 
-from fastctl import Action, Controller
+from fastctl import Action, Controller, generation_changed
 from fastctl.demo._record import RECORD_ENV, recorded
 from fastctl.kube import (
     CustomResource,
@@ -290,6 +290,12 @@ def make_controller(
     """The Widget controller: Widgets primary (typed), their rendered ConfigMaps owned and
     cached (`cache`; without it every reconcile applies its ConfigMap).
 
+    Only the changes that need a reconcile trigger one: a Widget's spec (its generation;
+    a status or finalizer write does not), and any change of a ConfigMap but the ones this
+    operator's own reconciles write (`ignore_own_writes`: a ConfigMap someone else edits or
+    deletes is still put right). So 300 Widgets created and changed once cost about 600
+    reconciles, not twice that.
+
     With ``FASTCTL_DEMO_RECORD=<path>`` set, every reconcile's start and end are appended to
     `path` as JSON lines (`fastctl.demo._record`), for soak runs that check the guarantees
     from outside the process."""
@@ -303,6 +309,8 @@ def make_controller(
         concurrency=concurrency,
         name="widget",
         recorder=recorder,
+        event_filter=generation_changed,
+        ignore_own_writes=True,
     ).owns(CONFIGMAP, cache=cache)
     configmaps = ctl.cache(CONFIGMAP) if cache else None
     ctl.context = WidgetContext(client, recorder, configmaps)

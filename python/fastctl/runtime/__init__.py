@@ -6,6 +6,14 @@ modules behind them are private.
 
 from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._controller import INITIAL_LIST_PRIORITY, Controller
+from fastctl.runtime._filters import (
+    Predicate,
+    all_of,
+    annotations_changed,
+    any_of,
+    generation_changed,
+    labels_changed,
+)
 from fastctl.runtime._manager import Manager
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 
@@ -15,5 +23,11 @@ __all__ = [
     "LeaderElection",
     "LeaderElector",
     "Manager",
+    "Predicate",
     "RelatedCache",
+    "all_of",
+    "annotations_changed",
+    "any_of",
+    "generation_changed",
+    "labels_changed",
 ]

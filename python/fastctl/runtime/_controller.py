@@ -44,7 +44,9 @@ from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.log import RedactingFilter
 from fastctl.runtime._children import RelatedCache
+from fastctl.runtime._filters import EventFilter, Predicate, check_predicate
 from fastctl.runtime._metrics import ReconcileCounters
+from fastctl.runtime._own_writes import OwnWrites
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
 from fastctl.runtime._typed import is_model, typed_reconcile
@@ -81,6 +83,7 @@ class _Relation:
     reason: str
     cache: RelatedCache | None = None  # cache=True: the objects, for the reconcile
     metadata_only: bool = False
+    event_filter: Predicate | None = None
 
 
 class Controller:
@@ -123,6 +126,8 @@ class Controller:
         config: ApplierConfig | None = None,
         watch_config: WatchConfig | None = None,
         recorder: Recorder | None = None,
+        event_filter: Predicate | None = None,
+        ignore_own_writes: bool = False,
     ) -> None:
         """`concurrency`, `debounce`, `timeout` and `executor` are the fields of
         `ApplierConfig`, `label_selector` and `strip_managed_fields` those of `WatchConfig`
@@ -130,6 +135,10 @@ class Controller:
         pass each group as keywords or as one object (`config`, `watch_config`), not both.
         `scheduler` replaces the default one built from `config` (for metrics or the model).
         `recorder` publishes Warning Events about objects a typed controller cannot parse.
+        `event_filter` (a predicate ``(old, new) -> bool``, e.g. `generation_changed`)
+        decides which changes of a primary object trigger it; `ignore_own_writes` holds
+        back the watch events of the writes this controller's reconciles make to the
+        objects it watches (docs/authoring.md, "Event filters").
         """
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
@@ -147,6 +156,9 @@ class Controller:
         self.resource = resource
         self.reconcile = reconcile
         self.recorder = recorder
+        self.event_filter = check_predicate(event_filter, "Controller")
+        self.ignore_own_writes = bool(ignore_own_writes)
+        self._own_writes: OwnWrites | None = None
         self.context = context
         self.error_policy = error_policy
         self.config = pick(
@@ -187,7 +199,12 @@ class Controller:
     # -- builder ----------------------------------------------------------------------------
 
     def owns(
-        self, resource: Resource, *, cache: bool = False, metadata_only: bool = False
+        self,
+        resource: Resource,
+        *,
+        cache: bool = False,
+        metadata_only: bool = False,
+        event_filter: Predicate | None = None,
     ) -> Controller:
         """Also watch `resource`; a change to an object with a controller owner reference to
         a primary object triggers that owner (e.g. the ConfigMaps a Widget renders).
@@ -196,8 +213,11 @@ class Controller:
         `RelatedCache`: ``owned_by(obj)``) instead of GETting them; off by default, since
         it holds every object of the resource in the namespace, not only the owned ones.
         `metadata_only` watches ``PartialObjectMetadata``: the cache (and the triggers)
-        see only each object's metadata, a fraction of the memory and of the bytes."""
-        self._add(_Relation(resource, None, f"owned {resource.kind} changed"), cache, metadata_only)
+        see only each object's metadata, a fraction of the memory and of the bytes.
+        `event_filter` decides which changes of those objects trigger."""
+        predicate = check_predicate(event_filter, "owns")
+        rel = _Relation(resource, None, f"owned {resource.kind} changed", event_filter=predicate)
+        self._add(rel, cache, metadata_only)
         return self
 
     def watches(
@@ -207,15 +227,20 @@ class Controller:
         *,
         cache: bool = False,
         metadata_only: bool = False,
+        event_filter: Predicate | None = None,
     ) -> Controller:
         """Also watch `resource`; each change triggers the primary objects `mapper` returns,
         and those it returned for the object's previous state (a removed reference
         re-triggers its old target; a delete, the last targets). `cache` and
         `metadata_only` as for `owns`; the cache's ``mapped_to(obj)`` gives the objects
-        the mapper last mapped to a primary object."""
+        the mapper last mapped to a primary object. `event_filter` decides which changes
+        of those objects trigger."""
         if not callable(mapper):
             raise TypeError(f"mapper must be callable, got {type(mapper).__name__}")
-        rel = _Relation(resource, mapper, f"watched {resource.kind} changed")
+        predicate = check_predicate(event_filter, "watches")
+        rel = _Relation(
+            resource, mapper, f"watched {resource.kind} changed", event_filter=predicate
+        )
         self._add(rel, cache, metadata_only)
         return self
 
@@ -409,6 +434,8 @@ class Controller:
                 raise
             finally:
                 self._resolving = None
+            if self.ignore_own_writes:
+                self._own_writes = OwnWrites(self.resources)
             tasks.append(
                 loop.create_task(self._watch_primary(triggers), name=f"{self.name}:primary")
             )
@@ -428,6 +455,8 @@ class Controller:
                 task.add_done_callback(lambda t: _stop_on_failure(t, triggers, failures))
             counters = self._counters
             reconcile = self.reconcile
+            if self._own_writes is not None:
+                reconcile = self._own_writes.observing(reconcile)
             store: Mapping[ObjectRef, Any] = self.store
             if self._gate is not None:
                 store = _GatedStore(self.store, self._gate)
@@ -545,9 +574,13 @@ class Controller:
         if not self._primary_shared and gate is None:
             events = reflector(self.store, events)
         store = self.store
+        event_filter = self._event_filter(self.event_filter, self.resource)
+        own_writes = self._own_writes
         try:
             async for event in events:
-                for trigger in primary_triggers(event, store):
+                if own_writes is not None and event.obj is not None:
+                    await own_writes.settle(self.resource, event.obj)
+                for trigger in primary_triggers(event, store, event_filter):
                     await triggers.put(trigger)
         except ChannelClosed:
             return
@@ -561,20 +594,39 @@ class Controller:
             controller=self.name,
             kind=rel.resource.kind,
             index=rel.cache is not None,
+            event_filter=self._event_filter(rel.event_filter, rel.resource),
         )
         events = self._events(rel.resource, use)
         if rel.cache is not None:
             rel.cache._bind(related)
             if use not in self._event_sources:  # a shared watch fills its own store
                 events = reflector(rel.cache.store, events)
+        own_writes = self._own_writes
         try:
             async for event in events:
+                if own_writes is not None and event.obj is not None:
+                    await own_writes.settle(rel.resource, event.obj)
                 for trigger in related.on_event(event):
                     if self._shard is not None and not self._related_served(rel, event, trigger):
                         continue
                     await triggers.put(trigger)
         except ChannelClosed:
             return
+
+    def _event_filter(self, predicate: Predicate | None, resource: Resource) -> EventFilter | None:
+        """The filter state of one watch: `predicate`, and the own-writes echoes."""
+        if predicate is None and self._own_writes is None:
+            return None
+        return EventFilter(
+            predicate,
+            controller=self.name,
+            kind=resource.kind,
+            own_writes=self._own_writes,
+            on_error=self._on_filter_error,
+        )
+
+    def _on_filter_error(self) -> None:
+        self._counters.event_filter_errors += 1
 
     def _related_served(
         self, rel: _Relation, event: WatchEvent, trigger: ObjectRef | Trigger

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.runtime._filters import EventFilter
 from fastctl.types import Mapper, ObjectRef, Trigger
 
 __all__ = ["INITIAL_LIST_PRIORITY", "RelatedTriggers", "primary_triggers"]
@@ -49,15 +50,21 @@ _NONE: tuple[ObjectRef, ...] = ()
 
 
 def primary_triggers(
-    event: WatchEvent, store: Mapping[ObjectRef, Any]
+    event: WatchEvent, store: Mapping[ObjectRef, Any], event_filter: EventFilter | None = None
 ) -> Iterable[ObjectRef | Trigger]:
-    """The triggers for one event of the primary resource, once `store` has applied it."""
+    """The triggers for one event of the primary resource, once `store` has applied it;
+    with `event_filter`, only for the events (and listed objects) it admits."""
     kind = event.kind
+    if event_filter is not None and not event_filter.admits(event):
+        return ()
     if kind is EventKind.APPLY and event.obj is not None:
         return (ObjectRef.from_object(event.obj),)
     if kind is EventKind.INIT_DONE:
         # A snapshot of the refs: the caller awaits between triggers, the store moves on.
         refs = list(store)
+        if event_filter is not None:
+            passing = event_filter.take_listed()
+            refs = [ref for ref in refs if ref in passing]
         return (Trigger(ref, priority=INITIAL_LIST_PRIORITY, reason="list") for ref in refs)
     return ()
 
@@ -66,11 +73,30 @@ class RelatedTriggers:
     """The triggers a related resource's events produce, and the slim state that lets a
     relist report the related objects that vanished (see the module docstring)."""
 
-    __slots__ = ("_controller", "_kind", "_listing", "_mapper", "_reason", "_sources", "_targets")
+    __slots__ = (
+        "_controller",
+        "_filter",
+        "_held",
+        "_kind",
+        "_listing",
+        "_mapper",
+        "_reason",
+        "_sources",
+        "_targets",
+    )
 
     def __init__(
-        self, mapper: Mapper, reason: str, *, controller: str, kind: str, index: bool = False
+        self,
+        mapper: Mapper,
+        reason: str,
+        *,
+        controller: str,
+        kind: str,
+        index: bool = False,
+        event_filter: EventFilter | None = None,
     ) -> None:
+        self._filter = event_filter
+        self._held: set[ObjectRef] = set()  # listed objects the filter held back
         self._mapper = mapper
         self._reason = reason
         self._controller = controller
@@ -112,8 +138,10 @@ class RelatedTriggers:
     def on_event(self, event: WatchEvent) -> list[Trigger]:
         kind = event.kind
         obj = event.obj
+        admitted = self._filter is None or self._filter.admits(event)
         if kind is EventKind.INIT:
             self._listing = {}
+            self._held = set()
         elif kind is EventKind.INIT_DONE:
             return self._swap()
         elif obj is None:
@@ -123,12 +151,17 @@ class RelatedTriggers:
                 self._listing = {}
             targets = self._map(obj)
             if targets:
-                self._listing[ObjectRef.from_object(obj)] = targets
+                ref = ObjectRef.from_object(obj)
+                self._listing[ref] = targets
+                if not admitted:
+                    self._held.add(ref)
         elif kind is EventKind.APPLY:
             ref = ObjectRef.from_object(obj)
             targets = self._map(obj)
             before = self._targets.pop(ref, _NONE)
             self._retarget(ref, before, targets)
+            if not admitted:  # the filter says this change needs no reconcile
+                return []
             return self._triggers(_union(before, targets), 0)
         elif kind is EventKind.DELETE:
             ref = ObjectRef.from_object(obj)
@@ -151,8 +184,10 @@ class RelatedTriggers:
             if ref not in new:
                 vanished.update(dict.fromkeys(targets))
         listed: dict[ObjectRef, None] = {}
-        for targets in new.values():
-            listed.update(dict.fromkeys(targets))
+        held, self._held = self._held, set()
+        for ref, targets in new.items():
+            if ref not in held:
+                listed.update(dict.fromkeys(targets))
         # A vanished related object is a change (a child to recreate): live priority.
         return [
             *self._triggers(vanished, 0),
