@@ -37,6 +37,31 @@ fn key_str<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a str> {
     }
 }
 
+/// The items of an iterable of keys (refusing a `str`, which would iterate as characters),
+/// for a batched call named `call`.
+fn key_items<'py>(keys: &Bound<'py, PyAny>, call: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if keys.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{call}() takes an iterable of str keys, not a str"
+        )));
+    }
+    keys.try_iter()?.collect()
+}
+
+/// Every item as `&str`, or a `TypeError` naming the first that is not a `str` and its
+/// index. The message is built only on that error: formatting it per key cost more than
+/// the scheduler's own work per key.
+fn key_strs<'a>(items: &'a [Bound<'_, PyAny>], call: &str) -> PyResult<Vec<&'a str>> {
+    let mut strs = Vec::with_capacity(items.len());
+    for (i, obj) in items.iter().enumerate() {
+        match obj.cast::<PyString>() {
+            Ok(s) => strs.push(s.to_str()?),
+            Err(_) => return Err(key_str(obj, &format!("{call}() key at index {i}")).unwrap_err()),
+        }
+    }
+    Ok(strs)
+}
+
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
@@ -65,14 +90,17 @@ fn to_py_err(err: Error, key: Option<&Bound<'_, PyAny>>) -> PyErr {
         Error::InvalidDelay { .. } | Error::InvalidTime(_) | Error::InvalidConfig { .. } => {
             PyValueError::new_err(err.to_string())
         }
-        Error::NotInFlight(k) => {
-            let shown = key
-                .and_then(|k| k.repr().ok())
-                .map_or_else(|| format!("{k:?}"), |r| r.to_string());
-            PyKeyError::new_err(format!("done(): key {shown} is not in flight"))
-        }
+        Error::NotInFlight(k) => not_in_flight("done", &k, key),
         Error::TooManyKeys => PyMemoryError::new_err(err.to_string()),
     }
+}
+
+/// The `KeyError` of `call` for a key not in flight, showing the key as Python would.
+fn not_in_flight(call: &str, k: &str, key: Option<&Bound<'_, PyAny>>) -> PyErr {
+    let shown = key
+        .and_then(|k| k.repr().ok())
+        .map_or_else(|| format!("{k:?}"), |r| r.to_string());
+    PyKeyError::new_err(format!("{call}(): key {shown} is not in flight"))
 }
 
 fn non_negative_int(name: &str, value: i64) -> PyResult<usize> {
@@ -216,19 +244,12 @@ impl PyScheduler {
         priority: i64,
         now: Option<f64>,
     ) -> PyResult<()> {
-        if keys.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err(
-                "add_many() takes an iterable of str keys, not a str",
-            ));
-        }
-        let items = keys.try_iter()?.collect::<PyResult<Vec<_>>>()?;
-        let strs = items
-            .iter()
-            .enumerate()
-            .map(|(i, obj)| key_str(obj, &format!("add_many() key at index {i}")))
-            .collect::<PyResult<Vec<&str>>>()?;
+        let items = key_items(keys, "add_many")?;
+        let strs = key_strs(&items, "add_many")?;
         let now = resolve_now(py, now)?;
-        let result = self.lock(py)?.add_many(strs, after, priority, now);
+        let result = self
+            .lock(py)?
+            .add_many(strs.iter().copied(), after, priority, now);
         result.map_err(|e| to_py_err(e, None))
     }
 
@@ -297,6 +318,27 @@ impl PyScheduler {
         let now = resolve_now(py, now)?;
         let result = self.lock(py)?.done(k, requeue_after, failed, priority, now);
         result.map_err(|e| to_py_err(e, Some(key)))
+    }
+
+    /// `done` of each key of an iterable of str, with one `now`: the batched end of
+    /// successful reconciles. A non-`str` key refuses the whole batch; a key not in flight
+    /// raises `KeyError` after the keys before it are done.
+    #[pyo3(signature = (keys, *, now = None))]
+    fn done_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>, now: Option<f64>) -> PyResult<()> {
+        let items = key_items(keys, "done_many")?;
+        let strs = key_strs(&items, "done_many")?;
+        let now = resolve_now(py, now)?;
+        let result = self.lock(py)?.done_many(strs.iter().copied(), now);
+        result.map_err(|e| match e {
+            Error::NotInFlight(ref k) => {
+                // Only on this error: find the Python key, to show it as Python would.
+                let key = items
+                    .iter()
+                    .find(|obj| key_str(obj, "").is_ok_and(|s| s == k));
+                not_in_flight("done_many", k, key)
+            }
+            other => to_py_err(other, None),
+        })
     }
 
     /// Reset the failure count of `key`.

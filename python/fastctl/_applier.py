@@ -34,7 +34,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -82,6 +82,7 @@ class SchedulerLike(Protocol):
         requeue_after: float | None = ...,
         failed: bool = ...,
     ) -> None: ...
+    def done_many(self, keys: Iterable[str]) -> None: ...
     def next_ready_at(self) -> float | None: ...
     @property
     def in_flight(self) -> int: ...
@@ -271,17 +272,20 @@ class _Driver:
             self.blocked = len(keys) < free
             if not keys:
                 return
+            gone = []
             for key in keys:
                 ref = ObjectRef._from_trusted_key(key)
                 obj = store.get(ref)
                 if obj is None:
                     # Gone from the cache: nothing to reconcile. A later trigger (the object
                     # coming back) queues it again.
-                    scheduler.done(key)
+                    gone.append(key)
                     continue
                 self.running[key] = self.loop.create_task(
                     self.run_one(key, ref, obj), name=f"fastctl-reconcile:{key}"
                 )
+            if gone:
+                scheduler.done_many(gone)
             if not self.concurrency:
                 return
 
@@ -437,9 +441,9 @@ class _Driver:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        for key in list(self.running):
-            del self.running[key]
-            self.scheduler.done(key)
+        keys = list(self.running)
+        self.running.clear()
+        self.scheduler.done_many(keys)
         self.completed.clear()
         self.wake_peers()
 

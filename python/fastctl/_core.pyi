@@ -121,6 +121,11 @@ class Scheduler:
         """End the in-flight state of `key` (KeyError if it is not in flight) and queue it
         again if it is dirty, `requeue_after` is given, or it `failed` (backoff)."""
 
+    def done_many(self, keys: Iterable[str], *, now: float | None = None) -> None:
+        """`done` of each key in order with one `now` (no requeue, no failure): the batched
+        end of successful reconciles. Nothing is done if any key is not a str; a key not in
+        flight raises KeyError, the keys before it done, the ones after it not."""
+
     def forget(self, key: str) -> None:
         """Reset the consecutive-failure count of `key`."""
 

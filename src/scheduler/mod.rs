@@ -121,15 +121,21 @@ impl Scheduler {
     }
 
     /// `add` for each key in order, with one `now`.
-    pub fn add_many<'k>(
+    pub fn add_many<'k, I>(
         &mut self,
-        keys: impl IntoIterator<Item = &'k str>,
+        keys: I,
         after: f64,
         priority: i64,
         now: f64,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = &'k str>,
+        I::IntoIter: Clone,
+    {
         let after = check_delay("after", after)?;
         let now = self.tick(check_now(now)?);
+        let keys = keys.into_iter();
+        self.records.warm(keys.clone());
         for key in keys {
             self.add_one(key, after, priority, now)?;
         }
@@ -337,6 +343,23 @@ impl Scheduler {
                 self.enqueue(idx, schedule, now);
             }
             None => self.records.remove(idx),
+        }
+        Ok(())
+    }
+
+    /// `done` of each key in order, all with one `now` and no requeue, failure or priority:
+    /// how a batch of successful reconciles ends. Stops at the first key that is not in
+    /// flight (`Error::NotInFlight`): the keys before it are done, the ones after it are not.
+    pub fn done_many<'k, I>(&mut self, keys: I, now: f64) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = &'k str>,
+        I::IntoIter: Clone,
+    {
+        let keys = keys.into_iter();
+        self.records.warm(keys.clone());
+        let now = self.tick(check_now(now)?);
+        for key in keys {
+            self.done(key, None, false, None, now)?;
         }
         Ok(())
     }

@@ -163,6 +163,10 @@ class SimScheduler:
         self._record.sched_call(self._ctl, "done", key, retry=retry)
         self._inner.done(key, requeue_after=requeue_after, failed=failed, now=self._now())
 
+    def done_many(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self.done(key)
+
     def next_ready_at(self) -> float | None:
         return self._inner.next_ready_at()
 

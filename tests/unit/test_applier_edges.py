@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
@@ -311,6 +311,11 @@ class CountingScheduler:
     def done(self, key: str, *, requeue_after: float | None = None, failed: bool = False) -> None:
         self.events.append(f"done {key}")
         self.inner.done(key, requeue_after=requeue_after, failed=failed)
+
+    def done_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        self.events.extend(f"done {key}" for key in keys)
+        self.inner.done_many(keys)
 
     def next_ready_at(self) -> float | None:
         return self.inner.next_ready_at()
