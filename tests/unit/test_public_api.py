@@ -64,7 +64,12 @@ KUBE_ALL = _names(
     CustomResource KubeModel ObjectMeta PrinterColumn Rule crd InvalidObject SchemaError
     """
 )
-RUNTIME_ALL = {"INITIAL_LIST_PRIORITY", "Controller", "LeaderElection", "LeaderElector", "Manager"}
+RUNTIME_ALL = _names(
+    """
+    INITIAL_LIST_PRIORITY Controller LeaderElection LeaderElector Manager
+    ObjectInspection QueueSummary ReasonCount
+    """
+)
 DEPLOY_ALL = _names(
     """
     BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions Rule

@@ -5,7 +5,17 @@ modules behind them are private.
 """
 
 from fastctl.runtime._controller import INITIAL_LIST_PRIORITY, Controller
+from fastctl.runtime._inspect import ObjectInspection, QueueSummary, ReasonCount
 from fastctl.runtime._manager import Manager
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 
-__all__ = ["INITIAL_LIST_PRIORITY", "Controller", "LeaderElection", "LeaderElector", "Manager"]
+__all__ = [
+    "INITIAL_LIST_PRIORITY",
+    "Controller",
+    "LeaderElection",
+    "LeaderElector",
+    "Manager",
+    "ObjectInspection",
+    "QueueSummary",
+    "ReasonCount",
+]

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike, applier
+from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike, _Driver
 from fastctl._channel import Channel, ChannelClosed
 from fastctl._options import pick
+from fastctl._reasons import ReasonLog
 from fastctl.errors import InvalidObject
 from fastctl.kube._events import Recorder
 from fastctl.kube._resource import ResolvedResource, Resource
@@ -38,6 +39,7 @@ from fastctl.kube._retry import resolve_patiently
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.log import RedactingFilter
+from fastctl.runtime._inspect import ObjectInspection, QueueSummary, inspect_key, summarize
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
@@ -161,6 +163,8 @@ class Controller:
         )
         self.store = Store()
         self._counters = ReconcileCounters()
+        self._reasons = ReasonLog(f"{resource.kind} changed")
+        """Why each queued object is queued, for `inspect` (bounded; fastctl._reasons)."""
         self._relations: list[_Relation] = []
         self._resync_sources: list[AsyncIterable[Any]] = []
         self._triggers: Channel[ObjectRef | Trigger] | None = None
@@ -220,6 +224,43 @@ class Controller:
 
     def _scheduler_stats(self) -> SchedulerStats:
         return self.scheduler.stats()
+
+    # -- looking into the queue (docs/inspect.md) -------------------------------------------
+
+    def inspect(self, namespace: str | None, name: str) -> ObjectInspection:
+        """Where the object `namespace`/`name` (`namespace` None: cluster-scoped) is in this
+        controller's queue and why: its state, priority, failed attempts and backoff, when
+        it runs, how many objects are ahead of it, the triggers merged into its next run
+        and its last error. An object the controller neither caches nor queues gets the
+        state ``not_known``, not an exception."""
+        ref = ObjectRef(name, namespace)
+        look = getattr(self.scheduler, "inspect", None)
+        if look is None:
+            raise TypeError(
+                f"controller {self.name}: its scheduler ({type(self.scheduler).__name__}) "
+                "cannot be inspected"
+            )
+        record = look(ref.key)
+        return inspect_key(
+            self.name,
+            ref,
+            record,
+            self._reasons.get(ref.key) if record is not None else None,
+            ref in self.store,
+            in_flight=self.scheduler.in_flight,
+            concurrency=self.concurrency,
+        )
+
+    def queue_summary(self) -> QueueSummary:
+        """This controller's queue at a glance: objects by state and priority, the one ready
+        the longest, when the next waiting one is due."""
+        summary = getattr(self.scheduler, "queue_summary", None)
+        if summary is None:
+            raise TypeError(
+                f"controller {self.name}: its scheduler ({type(self.scheduler).__name__}) "
+                "has no queue summary"
+            )
+        return summarize(self.name, summary(), self.store)
 
     @property
     def resources(self) -> list[Resource]:
@@ -356,15 +397,18 @@ class Controller:
                 self._shard.bind(loop)
                 reconcile = self._shard.track(reconcile)
                 store = ShardedStore(self.store, self._shard)
-            async for result in applier(
+            run = _Driver(
                 reconcile,
                 self.error_policy,
                 self.context,
                 store,
                 triggers,
-                config=self.config,
-                scheduler=self.scheduler,
-            ):
+                self.config,
+                self.scheduler,
+                # Reasons need a scheduler that answers `in` (a user's own may not).
+                self._reasons if hasattr(type(self.scheduler), "__contains__") else None,
+            )
+            async for result in run.results():
                 counters.count(
                     error=result.error is not None, requeue_after=result.action.requeue_after
                 )
