@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
-from tests.kube.test_controller import CONFIGMAP, create_cm
 
-from fastctl import Scheduler
+from fastctl import Resource, Scheduler
 from fastctl.cli import main
 from fastctl.runtime import Controller, Manager
+
+from .conftest import make_configmap
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 
@@ -54,7 +55,7 @@ async def test_fastctl_inspect_shows_failures_and_the_line(
 
     ctl = Controller(
         client,
-        CONFIGMAP,
+        Resource("v1", "ConfigMap"),
         reconcile,
         name="cms",
         namespace=namespace,
@@ -74,7 +75,7 @@ async def test_fastctl_inspect_shows_failures_and_the_line(
             assert code == 0
             return json.loads(text) if "--json" in argv else text
 
-        await create_cm(client, namespace, "bad", {"k": "v"})
+        await make_configmap(client, namespace, "bad", {"k": "v"})
 
         async def failed() -> Any:
             answer = await ask("--json", f"{namespace}/bad")
@@ -93,7 +94,7 @@ async def test_fastctl_inspect_shows_failures_and_the_line(
         assert "error:     RuntimeError: cannot render bad" in text
 
         # One slow reconcile holds the only slot; three objects queue behind it.
-        await create_cm(client, namespace, "slow", {"k": "v"})
+        await make_configmap(client, namespace, "slow", {"k": "v"})
 
         async def running() -> Any:
             answer = await ask("--json", "--controller", "cms", f"{namespace}/slow")
@@ -101,7 +102,7 @@ async def test_fastctl_inspect_shows_failures_and_the_line(
 
         await _eventually(running, "slow to run")
         for name in ("w1", "w2", "w3"):
-            await create_cm(client, namespace, name, {"k": "v"})
+            await make_configmap(client, namespace, name, {"k": "v"})
 
         async def third_in_line() -> Any:
             answer = await ask("--json", f"{namespace}/w3")
