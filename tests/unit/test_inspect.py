@@ -203,8 +203,24 @@ def _controller(**kw: Any) -> Controller:
         return None
 
     ctl = Controller(mock.Mock(), Resource("example.com/v1", "Widget"), reconcile, **kw)
+    ctl.record_reasons()
     ctl.store = {ObjectRef("cached", "ns"): _obj("cached")}  # type: ignore[assignment]
     return ctl
+
+
+def _log(ctl: Controller) -> ReasonLog:
+    assert ctl._reasons is not None
+    return ctl._reasons
+
+
+def test_reasons_are_off_until_asked_for() -> None:
+    async def reconcile(obj: Any, ctx: Any) -> None:
+        return None
+
+    ctl = Controller(mock.Mock(), Resource("example.com/v1", "Widget"), reconcile)
+    assert ctl._reasons is None
+    assert ctl.record_reasons() is ctl
+    assert ctl._reasons is not None
 
 
 def test_an_unknown_object_is_not_known_not_an_error() -> None:
@@ -228,8 +244,8 @@ def test_inspect_reports_state_position_reasons_and_backoff() -> None:
     assert isinstance(sched, Scheduler)
     for name in ("x", "y", "cached"):
         sched.add(f"ns/{name}")
-        ctl._reasons.queued(f"ns/{name}", None)
-    ctl._reasons.queued("ns/cached", "watched Secret changed: ns/creds")
+        _log(ctl).queued(f"ns/{name}", None)
+    _log(ctl).queued("ns/cached", "watched Secret changed: ns/creds")
     answer = ctl.inspect("ns", "cached")
     assert answer.state == "ready"
     assert (answer.ahead, answer.ahead_at_priority, answer.priority) == (2, 2, 0)
@@ -318,11 +334,11 @@ async def test_the_json_names_objects_and_never_carries_their_contents() -> None
     sched = ctl.scheduler
     assert isinstance(sched, Scheduler)
     sched.add("ns/failing")
-    ctl._reasons.queued("ns/failing", None)
+    _log(ctl).queued("ns/failing", None)
     sched.pop()
-    ctl._reasons.started("ns/failing")
+    _log(ctl).started("ns/failing")
     sched.done("ns/failing", failed=True)
-    ctl._reasons.finished(
+    _log(ctl).finished(
         "ns/failing", error=ValueError("bad spec"), requeue="error retry", again=True
     )
     async with _serving(ctl) as url:
@@ -347,7 +363,7 @@ async def test_fastctl_inspect_prints_a_readable_answer() -> None:
     assert isinstance(sched, Scheduler)
     for name in ("first", "cached"):
         sched.add(f"ns/{name}")
-        ctl._reasons.queued(f"ns/{name}", "list")
+        _log(ctl).queued(f"ns/{name}", "list")
     async with _serving(ctl) as url:
         _, text = await asyncio.to_thread(_cli, "--address", url, "ns/cached")
         _, unknown = await asyncio.to_thread(_cli, "--address", url, "ns/nope")

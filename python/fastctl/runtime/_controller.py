@@ -163,8 +163,8 @@ class Controller:
         )
         self.store = Store()
         self._counters = ReconcileCounters()
-        self._reasons = ReasonLog(f"{resource.kind} changed")
-        """Why each queued object is queued, for `inspect` (bounded; fastctl._reasons)."""
+        self._reasons: ReasonLog | None = None
+        """Why each queued object is queued, for `inspect`, once `record_reasons` is on."""
         self._relations: list[_Relation] = []
         self._resync_sources: list[AsyncIterable[Any]] = []
         self._triggers: Channel[ObjectRef | Trigger] | None = None
@@ -227,6 +227,16 @@ class Controller:
 
     # -- looking into the queue (docs/inspect.md) -------------------------------------------
 
+    def record_reasons(self) -> Controller:
+        """Keep, per queued object, the triggers merged into its next run and its last
+        error, for `inspect` (bounded: fastctl._reasons). Off by default: it costs a dict
+        update per trigger and two per reconcile; a Manager with a debug queue turns it on
+        for its controllers. Returns the controller."""
+        self._check_not_running()
+        if self._reasons is None:
+            self._reasons = ReasonLog(f"{self.resource.kind} changed")
+        return self
+
     def inspect(self, namespace: str | None, name: str) -> ObjectInspection:
         """Where the object `namespace`/`name` (`namespace` None: cluster-scoped) is in this
         controller's queue and why: its state, priority, failed attempts and backoff, when
@@ -245,7 +255,7 @@ class Controller:
             self.name,
             ref,
             record,
-            self._reasons.get(ref.key) if record is not None else None,
+            self._reasons.get(ref.key) if record is not None and self._reasons else None,
             ref in self.store,
             in_flight=self.scheduler.in_flight,
             concurrency=self.concurrency,

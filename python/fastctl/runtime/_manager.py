@@ -256,6 +256,9 @@ class Manager:
                 loop.add_signal_handler(sig, self.shutdown)
                 installed.append(sig)
         shared = self._share_watches()
+        if self.debug_queue_port is not None:
+            for ctl in self.controllers:
+                ctl.record_reasons()
         if self.leader_election is not None:
             for ctl in self.controllers:
                 ctl._gate_on(self._leading)
