@@ -16,7 +16,9 @@ use pyo3::sync::{MutexExt, PyOnceLock};
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::clock;
-use crate::scheduler::{Config, Error, HistogramSnapshot, Scheduler, MAX_DELAY};
+use crate::scheduler::{
+    Config, Error, HistogramSnapshot, KeyInspection, QueueSummary, Scheduler, MAX_DELAY,
+};
 
 /// A keyed priority/delay scheduler: one record per key, never two hand-outs of a key at once.
 ///
@@ -150,6 +152,59 @@ fn histogram<'py>(py: Python<'py>, h: &HistogramSnapshot) -> PyResult<Bound<'py,
     d.set_item("buckets", PyList::new(py, buckets)?)?;
     d.set_item("sum", h.sum)?;
     d.set_item("count", h.count)?;
+    Ok(d)
+}
+
+/// `Scheduler.inspect`'s dict (`group` is a placeholder for the key's fair-share group).
+fn inspection<'py>(py: Python<'py>, i: &KeyInspection) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("state", i.state.as_str())?;
+    d.set_item("priority", i.priority)?;
+    d.set_item("failures", i.failures)?;
+    d.set_item("backoff", i.backoff)?;
+    d.set_item("ready_at", i.ready_at)?;
+    d.set_item("since", i.since)?;
+    d.set_item("ahead_at_priority", i.ahead_at_priority)?;
+    d.set_item("ahead_higher", i.ahead_higher)?;
+    d.set_item("follow_up_priority", i.follow_up_priority)?;
+    d.set_item("group", py.None())?;
+    Ok(d)
+}
+
+/// `Scheduler.queue_summary`'s dict.
+fn summary<'py>(py: Python<'py>, q: &QueueSummary) -> PyResult<Bound<'py, PyDict>> {
+    let by_priority = |levels: &[(i64, usize)]| -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for &(p, n) in levels {
+            d.set_item(p, n)?;
+        }
+        Ok(d)
+    };
+    let d = PyDict::new(py);
+    d.set_item("ready", q.ready)?;
+    d.set_item("waiting", q.waiting)?;
+    d.set_item("in_flight", q.in_flight)?;
+    d.set_item("dirty", q.dirty)?;
+    d.set_item("concurrency", q.concurrency)?;
+    d.set_item("ready_by_priority", by_priority(&q.ready_by_priority)?)?;
+    d.set_item(
+        "in_flight_by_priority",
+        by_priority(&q.in_flight_by_priority)?,
+    )?;
+    let oldest = match &q.oldest_ready {
+        Some(o) => {
+            let e = PyDict::new(py);
+            e.set_item("key", &o.key)?;
+            e.set_item("priority", o.priority)?;
+            e.set_item("since", o.since)?;
+            e.into_any()
+        }
+        None => py.None().into_bound(py),
+    };
+    d.set_item("oldest_ready", oldest)?;
+    d.set_item("next_ready_at", q.next_ready_at)?;
+    d.set_item("now", q.now)?;
+    d.set_item("by_group", py.None())?;
     Ok(d)
 }
 
@@ -417,6 +472,35 @@ impl PyScheduler {
         d.set_item("queue_duration", histogram(py, &s.queue_duration)?)?;
         d.set_item("work_duration", histogram(py, &s.work_duration)?)?;
         Ok(d)
+    }
+
+    /// The state of `key` as of `now` (due keys promoted first), or None if it has no record.
+    #[pyo3(signature = (key, *, now = None))]
+    fn inspect<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'_, PyAny>,
+        now: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let k = key_str(key, "key")?;
+        let now = resolve_now(py, now)?;
+        let found = self.lock(py)?.inspect(k, now);
+        match found.map_err(|e| to_py_err(e, Some(key)))? {
+            Some(i) => Ok(Some(inspection(py, &i)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Counts by state and priority, the oldest ready key and the next waiting time.
+    #[pyo3(signature = (*, now = None))]
+    fn queue_summary<'py>(
+        &self,
+        py: Python<'py>,
+        now: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let now = resolve_now(py, now)?;
+        let q = self.lock(py)?.queue_summary(now);
+        summary(py, &q.map_err(|e| to_py_err(e, None))?)
     }
 
     /// Check the internal invariants (O(n)); raises AssertionError naming the broken one.

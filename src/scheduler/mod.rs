@@ -38,13 +38,15 @@
 //! `config` (settings and their defaults), `error` (why an operation is refused), `time`
 //! (checks on times and delays), `schedule` (ready-time and debounce merging), `record`,
 //! `index`, `queues` and `running` (the per-key records and the queues over them),
-//! `backoff`, `stats` (counters and histograms), `invariants` (the consistency checker);
+//! `backoff`, `stats` (counters and histograms), `inspect` (one key's state and a queue
+//! summary, for debugging), `invariants` (the consistency checker);
 //! this file holds the scheduler's operations.
 
 mod backoff;
 mod config;
 mod error;
 mod index;
+mod inspect;
 mod invariants;
 mod queues;
 mod record;
@@ -59,6 +61,7 @@ pub use backoff::SplitMix64;
 pub use config::Config;
 use config::Settings;
 pub use error::Error;
+pub use inspect::{KeyInspection, KeyState, OldestReady, QueueSummary};
 use queues::{Ready, Waiting};
 use record::{Records, State};
 use running::Running;

@@ -108,6 +108,15 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
         }
     }
 
+    /// How many live entries are below `k`: a binary search of the deque, less its
+    /// tombstones below `k`, plus the `late` entries below `k` (for `Ready::ahead`).
+    fn rank(&self, k: K) -> usize {
+        let in_fifo = self.fifo.partition_point(|&(x, _)| x < k);
+        let tombstones = self.removed.iter().filter(|&&r| r < k).count();
+        let late = self.late.range(..(k, 0)).count();
+        in_fifo - tombstones + late
+    }
+
     /// Live entries in order (O(n log n); for checks).
     fn entries(&self) -> Vec<(K, u32)> {
         let mut live: Vec<(K, u32)> = self
@@ -276,6 +285,28 @@ impl Ready {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The ready keys served before the one at (`priority`, `seq`) in priority order: how
+    /// many at its priority, and how many at higher priorities (the `max_wait` rule aside).
+    pub fn ahead(&self, priority: i64, seq: u64) -> (usize, usize) {
+        let at_priority = self
+            .levels
+            .get(&Reverse(priority))
+            .map_or(0, |level| level.rank(seq));
+        let higher = self
+            .levels
+            .range(..Reverse(priority))
+            .map(|(_, level)| level.len)
+            .sum();
+        (at_priority, higher)
+    }
+
+    /// Ready keys at each priority, from the highest.
+    pub fn levels(&self) -> impl Iterator<Item = (i64, usize)> + '_ {
+        self.levels
+            .iter()
+            .map(|(&Reverse(p), level)| (p, level.len))
     }
 
     /// Live entries, level by level from the highest priority, each level in age order.

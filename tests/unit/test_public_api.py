@@ -65,16 +65,12 @@ KUBE_ALL = _names(
     CustomResource KubeModel ObjectMeta PrinterColumn Rule crd InvalidObject SchemaError
     """
 )
-RUNTIME_ALL = {
-    "INITIAL_LIST_PRIORITY",
-    "Controller",
-    "LeaderElection",
-    "LeaderElector",
-    "Manager",
-    "RelatedCache",
-}
-RUNTIME_ALL |= _names(
-    "Predicate all_of annotations_changed any_of generation_changed labels_changed"
+RUNTIME_ALL = _names(
+    """
+    INITIAL_LIST_PRIORITY Controller LeaderElection LeaderElector Manager
+    ObjectInspection QueueSummary ReasonCount RelatedCache
+    Predicate all_of annotations_changed any_of generation_changed labels_changed
+    """
 )
 DEPLOY_ALL = _names(
     """

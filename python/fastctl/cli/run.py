@@ -96,6 +96,14 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--probe-port", type=int, default=8081, help="/healthz, /readyz (8081; 0: off)"
     )
+    parser.add_argument(
+        "--debug-queue",
+        type=int,
+        nargs="?",
+        const=8082,
+        metavar="PORT",
+        help="serve /debug/queue on 127.0.0.1:PORT (8082) for fastctl inspect (default: off)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     parser.add_argument(
         "--log-format", choices=("text", "json"), default="text", help="text or JSON lines"
@@ -216,6 +224,8 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
             )
             for ctl in controllers:
                 manager.add(ctl)
+        if args.debug_queue is not None:
+            manager.debug_queue_port = args.debug_queue
         try:
             await manager.run()
         except (HealthServerError, ResourceNotFound, DiscoveryError) as exc:

@@ -14,6 +14,7 @@ from fastctl.runtime._filters import (
     generation_changed,
     labels_changed,
 )
+from fastctl.runtime._inspect import ObjectInspection, QueueSummary, ReasonCount
 from fastctl.runtime._manager import Manager
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 
@@ -23,7 +24,10 @@ __all__ = [
     "LeaderElection",
     "LeaderElector",
     "Manager",
+    "ObjectInspection",
     "Predicate",
+    "QueueSummary",
+    "ReasonCount",
     "RelatedCache",
     "all_of",
     "annotations_changed",

@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike, applier
+from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike, _Driver
 from fastctl._channel import Channel, ChannelClosed
 from fastctl._options import pick
+from fastctl._reasons import ReasonLog
 from fastctl.errors import InvalidObject
 from fastctl.kube._events import Recorder
 from fastctl.kube._resource import ResolvedResource, Resource
@@ -45,6 +46,7 @@ from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.log import RedactingFilter
 from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._filters import EventFilter, Predicate, check_predicate
+from fastctl.runtime._inspect import ObjectInspection, QueueSummary, inspect_key, summarize
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._own_writes import OwnWrites
 from fastctl.runtime._shared_watch import SharedWatch
@@ -181,6 +183,8 @@ class Controller:
         )
         self.store = Store()
         self._counters = ReconcileCounters()
+        self._reasons: ReasonLog | None = None
+        """Why each queued object is queued, for `inspect`, once `record_reasons` is on."""
         self._relations: list[_Relation] = []
         self._resync_sources: list[AsyncIterable[Any]] = []
         self._triggers: Channel[ObjectRef | Trigger] | None = None
@@ -306,6 +310,53 @@ class Controller:
 
     def _scheduler_stats(self) -> SchedulerStats:
         return self.scheduler.stats()
+
+    # -- looking into the queue (docs/inspect.md) -------------------------------------------
+
+    def record_reasons(self) -> Controller:
+        """Keep, per queued object, the triggers merged into its next run and its last
+        error, for `inspect` (bounded: fastctl._reasons). Off by default: it costs a dict
+        update per trigger and two per reconcile; a Manager with a debug queue turns it on
+        for its controllers. Returns the controller."""
+        self._check_not_running()
+        if self._reasons is None:
+            self._reasons = ReasonLog(f"{self.resource.kind} changed")
+        return self
+
+    def inspect(self, namespace: str | None, name: str) -> ObjectInspection:
+        """Where the object `namespace`/`name` (`namespace` None: cluster-scoped) is in this
+        controller's queue and why: its state, priority, failed attempts and backoff, when
+        it runs, how many objects are ahead of it, the triggers merged into its next run
+        and its last error. An object the controller neither caches nor queues gets the
+        state ``not_known``, not an exception."""
+        ref = ObjectRef(name, namespace)
+        look = getattr(self.scheduler, "inspect", None)
+        if look is None:
+            raise TypeError(
+                f"controller {self.name}: its scheduler ({type(self.scheduler).__name__}) "
+                "cannot be inspected"
+            )
+        record = look(ref.key)
+        return inspect_key(
+            self.name,
+            ref,
+            record,
+            self._reasons.get(ref.key) if record is not None and self._reasons else None,
+            ref in self.store,
+            in_flight=self.scheduler.in_flight,
+            concurrency=self.concurrency,
+        )
+
+    def queue_summary(self) -> QueueSummary:
+        """This controller's queue at a glance: objects by state and priority, the one ready
+        the longest, when the next waiting one is due."""
+        summary = getattr(self.scheduler, "queue_summary", None)
+        if summary is None:
+            raise TypeError(
+                f"controller {self.name}: its scheduler ({type(self.scheduler).__name__}) "
+                "has no queue summary"
+            )
+        return summarize(self.name, summary(), self.store)
 
     @property
     def resources(self) -> list[Resource]:
@@ -466,15 +517,18 @@ class Controller:
                 store = ShardedStore(self.store, self._shard)
             if self._caches():
                 store = _GatedStore(store, None, [c.store for c in self._caches()])
-            async for result in applier(
+            run = _Driver(
                 reconcile,
                 self.error_policy,
                 self.context,
                 store,
                 triggers,
-                config=self.config,
-                scheduler=self.scheduler,
-            ):
+                self.config,
+                self.scheduler,
+                # Reasons need a scheduler that answers `in` (a user's own may not).
+                self._reasons if hasattr(type(self.scheduler), "__contains__") else None,
+            )
+            async for result in run.results():
                 counters.count(
                     error=result.error is not None, requeue_after=result.action.requeue_after
                 )

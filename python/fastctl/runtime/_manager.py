@@ -22,6 +22,10 @@ The Manager
   liveness probe never depends on the metrics' TLS or on the API server answering reviews
   (ready: caches synced and every runnable that can say so ready, such as a managed
   webhook server);
+- serves ``/debug/queue`` (every controller's queue, and why each object is queued, as JSON
+  for ``fastctl inspect``) on `debug_queue_port` when given (off by default), bound to
+  `debug_queue_host` (``127.0.0.1``) and answering loopback clients only unless that host
+  is not a loopback address (`fastctl.runtime._debug_queue`);
 - starts other components of the process (`add_runnable`: a webhook server, say) before the
   controllers and stops them after, on every replica, leader or not;
 - shuts down gracefully on SIGTERM/SIGINT or `shutdown()`: no new reconciles start, running
@@ -58,6 +62,7 @@ from fastctl.errors import LeadershipLost
 from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._controller import Controller
+from fastctl.runtime._debug_queue import DebugQueueServer, is_loopback
 from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics import FastctlCollector
 from fastctl.runtime._metrics_auth import MetricsAuthorizer
@@ -104,6 +109,8 @@ class Manager:
         registry: CollectorRegistry | None = None,
         namespace: str | None = None,
         sharding: Sharding | None = None,
+        debug_queue_port: int | None = None,
+        debug_queue_host: str = "127.0.0.1",
     ) -> None:
         if leader_election is not None and sharding is not None:
             raise ValueError(
@@ -122,6 +129,8 @@ class Manager:
         self.metrics_certificate = metrics_certificate
         self.probe_port = probe_port
         self.probe_host = probe_host
+        self.debug_queue_port = debug_queue_port
+        self.debug_queue_host = debug_queue_host
         self.drain_timeout = drain_timeout
         self.namespace = namespace
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -132,6 +141,8 @@ class Manager:
         """The probe server (``/healthz``, ``/readyz``), once `run` started it."""
         self.metrics_server: HealthServer | None = None
         """The ``/metrics`` server, once `run` started it."""
+        self.debug_queue: DebugQueueServer | None = None
+        """The ``/debug/queue`` server, once `run` started it (with `debug_queue_port`)."""
         self._cert_watch: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         self._leading = asyncio.Event()
@@ -248,6 +259,9 @@ class Manager:
                 loop.add_signal_handler(sig, self.shutdown)
                 installed.append(sig)
         shared = self._share_watches()
+        if self.debug_queue_port is not None:
+            for ctl in self.controllers:
+                ctl.record_reasons()
         if self.leader_election is not None:
             for ctl in self.controllers:
                 ctl._gate_on(self._leading)
@@ -325,6 +339,14 @@ class Manager:
             )
             await self.health.start()
             log.info("serving /healthz, /readyz on port %d", self.health.port)
+        if self.debug_queue_port is not None:
+            self.debug_queue = DebugQueueServer(
+                lambda: self.controllers,
+                port=self.debug_queue_port,
+                host=self.debug_queue_host,
+                allow_remote=not _names_loopback(self.debug_queue_host),
+            )
+            await self.debug_queue.start()
         if self.metrics_port is None:
             return
         context, authorizer = None, None
@@ -417,7 +439,7 @@ class Manager:
             await self._member_client.close()
         if self._cert_watch is not None:
             self._cert_watch.cancel()
-        for server in (self.metrics_server, self.health):
+        for server in (self.metrics_server, self.health, self.debug_queue):
             if server is not None:
                 await server.stop()
         return lost
@@ -501,3 +523,8 @@ def _shared_watch(
 
     watch = SharedWatch(f"{resource}", events)
     return watch
+
+
+def _names_loopback(host: str) -> bool:
+    """Whether a listen address is loopback (then only local clients are answered)."""
+    return host == "localhost" or is_loopback(host)

@@ -162,12 +162,12 @@ class RelatedTriggers:
             self._retarget(ref, before, targets)
             if not admitted:  # the filter says this change needs no reconcile
                 return []
-            return self._triggers(_union(before, targets), 0)
+            return self._triggers(_union(before, targets), 0, ref)
         elif kind is EventKind.DELETE:
             ref = ObjectRef.from_object(obj)
             before = self._targets.pop(ref, _NONE)
             self._retarget(ref, before, _NONE)
-            return self._triggers(_union(before, self._map(obj)), 0)
+            return self._triggers(_union(before, self._map(obj)), 0, ref)
         return []
 
     def _swap(self) -> list[Trigger]:
@@ -194,8 +194,13 @@ class RelatedTriggers:
             *self._triggers((r for r in listed if r not in vanished), INITIAL_LIST_PRIORITY),
         ]
 
-    def _triggers(self, refs: Iterable[ObjectRef], priority: int) -> list[Trigger]:
-        return [Trigger(ref, priority=priority, reason=self._reason) for ref in refs]
+    def _triggers(
+        self, refs: Iterable[ObjectRef], priority: int, source: ObjectRef | None = None
+    ) -> list[Trigger]:
+        """Triggers for `refs`; the reason names the related object `source` when one
+        event caused them (``owned ConfigMap changed: default/web``)."""
+        reason = self._reason if source is None else f"{self._reason}: {source.key}"
+        return [Trigger(ref, priority=priority, reason=reason) for ref in refs]
 
     def _map(self, obj: dict[str, Any]) -> tuple[ObjectRef, ...]:
         """The mapper's refs for `obj` (a failing mapper or a wrong value is logged)."""
