@@ -350,6 +350,7 @@ def test_the_collector_reports_the_member_and_each_gate() -> None:
 
     from prometheus_client import CollectorRegistry
 
+    from fastctl.runtime.sharding._handover import HandoverTimes
     from fastctl.runtime.sharding._metrics import ShardingCollector
 
     member = SimpleNamespace(
@@ -358,6 +359,7 @@ def test_the_collector_reports_the_member_and_each_gate() -> None:
         members=["a", "b"],
         gained=5,
         lost=2,
+        handovers=HandoverTimes(),
     )
     gate = ShardGate(FakeMember(set()), "uid", SLOTS)
     gate.received, gate.listed, gate.relists = 7, 11, 3
