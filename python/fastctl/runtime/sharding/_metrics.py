@@ -11,6 +11,8 @@
   the sharded primary watch delivered: about ``1/N`` of all with N replicas, whether the
   server or the client filters;
 - ``fastctl_shard_objects_listed_total{controller}``: objects its lists delivered;
+- ``fastctl_shard_filtered_total{controller}``: objects and events the client-side filter
+  dropped (0 while the server shards; with the two above, what the server sent);
 - ``fastctl_shard_relists_total{controller}``: primary watches started with a new set of
   slots.
 """
@@ -84,6 +86,11 @@ class ShardingCollector(Collector):
             "Objects the sharded primary watch's lists delivered",
             labels=["controller"],
         )
+        filtered = CounterMetricFamily(
+            "fastctl_shard_filtered",
+            "Objects and events the client-side shard filter dropped",
+            labels=["controller"],
+        )
         relists = CounterMetricFamily(
             "fastctl_shard_relists",
             "Primary watches started over with a new set of slots",
@@ -93,4 +100,5 @@ class ShardingCollector(Collector):
             received.add_metric([name], float(gate.received))
             listed.add_metric([name], float(gate.listed))
             relists.add_metric([name], float(gate.relists))
-        yield from (served, members, handovers, durations, received, listed, relists)
+            filtered.add_metric([name], float(gate.filtered))
+        yield from (served, members, handovers, durations, received, listed, filtered, relists)
