@@ -18,6 +18,7 @@ STYLE = {
     "fastctl": ("tab:blue", "o", "-"),
     "fastctl-model": ("tab:cyan", "s", "--"),
     "fastctl-no-trust-env": ("tab:green", "P", ":"),
+    "fastctl-filtered": ("tab:olive", "*", "-."),
     "kopf": ("tab:red", "^", "-"),
     "kopf-default": ("tab:orange", "v", ":"),
     "kopf-event": ("tab:purple", "D", "-."),
