@@ -153,6 +153,12 @@ def test_managed_mode_writes_no_certificate_and_grants_what_install_sends(
         ("apiextensions.k8s.io", "customresourcedefinitions"): ["patch"],
     }
     assert docs["ClusterRoleBinding"]["subjects"][0]["name"] == "webhooked"
+    # The replicas share one CA through a Secret in the operator's namespace.
+    role = docs["Role"]
+    assert role["metadata"]["namespace"] == "shop"
+    secrets = [sorted(r["verbs"]) for r in role["rules"] if r["resources"] == ["secrets"]]
+    assert secrets == [["create", "get", "patch"]]
+    assert any(r["apiGroups"] == [""] for r in role["rules"] if r["resources"] == ["secrets"])
 
 
 def test_an_operator_without_webhooks_gets_none_of_it() -> None:

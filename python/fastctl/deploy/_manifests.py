@@ -28,6 +28,7 @@ from typing import Any
 from fastctl.deploy._rbac import Permissions, Rule
 from fastctl.deploy._webhooks import (
     CERT_DIR,
+    SHARED_SECRET_RULE,
     CertificateMode,
     webhook_objects,
     webhook_rules,
@@ -302,6 +303,11 @@ def manifests(
         extra = webhook_rules(options, webhooks)
         if extra:
             permissions = replace(permissions, cluster=(*permissions.cluster, *extra))
+        if options.webhook_certificates == "managed":
+            ns = options.operator_namespace
+            namespaced = dict(permissions.namespaced)
+            namespaced[ns] = (*namespaced.get(ns, ()), SHARED_SECRET_RULE)
+            permissions = replace(permissions, namespaced=namespaced)
     out: list[Obj] = [dict(crd) for crd in crds]
     if options.create_namespace:
         out.append(

@@ -21,7 +21,9 @@ trust its certificate. `webhook_objects` writes what that takes, beside the Depl
 
   ``"managed"``: no certificate objects; the operator makes its own CA at start and patches
   the ``caBundle`` into the configurations and CRDs (``fastctl.webhook.install``, run by a
-  managed webhook server), so its ClusterRole also gets `MANAGED_RULES`. The
+  managed webhook server), so its ClusterRole also gets `MANAGED_RULES`; the replicas
+  share that CA through a Secret in the operator's namespace, which its Role grants
+  (`SHARED_SECRET_RULE`). The
   configurations carry the annotation `CA_NOTE` that says so. Needs no cert-manager in the
   cluster, at the price of those cluster-wide rights.
 
@@ -47,6 +49,7 @@ __all__ = [
     "CA_NOTE",
     "CERT_DIR",
     "MANAGED_RULES",
+    "SHARED_SECRET_RULE",
     "CertificateMode",
     "webhook_objects",
     "webhook_rules",
@@ -74,6 +77,11 @@ MANAGED_RULES = (
 )
 """What ``fastctl.webhook.install`` sends for the configurations: a server-side apply (a
 PATCH, authorized as a create when it creates one)."""
+
+SHARED_SECRET_RULE = Rule("", ("secrets",), ("get", "create", "patch"))
+"""Managed mode, in the operator's namespace: the Secret in which the replicas share one CA
+and serving certificate (`fastctl.webhook.shared_secret_of`), read, created by the first
+replica, renewed before it expires."""
 
 CRD_PATCH_RULE = Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("patch",))
 """And for each converter's CRD: a merge patch of ``spec.conversion``."""

@@ -19,11 +19,12 @@ from fastctl.webhook._configuration import (
 )
 from fastctl.webhook._conversion import Converter
 from fastctl.webhook._jsonpatch import diff as json_patch
-from fastctl.webhook._managed import ManagedWebhookServer
+from fastctl.webhook._managed import ManagedWebhookServer, shared_secret_of
 from fastctl.webhook._metrics import WebhookMetrics
 from fastctl.webhook._registry import Webhooks
 from fastctl.webhook._review import AdmissionRequest, Allow, Deny
 from fastctl.webhook._server import MAX_BODY_BYTES, WebhookServer
+from fastctl.webhook._shared_certificate import SharedSecret
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -35,6 +36,7 @@ __all__ = [
     "ManagedWebhookServer",
     "Service",
     "ServingCertificate",
+    "SharedSecret",
     "WebhookMetrics",
     "WebhookServer",
     "Webhooks",
@@ -42,5 +44,6 @@ __all__ = [
     "conversion",
     "install",
     "json_patch",
+    "shared_secret_of",
     "uninstall",
 ]
