@@ -10,6 +10,7 @@ the child is missing or stale. Every request the controller makes goes through a
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -23,6 +24,7 @@ from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import MetadataOnlyUnsupported
 from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._controller import Controller
+from fastctl.runtime._manager import Manager
 from fastctl.testing import ControlPlane
 from fastctl.types import ObjectRef
 
@@ -233,3 +235,46 @@ async def test_metadata_only_on_a_resource_the_server_cannot_serve_so_is_a_clear
     with pytest.raises(MetadataOnlyUnsupported, match=r"serviceaccounts\.v1 as metadata only.*406"):
         async with running(ctl) as task:
             await task
+
+
+async def test_under_a_manager_the_shared_watch_fills_the_cache(
+    proxied: ApiClient, proxy: FaultProxy, client: ApiClient, namespace: str
+) -> None:
+    """Two controllers in one Manager both watch Secrets (one owns them, cached; the other
+    reconciles them): one Secret watch serves both, its store is the cache the owner's
+    reconcile reads, and a deleted child still re-triggers its owner."""
+    await make_owners(client, namespace, ["m-0", "m-1"])
+    ctl, operator = controller(proxied, namespace)
+    secrets_seen: list[str] = []
+
+    async def on_secret(obj: dict[str, Any], ctx: Any) -> None:
+        secrets_seen.append(obj["metadata"]["name"])
+
+    other = Controller(proxied, SECRET, on_secret, namespace=namespace, name="secret-reader")
+    manager = Manager(proxied, metrics_port=None, probe_port=None).add(ctl).add(other)
+    task = asyncio.create_task(manager.run())
+    try:
+        await eventually(lambda: operator.writes == 2, what="one write per owner")
+        await eventually(lambda: len(ctl.cache(SECRET)) == 2, what="every child cached")
+        await eventually(lambda: {"m-0-child", "m-1-child"} <= set(secrets_seen))
+        assert relists(proxy, "secrets") == 1, "the two controllers did not share one watch"
+
+        # The owner's reconcile reads its child from the shared store: no request.
+        before = len(proxy.requests)
+        mark = time.monotonic()
+        await patch(
+            client, CONFIGMAP, "m-0", {"metadata": {"labels": {"x": "1"}}}, namespace=namespace
+        )
+        await eventually(lambda: bool(operator.since(mark, "m-0")), what="m-0 reconciled")
+        assert operator.since(mark, "m-0")[-1][0] == ["m-0-child"]
+        requests = [(m, p) for m, p in proxy.requests[before:] if "watch=" not in p]
+        assert requests == [], "a reconcile asked the API server for what the cache holds"
+
+        # A deleted child re-triggers its owner through the shared watch.
+        writes = operator.writes
+        await delete(client, SECRET, "m-1-child", namespace=namespace)
+        await eventually(lambda: operator.writes == writes + 1, what="m-1 recreated its child")
+        await eventually(lambda: ctl.cache(SECRET).get("m-1-child", namespace) is not None)
+    finally:
+        manager.shutdown()
+        await asyncio.wait_for(task, 30)
