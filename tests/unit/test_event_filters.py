@@ -218,3 +218,55 @@ def test_a_filtered_relation_holds_back_changes_but_not_deletes_or_vanished_chil
     assert feed(INIT, listed(obj("y", None, owner="w2", status="x")), DONE) == ["w1"]
     assert feed(delete(y)) == ["w2"]
     assert len(f) == 0
+
+
+class Body(dict[str, Any]):
+    """A body that can be watched for being freed (a plain dict takes no weak reference)."""
+
+
+@pytest.mark.parametrize("listing", [False, True], ids=["watched", "listed"])
+@pytest.mark.parametrize(
+    ("predicate", "keeps_body"),
+    [
+        (generation_changed, False),
+        (
+            any_of(
+                labels_changed,
+                all_of(generation_changed, any_of(annotations_changed, generation_changed)),
+            ),
+            False,
+        ),
+        (None, False),  # only own writes held back: nothing of the body is needed
+        (lambda old, new: old.get("spec") != new.get("spec"), True),
+    ],
+    ids=["generation", "combined", "none", "custom"],
+)
+def test_metadata_predicates_keep_no_body(
+    predicate: Predicate | None, keeps_body: bool, listing: bool
+) -> None:
+    """A watch without a cache must not keep every object's body alive through its
+    filter: built-in predicates need only metadata. A custom one may read anything, so its
+    old object is kept whole, and still gets it."""
+    import gc
+    import weakref
+
+    f = new_filter(predicate)
+    first = obj("a", 1)
+    first["spec"] = Body(big="x" * 1000)
+    alive = weakref.ref(first["spec"])
+    if listing:
+        f.admits(INIT)
+        f.admits(listed(first))
+        f.admits(DONE)
+    else:
+        f.admits(apply(first))
+    del first
+    gc.collect()
+    assert (alive() is not None) is keeps_body
+    # the verdicts are unchanged: a new generation passes, a status-only change does not
+    if predicate is not None:
+        bumped = obj("a", 2)
+        bumped["spec"] = {"big": "y"}
+        assert f.admits(apply(bumped))
+    if predicate is generation_changed:
+        assert not f.admits(apply(obj("a", 2, status="Ready")))

@@ -20,7 +20,10 @@ What the predicate never gets to decide, so that a filter cannot lose a trigger:
 
 The state is the last object seen per UID (a reference to the dict the watcher parsed,
 shared with the cache when there is one), dropped when the object goes: on its delete, or
-when a relist no longer shows it.
+when a relist no longer shows it. The built-in predicates, and `any_of`/`all_of` of them,
+read only ``metadata``; for them (and for a filter that only holds back own writes) the
+state is the object's ``metadata`` dict alone, so a watch without a cache does not keep
+every object's body alive through its filter.
 """
 
 from __future__ import annotations
@@ -54,6 +57,22 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
+_METADATA_ONLY = "__fastctl_metadata_only__"
+"""Set on a predicate that reads nothing but ``metadata`` (the filter then keeps only that)."""
+
+
+def _reads_metadata_only(predicate: Predicate) -> Predicate:
+    setattr(predicate, _METADATA_ONLY, True)
+    return predicate
+
+
+def reads_metadata_only(predicate: Predicate | None) -> bool:
+    """Whether `predicate` (``None``: no predicate) needs nothing of an old object but its
+    ``metadata``."""
+    return predicate is None or getattr(predicate, _METADATA_ONLY, False) is True
+
+
+@_reads_metadata_only
 def generation_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """``metadata.generation`` changed: the spec changed, not the status or the metadata
     (the API server bumps it for spec writes only, and when a deletion starts). An object
@@ -69,11 +88,13 @@ def generation_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return bool(new_meta.get("deletionTimestamp")) and not old_meta.get("deletionTimestamp")
 
 
+@_reads_metadata_only
 def labels_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """``metadata.labels`` changed (a missing map equals an empty one)."""
     return (_meta(old).get("labels") or {}) != (_meta(new).get("labels") or {})
 
 
+@_reads_metadata_only
 def annotations_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """``metadata.annotations`` changed (a missing map equals an empty one)."""
     return (_meta(old).get("annotations") or {}) != (_meta(new).get("annotations") or {})
@@ -115,6 +136,8 @@ def _combined(
         return verdict(_call(p, old, new) for p in checked)
 
     combined.__qualname__ = f"{combinator}({', '.join(_name(p) for p in checked)})"
+    if all(reads_metadata_only(p) for p in checked):
+        _reads_metadata_only(combined)
     return combined
 
 
@@ -164,6 +187,7 @@ class EventFilter:
         "_passing",
         "_predicate",
         "_reported",
+        "_slim",
         "_state",
     )
 
@@ -181,6 +205,8 @@ class EventFilter:
         self._controller = controller
         self._kind = kind
         self._on_error = on_error
+        self._slim = reads_metadata_only(predicate)
+        # per UID: the last object seen, or only its metadata when `_slim`
         self._state: dict[str, Mapping[str, Any]] = {}
         self._listing: dict[str, Mapping[str, Any]] | None = None
         self._passing: set[ObjectRef] = set()
@@ -215,19 +241,25 @@ class EventFilter:
             if self._listing is None:  # tolerate a missing INIT, as the store does
                 self._listing = {}
             passes = self._verdict(uid, self._state.get(uid), obj)
-            self._listing[uid] = obj
+            self._listing[uid] = self._kept(obj)
             if passes:
                 self._passing.add(ObjectRef.from_object(obj))
             return passes
         passes = self._verdict(uid, self._state.get(uid), obj)
-        self._state[uid] = obj
+        self._state[uid] = self._kept(obj)
         return passes
+
+    def _kept(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """What the state keeps of `obj`: all of it, or its metadata when that suffices."""
+        return _meta(obj) if self._slim else obj
 
     def _verdict(self, uid: str, old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
         if self._own_writes is not None and self._own_writes.is_echo(uid, new):
             return False
         if old is None or self._predicate is None:
             return True
+        if self._slim:
+            old = {"metadata": old}
         try:
             return _call(self._predicate, old, new)
         except Exception as exc:
