@@ -278,9 +278,10 @@ def test_a_server_that_ignores_send_initial_events_gets_paginated_lists_for_good
 def test_errors_back_off_exponentially_and_an_accepted_watch_resets_the_backoff(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Three failed watches wait 0.5, 1 and 2 s; the watch accepted after them resets the
-    backoff, so the next failure waits 0.5 s again. An empty watch that ends at once waits
-    too (no busy loop)."""
+    """Three failed watches wait 0.5, 1 and 2 s; the watch that delivers an event after
+    them resets the backoff, so the next failure waits 0.5 s again. An empty watch that
+    ends at once is a failure too: it waits, longer each time (no busy loop, and no
+    fixed-rate reconnects against a server or proxy that keeps closing it)."""
     answers = [
         status(500),
         status(500),
@@ -305,7 +306,7 @@ def test_errors_back_off_exponentially_and_an_accepted_watch_resets_the_backoff(
     gaps = [round(b - a, 9) for a, b in itertools.pairwise(watches)]
     assert gaps[:3] == [0.5, 1.0, 2.0]
     assert gaps[4] == 0.5  # the failure after an accepted watch: reset
-    assert gaps[5:] == [0.5, 0.5]  # empty watches: never a busy loop
+    assert gaps[5:] == [1.0, 2.0]  # empty watches: never a busy loop, and backing off
 
 
 def test_an_on_error_callback_that_raises_does_not_end_the_watch(

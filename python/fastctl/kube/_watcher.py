@@ -454,9 +454,7 @@ class _Watcher:
                 if initial and 400 <= err.status < 500 and err.status not in (403, 429):
                     raise _StreamingListUnsupported(str(err))
                 raise err
-            if not initial:
-                self.backoff.reset()
-            else:
+            if initial:
                 yield WatchEvent(EventKind.INIT)
             lines = 0
             content = resp.content
@@ -475,6 +473,10 @@ class _Watcher:
                 if not line:
                     break
                 lines += 1
+                if lines == 1 and not initial:
+                    # A stream that carries something is the success that resets the
+                    # backoff; one accepted but ending empty at once is not (see below).
+                    self.backoff.reset()
                 if not line.endswith(b"\n"):
                     raise WatchStreamError(f"watch stream truncated mid-line ({len(line)} bytes)")
                 if line.isspace():
@@ -502,8 +504,12 @@ class _Watcher:
         if initial:
             raise WatchStreamError("watch ended before the initial list was complete")
         if lines == 0 and time.monotonic() - started < 1.0:
-            # An empty stream that ends at once would otherwise be a busy loop.
+            # An empty stream that ends at once would otherwise be a busy loop; and since
+            # it did not reset the backoff, a server (or proxy) that keeps doing it is
+            # asked less and less often, as after any other failure.
             await asyncio.sleep(self.backoff.next_delay())
+        elif lines == 0:
+            self.backoff.reset()  # quiet but held open: a healthy watch of a quiet resource
 
     def _event(self, etype: str, obj: dict[str, Any], initial: bool) -> WatchEvent | None:
         """Turn one watch frame into an event (or None), tracking the resourceVersion."""
