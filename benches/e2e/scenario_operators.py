@@ -26,7 +26,15 @@ from typing import Any
 
 import compiled_peers
 from cluster import Cluster, Observer, create_many, fresh_cluster, patch_many
-from common import Child, child_argv, load_average, log, request_counts, request_delta
+from common import (
+    Child,
+    child_argv,
+    load_average,
+    log,
+    request_counts,
+    request_delta,
+    terminated_watchers,
+)
 
 from fastctl.demo.widgets import CRD, WIDGET, install_crd, widget
 
@@ -113,6 +121,7 @@ async def _measure(
     )
     child = Child(f"{mode}-{count}", argv, log_dir / f"operator-{mode}-{count}.log")
     m0 = await request_counts(client)
+    closed0 = await terminated_watchers(client)
     cpu0 = cluster.cpu_seconds()
     await child.start()
     try:
@@ -124,6 +133,8 @@ async def _measure(
         await asyncio.sleep(SETTLE)
         m1 = await request_counts(client)
         result["initial"]["requests"] = request_delta(m0, m1, None)
+        closed1 = await terminated_watchers(client)
+        result["initial"]["terminated_watchers"] = closed1 - closed0
         result["initial"]["cpu_seconds"] = child.cpu_seconds()
         cpu1 = cluster.cpu_seconds()
         result["initial"]["others_cpu_seconds"] = _delta(cpu0, cpu1)
@@ -145,6 +156,7 @@ async def _measure(
             m2 = await request_counts(client)
             driver = Counter({("PATCH", "widgets", ""): count})
             result["burst"]["requests"] = request_delta(m1, m2, driver)
+            result["burst"]["terminated_watchers"] = await terminated_watchers(client) - closed1
             result["burst"]["cpu_seconds"] = child.cpu_seconds() - result["initial"]["cpu_seconds"]
             result["burst"]["others_cpu_seconds"] = _delta(cpu1, cluster.cpu_seconds())
         memory = child.memory()
