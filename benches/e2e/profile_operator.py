@@ -12,11 +12,16 @@ and writes, into ``--out``:
 
 - ``MODE-COUNT-PHASE.txt``: py-spy's collapsed stacks (``flamegraph.pl`` or speedscope read
   them), one line per distinct stack with its sample count;
-- ``summary.json`` and ``summary.md``: the samples of each phase by **owner** (the innermost
+- ``summary.json`` and ``summary.md``: the samples of each phase by **path** (`PATHS`:
+  request, watch, reconcile and queue, start-up, the event loop), by **owner** (the innermost
   frame of fastctl's or the bench's own code on the stack, so aiohttp's time under
   ``kube/_http.py`` counts as the request path) and by **leaf** (what ran: aiohttp, ssl,
   asyncio, ...; a fastctl module by name, so its rows add up to fastctl's own code), in
-  percent of the phase's samples.
+  percent of the phase's samples;
+- with ``--plot PNG``, the CPU per Widget of each phase by path, one bar each.
+
+``--summarise FILE...`` (with ``--rate``, ``--count`` and ``--plot``) renders collapsed
+stacks recorded before, without running anything.
 
 py-spy samples Python frames only (C code counts for the Python frame that called it), and
 an idle thread (waiting in ``epoll`` or on a lock) is not sampled, so the percentages are of
@@ -47,12 +52,17 @@ OWN_CODE = re.compile(r"(?:fastctl/(?P<mod>[\w/]+)\.py|(?:^|/)(?P<bench>bench_\w
 SITE = re.compile(r"(?:site-packages|dist-packages|/lib/python3\.\d+)/(?P<pkg>\w)")
 
 
+_ENTRY_POINTS = frozenset({"<module>", "main", "main_async"})
+
+
 def owner(frames: list[str]) -> str:
     """The innermost frame of fastctl's or the bench's own code, as ``kube/_http``,
     ``bench_raw_asyncio``; ``(no own frame)`` when only libraries are on the stack (the
     event loop's own work, a worker thread)."""
     for frame in reversed(frames):
         match = FRAME.match(frame)
+        if match and match.group("func") in _ENTRY_POINTS:
+            continue  # under every stack of the process: owns nothing
         path = match.group("file") if match else frame
         own = OWN_CODE.search(path)
         if own:
@@ -78,10 +88,50 @@ def leaf_package(frames: list[str]) -> str:
     return head.removesuffix(".py") or "?"
 
 
+PATHS: dict[str, tuple[str, ...]] = {
+    "request": ("fastctl/kube/_http.py", "RawOperator.handle"),
+    "watch": (
+        "fastctl/kube/_watcher.py",
+        "fastctl/kube/_store.py",
+        "_watch_primary",
+        "RawOperator.watch",
+        "RawOperator.list",
+    ),
+    "reconcile and queue": (
+        "fastctl/_applier.py",
+        "fastctl/runtime/_controller.py",
+        "fastctl/_channel.py",
+        "RawOperator.worker",
+        "RawOperator.run",
+    ),
+    "start-up": ("importlib", "<module> ("),
+}
+"""Where a stack belongs, by the first of these names found on it (in this order): the
+request path (building the request, aiohttp sending it and reading the answer), the watch
+path (reading, decoding and checking the stream, the store, the triggers), the reconcile
+path (the applier, the queue, the reconcile itself), the import; anything else is the
+event loop's own work (``select``, callbacks, TLS records of any connection)."""
+
+OTHER = "event loop, TLS, other"
+
+
+def path_of(stack: str) -> str:
+    """The path (`PATHS`) a collapsed stack belongs to."""
+    for name, keys in PATHS.items():
+        if name == "start-up":
+            leaf = stack.rsplit(";", 1)[-1]
+            if "importlib" in stack or leaf.startswith("<module> ("):
+                return name
+        elif any(k in stack for k in keys):
+            return name
+    return OTHER
+
+
 def summarise(lines: Iterable[str]) -> dict[str, Any]:
-    """Samples by owner and by leaf package, in percent, from py-spy's collapsed stacks."""
+    """Samples by path, by owner and by leaf, in percent, from py-spy's collapsed stacks."""
     owners: Counter[str] = Counter()
     leaves: Counter[str] = Counter()
+    paths: Counter[str] = Counter()
     total = 0
     for line in lines:
         stack, _, count = line.rstrip("\n").rpartition(" ")
@@ -94,11 +144,18 @@ def summarise(lines: Iterable[str]) -> dict[str, Any]:
         total += n
         owners[owner(frames)] += n
         leaves[leaf_package(frames)] += n
+        paths[path_of(stack)] += n
 
     def pct(counter: Counter[str]) -> dict[str, float]:
         return {k: round(100 * v / total, 1) for k, v in counter.most_common()} if total else {}
 
-    return {"samples": total, "by_owner": pct(owners), "by_leaf": pct(leaves)}
+    return {
+        "samples": total,
+        "path_samples": dict(paths.most_common()),
+        "by_path": pct(paths),
+        "by_owner": pct(owners),
+        "by_leaf": pct(leaves),
+    }
 
 
 @asynccontextmanager
@@ -133,11 +190,49 @@ def render(summary: dict[str, Any], top: int) -> str:
     out = ["# Where the operators' CPU goes (py-spy samples, % of on-CPU samples)", ""]
     for name, phase in summary.items():
         out += [f"## {name} ({phase['samples']} samples)", ""]
-        for title, key in (("owner (innermost own frame)", "by_owner"), ("leaf", "by_leaf")):
+        for title, key in (
+            ("path", "by_path"),
+            ("owner (innermost own frame)", "by_owner"),
+            ("leaf", "by_leaf"),
+        ):
             out += [f"| {title} | % |", "|---|---:|"]
             out += [f"| {k} | {v} |" for k, v in list(phase[key].items())[:top]]
             out.append("")
     return "\n".join(out)
+
+
+def plot(summary: dict[str, Any], rate: int, count: int, path: Path) -> None:
+    """One bar per profile (mode and phase): its CPU per Widget by path, so two operators'
+    bars differ by what one spends and the other does not. The length is the CPU the
+    scenario measured (``/proc``) when the summary has it, split in py-spy's proportions;
+    else the samples over the rate (py-spy's idle detection is approximate: longer)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(summary)
+    order = [*PATHS, OTHER]
+    palette = ("tab:blue", "tab:orange", "tab:green", "tab:gray", "tab:olive")
+    colors = dict(zip(order, palette, strict=True))
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(names) + 1.6))
+    measured = all(summary[n].get("cpu_seconds") for n in names)
+    for i, name in enumerate(names):
+        row, left = summary[name], 0.0
+        seconds = row["cpu_seconds"] if measured else row["samples"] / rate
+        for part in order:
+            ms = seconds * row["path_samples"].get(part, 0) / row["samples"] / count * 1e3
+            ax.barh(i, ms, left=left, color=colors[part], label=part if i == 0 else None)
+            left += ms
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    what = "operator CPU (/proc)" if measured else f"py-spy samples ({rate}/s)"
+    ax.set_xlabel(f"{what} per Widget, ms, split by path in py-spy's proportions")
+    ax.legend(loc="lower right", fontsize="small")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -150,7 +245,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             return py_spy(base, args.rate, phase, pid)
 
         log(f"== profiling {mode} on {args.count} Widgets")
-        await run_operator(
+        result = await run_operator(
             mode,
             args.count,
             concurrency=args.concurrency,
@@ -161,7 +256,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         for phase in ("initial", "burst"):
             path = base.with_name(f"{base.name}-{phase}.txt")
             if path.exists():
-                summary[f"{mode} x{args.count} {phase}"] = summarise(path.read_text().splitlines())
+                row = summarise(path.read_text().splitlines())
+                row["cpu_seconds"] = (result.get(phase) or {}).get("cpu_seconds")
+                summary[f"{mode} x{args.count} {phase}"] = row
     return summary
 
 
@@ -175,11 +272,14 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=15, help="rows per table in summary.md")
     parser.add_argument("--out", default="/tmp/fastctl-e2e-profile")
     parser.add_argument("--summarise", nargs="*", metavar="FILE", help="only summarise FILEs")
+    parser.add_argument("--plot", metavar="PNG", help="also draw CPU per Widget by path")
     args = parser.parse_args()
     if args.summarise:
         files = [Path(f) for f in args.summarise]
         summary = {f.stem: summarise(f.read_text().splitlines()) for f in files}
         print(render(summary, args.top))
+        if args.plot:
+            plot(summary, args.rate, args.count, Path(args.plot))
         return 0
     if shutil.which("py-spy") is None:
         parser.error("needs py-spy on PATH (pip install py-spy)")
@@ -190,6 +290,8 @@ def main() -> int:
     summary = asyncio.run(main_async(args))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     (out_dir / "summary.md").write_text(render(summary, args.top))
+    if args.plot:
+        plot(summary, args.rate, args.count, Path(args.plot))
     print(render(summary, args.top))
     return 0
 
