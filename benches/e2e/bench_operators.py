@@ -7,7 +7,9 @@ anything else (the event caused by that very patch) is a no-op.
 
 - ``fastctl``: `fastctl.Controller`, Rust scheduler.
 - ``fastctl-model``: the same with the pure-Python scheduler model (`fastctl.testing.model`).
-- ``fastctl-no-trust-env``: fastctl with one experimental change (see `_no_trust_env`).
+- ``fastctl-no-trust-env``: fastctl with aiohttp's ``trust_env`` forced off (see
+  `_no_trust_env`); `fastctl.kube.load_client` already turns it off when no proxy is set,
+  so without a proxy variable this mode is ``fastctl``.
 - ``fastctl-filtered``: fastctl with ``event_filter=generation_changed``: the echo of the
   operator's own status patch (same generation) triggers no reconcile.
 - ``kopf``: ``@kopf.on.create`` + ``@kopf.on.update``, with kopf's bookkeeping kept in the

@@ -97,6 +97,21 @@ async def request_counts(client: ApiClient) -> Counter[RequestKey]:
     return counts
 
 
+async def terminated_watchers(client: ApiClient) -> int:
+    """``apiserver_terminated_watchers_total``, all resources: the watches the API server's
+    watch cache closed because their client did not read its events fast enough (it logs
+    nothing at its default verbosity; the client then resumes with a new WATCH)."""
+    from fastctl.kube._http import request
+
+    async with await request(client, "GET", "/metrics") as resp:
+        text = (await resp.read()).decode()
+    return sum(
+        int(float(line.rpartition(" ")[2]))
+        for line in text.splitlines()
+        if line.startswith("apiserver_terminated_watchers_total{")
+    )
+
+
 def request_delta(
     before: Counter[RequestKey], after: Counter[RequestKey], minus: Counter[RequestKey] | None
 ) -> dict[str, int]:

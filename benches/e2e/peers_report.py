@@ -95,7 +95,7 @@ def same_work_section(rows: list[dict[str, Any]]) -> list[str]:
         "",
         f"Each operator, per phase: every Widget handled, exactly one `PATCH widgets/status` "
         f"per Widget, no other write, at most {compiled_peers.READ_TOLERANCE} read requests "
-        f"(list and watch restarts).",
+        f"(list and watch restarts) beyond the watches the API server closed as unresponsive.",
         "",
     ]
     for r in rows:
@@ -143,6 +143,9 @@ def results_section(rows: list[dict[str, Any]]) -> list[str]:
         burst = (r.get("burst") or {}).get("requests", {})
         kinds = [k for k in dict.fromkeys([*ini, *burst]) if k != "total"]
         text = ", ".join(f"{k} {ini.get(k, 0)}/{burst.get(k, 0)}" for k in kinds)
+        closed = [p.get("terminated_watchers") for p in (r["initial"], r.get("burst") or {})]
+        if any(closed):
+            text += "; watches closed by the API server " + "/".join(str(c or 0) for c in closed)
         out.append(f"- {r['count']:,}, {_label(r['mode'])}: {text}")
     return out
 

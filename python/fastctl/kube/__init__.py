@@ -8,6 +8,11 @@ cache every reconcile reads); `fastctl.runtime` turns those events into triggers
 
 from typing import TYPE_CHECKING, Any
 
+# First, before anything imports kubernetes_asyncio: importing it defers its generated API.
+from fastctl.kube import _lazy_import  # noqa: F401
+
+# isort: split
+
 from fastctl.errors import (
     ApiError,
     DiscoveryError,

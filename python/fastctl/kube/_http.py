@@ -12,6 +12,7 @@ Conflict (Conflict): Apply failed with 1 conflict: ...``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,17 +68,19 @@ async def request(
     if body is not None:
         headers["Content-Type"] = content_type
     # auth_settings() runs the configuration's token refresh hook (exec plugins, in-cluster
-    # token rotation), so every request carries a current token.
-    for auth in (await config.auth_settings()).values():
-        if auth["in"] == "header":
-            headers[auth["key"]] = auth["value"]
+    # token rotation), so every request carries a current token. It does nothing, hook
+    # included, without a bearer token (client certificates): skip the coroutine then.
+    if _BEARER in config.api_key:
+        for auth in (await config.auth_settings()).values():
+            if auth["in"] == "header":
+                headers[auth["key"]] = auth["value"]
     params = {k: _qs(v) for k, v in (query or {}).items() if v is not None}
     rest = client.rest_client
     kwargs: dict[str, Any] = {
         "params": params,
         "headers": headers,
         "data": body,
-        "timeout": client_timeout or aiohttp.ClientTimeout(total=60),
+        "timeout": client_timeout or _timeout(60.0),
     }
     if rest.proxy:
         kwargs["proxy"] = rest.proxy
@@ -87,6 +90,16 @@ async def request(
         kwargs["server_hostname"] = rest.server_hostname
     session: aiohttp.ClientSession = rest.pool_manager
     return await session.request(method, config.host + path, **kwargs)
+
+
+_BEARER = "BearerToken"
+"""The key of kubernetes-asyncio's ``Configuration.api_key`` that holds a bearer token."""
+
+
+@functools.lru_cache(maxsize=64)
+def _timeout(total: float) -> aiohttp.ClientTimeout:
+    """One `aiohttp.ClientTimeout` per value (it is immutable; a request need not build one)."""
+    return aiohttp.ClientTimeout(total=total)
 
 
 def _qs(value: str | int | bool) -> str:
@@ -113,7 +126,7 @@ async def request_json(
         query=query,
         body=body,
         content_type=content_type,
-        client_timeout=aiohttp.ClientTimeout(total=request_timeout),
+        client_timeout=_timeout(request_timeout),
     ) as resp:
         data = await resp.read()
         if not 200 <= resp.status < 300:

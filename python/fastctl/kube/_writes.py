@@ -10,8 +10,7 @@ does. A ContextVar, so that concurrent reconciles (tasks) each report to their o
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -43,23 +42,29 @@ def _ignore(answer: Any) -> None:
     return None
 
 
-@contextlib.contextmanager
-def observed_write(
-    resource: ResolvedResource, namespace: str | None, name: str | None
-) -> Iterator[Callable[[Any], None]]:
-    """Frame one write: the block calls the yielded function with the server's answer."""
-    observer = WRITE_OBSERVER.get()
-    if observer is None or not name:
-        yield _ignore
-        return
-    answer: Mapping[str, Any] | None = None
+class observed_write:
+    """Frame one write: the block calls the yielded function with the server's answer.
 
-    def seen(value: Any) -> None:
-        nonlocal answer
-        answer = value if isinstance(value, Mapping) else None
+    A class rather than a generator-based context manager: every write passes here, and
+    with no observer set (outside reconciles, or no own-write filter) it costs two calls."""
 
-    observer.started(resource, namespace, name)
-    try:
-        yield seen
-    finally:
-        observer.finished(resource, namespace, name, answer)
+    __slots__ = ("_answer", "_name", "_namespace", "_observer", "_resource")
+
+    def __init__(self, resource: ResolvedResource, namespace: str | None, name: str | None):
+        observer = WRITE_OBSERVER.get()
+        self._observer = observer if name else None
+        self._resource, self._namespace, self._name = resource, namespace, name or ""
+        self._answer: Mapping[str, Any] | None = None
+
+    def __enter__(self) -> Callable[[Any], None]:
+        if self._observer is None:
+            return _ignore
+        self._observer.started(self._resource, self._namespace, self._name)
+        return self._seen
+
+    def _seen(self, value: Any) -> None:
+        self._answer = value if isinstance(value, Mapping) else None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._observer is not None:
+            self._observer.finished(self._resource, self._namespace, self._name, self._answer)
