@@ -6,16 +6,20 @@ Each check runs in a fresh interpreter: this test process imported both long ago
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from typing import Any
 
 
-def _run(code: str) -> Any:
+def _run(code: str, env: dict[str, str] | None = None) -> Any:
     """Run `code` in a fresh interpreter; it prints one JSON document, returned here."""
     out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -102,3 +106,15 @@ print(json.dumps([is_deferred(sys.modules[n]) for n in
 """
     )
     assert got == [False, False]
+
+
+def test_the_eager_switch_defers_nothing() -> None:
+    code = (
+        GENERATED
+        + """
+import json, fastctl
+print(json.dumps(generated() > 500))
+"""
+    )
+    assert _run(code, {"FASTCTL_EAGER_IMPORT": "1"}) is True
+    assert _run(code, {"FASTCTL_EAGER_IMPORT": "0"}) is False

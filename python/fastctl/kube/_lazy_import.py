@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import types
 from collections.abc import Mapping
 
-__all__ = ["LAZY_PACKAGES", "install", "is_deferred"]
+__all__ = ["EAGER_ENV", "LAZY_PACKAGES", "install", "is_deferred"]
 
 LAZY_PACKAGES: Mapping[str, Mapping[str, str]] = {
     "kubernetes_asyncio": {},
@@ -35,9 +36,15 @@ LAZY_PACKAGES: Mapping[str, Mapping[str, str]] = {
 other name runs the package's real ``__init__``)."""
 
 
+EAGER_ENV = "FASTCTL_EAGER_IMPORT"
+"""Set (to anything but empty or ``0``), fastctl defers nothing: the escape hatch for code
+that relies on kubernetes-asyncio's package being whole from the start."""
+
+
 def install() -> None:
-    """Defer the packages of `LAZY_PACKAGES` (parents first), unless already imported."""
-    if "kubernetes_asyncio" in sys.modules:
+    """Defer the packages of `LAZY_PACKAGES` (parents first), unless already imported or
+    `EAGER_ENV` asks not to."""
+    if "kubernetes_asyncio" in sys.modules or os.environ.get(EAGER_ENV, "") not in ("", "0"):
         return
     for name, light in LAZY_PACKAGES.items():
         _defer(name, light)
