@@ -1,6 +1,6 @@
 """Type stub of the Rust extension `fastctl._core` (see docs/scheduler.md)."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final, Self, TypedDict, final
 
 __all__ = ["MAX_DELAY", "SCHEDULER_DEFAULTS", "Scheduler", "__version__"]
@@ -23,6 +23,7 @@ class SchedulerDefaults(TypedDict):
     backoff_base: float
     backoff_max: float
     seed: int | None
+    group_weights: Mapping[str, int] | None
 
 SCHEDULER_DEFAULTS: Final[SchedulerDefaults]
 """The scheduler's defaults, read from the Rust `Config::default` (the one place they are
@@ -76,6 +77,7 @@ class Scheduler:
         backoff_base: float | None = ...,
         backoff_max: float | None = ...,
         seed: int | None = ...,
+        group_weights: Mapping[str, int] | None = ...,
     ) -> Self:
         """Every keyword omitted or None takes its value from `SCHEDULER_DEFAULTS`.
 
@@ -84,13 +86,23 @@ class Scheduler:
         debounce batch may be pushed back from its first add. `max_wait`: a ready key older
         than this is served before keys of higher priority. `backoff_base`, `backoff_max`: the
         first and the longest failure backoff, in seconds. `seed`: the jitter generator's
-        seed, in [0, 2**64).
+        seed, in [0, 2**64). `group_weights`: the weight of fair groups by name (as
+        `set_group_weight`).
         """
     def add(
-        self, key: str, *, after: float = 0.0, priority: int = 0, now: float | None = None
+        self,
+        key: str,
+        *,
+        after: float = 0.0,
+        priority: int = 0,
+        group: str | None = None,
+        now: float | None = None,
     ) -> None:
         """Queue `key` to be ready `after` seconds from now, or merge into its record
-        (earliest ready time and highest priority win; an in-flight key becomes dirty)."""
+        (earliest ready time and highest priority win; an in-flight key becomes dirty).
+
+        `group` is the key's fair group, set when the key gets its record (later adds keep
+        it until the record is dropped); None: no group."""
 
     def add_many(
         self,
@@ -98,6 +110,7 @@ class Scheduler:
         *,
         after: float = 0.0,
         priority: int = 0,
+        group: str | None = None,
         now: float | None = None,
     ) -> None:
         """`add` for each key, with one `now`; nothing is added if any key is not a str."""
@@ -120,6 +133,16 @@ class Scheduler:
     ) -> None:
         """End the in-flight state of `key` (KeyError if it is not in flight) and queue it
         again if it is dirty, `requeue_after` is given, or it `failed` (backoff)."""
+
+    def set_group_weight(self, group: str, weight: int) -> None:
+        """Serve fair group `group` up to `weight` keys in a row per turn among ready keys of
+        one priority (default 1; an int in [1, 2**32)). Kept for the group's later keys."""
+
+    def group_weight(self, group: str) -> int:
+        """The weight of fair group `group` (1 unless set)."""
+
+    def group_of(self, key: str) -> str | None:
+        """The fair group of `key`; None when it is absent or has no group."""
 
     def forget(self, key: str) -> None:
         """Reset the consecutive-failure count of `key`."""
