@@ -287,6 +287,7 @@ impl Fair {
         }
     }
 
+    #[cfg(test)]
     fn next(&self) -> Option<(u64, u32, u32)> {
         let gid = self.front?;
         let (seq, idx) = self.members.get(&gid)?.queue.first()?;
@@ -294,16 +295,24 @@ impl Fair {
     }
 
     fn pop(&mut self, groups: &Groups) -> Option<(u64, u32, u32)> {
-        let (seq, idx, gid) = self.next()?;
-        self.remove(seq, idx, gid, groups);
-        if self.front == Some(gid) {
-            // Still has keys: its turn goes on, or the ring moves on (it is now the back).
-            self.turn -= 1;
-            if self.turn == 0 {
-                let next = self.members[&gid].next;
-                self.front = Some(next);
-                self.turn = groups.weight(next);
+        let gid = self.front?;
+        let m = self.members.get_mut(&gid)?;
+        // The front group's first key, which is its head.
+        let (seq, idx) = m.queue.first()?;
+        m.queue.remove(seq, idx);
+        let (after, next) = (m.queue.first(), m.next);
+        self.heads.remove(&(seq, gid));
+        match after {
+            Some((head, _)) => {
+                self.heads.insert((head, gid));
+                // Its turn goes on, or the ring moves on (it is now the back).
+                self.turn -= 1;
+                if self.turn == 0 {
+                    self.front = Some(next);
+                    self.turn = groups.weight(next);
+                }
             }
+            None => self.leave(gid, groups),
         }
         Some((seq, idx, gid))
     }
@@ -311,6 +320,10 @@ impl Fair {
     fn oldest(&self) -> Option<(u64, u32)> {
         let &(_, gid) = self.heads.first()?;
         self.members.get(&gid)?.queue.first()
+    }
+
+    fn oldest_seq(&self) -> Option<u64> {
+        self.heads.first().map(|&(seq, _)| seq)
     }
 
     /// The groups here in ring order from the front.
@@ -433,6 +446,14 @@ impl Level {
         match self {
             Level::Plain(q) => q.first().map(|(s, i)| (s, i, NO_GROUP)),
             Level::Fair(f) => f.next(),
+        }
+    }
+
+    /// The sequence number of the oldest entry (cheaper than `oldest` for a fair level).
+    pub fn oldest_seq(&self) -> Option<u64> {
+        match self {
+            Level::Plain(q) => q.first().map(|(s, _)| s),
+            Level::Fair(f) => f.oldest_seq(),
         }
     }
 

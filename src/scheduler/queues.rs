@@ -227,9 +227,9 @@ impl Ready {
             }
             btree_map::Entry::Occupied(o) => o.into_mut(),
         };
-        let old_head = level.oldest();
+        let old_head = level.oldest_seq();
         level.insert(seq, idx, gid, groups);
-        if let Some((head_seq, _)) = old_head.filter(|&(h, _)| seq < h) {
+        if let Some(head_seq) = old_head.filter(|&h| seq < h) {
             self.heads.remove(&(head_seq, priority));
             self.heads.insert((seq, priority));
         }
@@ -240,10 +240,10 @@ impl Ready {
             debug_assert!(false, "ready level missing");
             return;
         };
-        let old_head = level.oldest();
+        let old_head = level.oldest_seq();
         level.remove(seq, idx, gid, groups);
         self.len -= 1;
-        if old_head == Some((seq, idx)) {
+        if old_head == Some(seq) {
             self.new_head(priority, seq);
         }
     }
@@ -265,10 +265,10 @@ impl Ready {
     /// Remove and return the next key of level `priority` (its group's turn moves on).
     pub fn pop_at(&mut self, priority: i64, groups: &Groups) -> Option<Entry> {
         let level = self.levels.get_mut(&Reverse(priority))?;
-        let old_head = level.oldest();
+        let old_head = level.oldest_seq();
         let (seq, idx, _) = level.pop(groups)?;
         self.len -= 1;
-        if old_head == Some((seq, idx)) {
+        if old_head == Some(seq) {
             self.new_head(priority, seq);
         }
         Some((priority, seq, idx))
