@@ -19,6 +19,7 @@ keys are queued, and printed and kept in `extra_info`.
 
 from __future__ import annotations
 
+import heapq
 import json
 import statistics
 import subprocess
@@ -138,6 +139,50 @@ def test_batch_cycle(benchmark: Any, impl: str, batch: int) -> None:
     """add_many + pop_many + done per key, in batches, with 100k keys queued."""
     size = 100_000
     s = IMPLS[impl]()
+    run = batch_runner(s, batch, batched_done=False)
+
+    benchmark.group = f"batched cycle, {batch} per batch (100k queued)"
+    benchmark.extra_info["items"] = BATCH
+    benchmark.pedantic(run, rounds=rounds_for(impl, size), iterations=1, warmup_rounds=1)
+    assert len(s) == size
+
+
+class DictHeapFloor:
+    """The cheapest pure-Python loop doing the batched cycle's steps: a dict of queued keys
+    (de-duplication), a heap of ``(priority, seq, key)`` (the ready order), a set of keys in
+    flight. No delays, no follow-ups, no statistics: a floor, not a scheduler."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, int] = {}
+        self.heap: list[tuple[int, int, str]] = []
+        self.running: set[str] = set()
+        self.seq = 0
+
+    def add_many(self, keys: list[str]) -> None:
+        records, heap, seq = self.records, self.heap, self.seq
+        for key in keys:
+            if key not in records:
+                seq += 1
+                records[key] = seq
+                heapq.heappush(heap, (0, seq, key))
+        self.seq = seq
+
+    def pop_many(self, n: int) -> list[str]:
+        heap, out = self.heap, list[str]()
+        while heap and len(out) < n:
+            out.append(heapq.heappop(heap)[2])
+        self.running.update(out)
+        return out
+
+    def done(self, key: str) -> None:
+        self.running.remove(key)
+        del self.records[key]
+
+
+def batch_runner(s: Any, batch: int, batched_done: bool) -> Callable[[], None]:
+    """`test_batch_cycle`'s workload on `s`, ending keys one `done` at a time or with one
+    `done_many` per batch."""
+    size = 100_000
     pool = keys(2 * size)
     s.add_many(pool[:size])
     chunks = [pool[i : i + batch] for i in range(0, 2 * size, batch)]
@@ -148,14 +193,43 @@ def test_batch_cycle(benchmark: Any, impl: str, batch: int) -> None:
         i = state["i"]
         for j in range(i, i + BATCH // batch):
             add_many(chunks[j % len(chunks)])
-            for key in pop_many(batch):
-                done(key)
+            if batched_done:
+                s.done_many(pop_many(batch))
+            else:
+                for key in pop_many(batch):
+                    done(key)
         state["i"] = i + BATCH // batch
 
-    benchmark.group = f"batched cycle, {batch} per batch (100k queued)"
-    benchmark.extra_info["items"] = BATCH
-    benchmark.pedantic(run, rounds=rounds_for(impl, size), iterations=1, warmup_rounds=1)
-    assert len(s) == size
+    return run
+
+
+@pytest.mark.parametrize("batch", [100, 1_000], ids=lambda n: f"batch{n}")
+def test_paired_batch_floor_ratio(benchmark: Any, batch: int) -> None:
+    """The batched cycle (100k queued) of the Rust scheduler, with `done` per key and with
+    `done_many`, against `DictHeapFloor`, in alternating rounds: the Rust share of the floor's
+    time (lower is better)."""
+    runners = {
+        "rust": batch_runner(Scheduler(), batch, batched_done=False),
+        "rust_done_many": batch_runner(Scheduler(), batch, batched_done=True),
+        "floor": batch_runner(DictHeapFloor(), batch, batched_done=False),
+    }
+    for run in runners.values():
+        run()  # warm up
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(9):
+        for name, run in runners.items():
+            start = time.process_time()
+            run()
+            times[name].append((time.process_time() - start) / BATCH)
+    ns = {name: statistics.median(t) * 1e9 for name, t in times.items()}
+    benchmark.group = "paired batched cycle against a dict+heap floor"
+    benchmark.extra_info.update(paired_floor=True, **{f"{k}_ns": v for k, v in ns.items()})
+    print(
+        f"\nbatch {batch}: rust {ns['rust']:.0f} ns ({ns['rust'] / ns['floor']:.3f} of floor), "
+        f"done_many {ns['rust_done_many']:.0f} ns ({ns['rust_done_many'] / ns['floor']:.3f}), "
+        f"floor {ns['floor']:.0f} ns"
+    )
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
 
 
 @pytest.mark.parametrize("size", [1_000, 100_000, 1_000_000], ids=lambda n: f"{n}keys")
@@ -241,6 +315,15 @@ def summarize(path: str) -> str:
     paired = []
     for b in data["benchmarks"]:
         name = b["name"].split("[")[0].removeprefix("test_")
+        if b["extra_info"].get("paired_floor"):
+            e = b["extra_info"]
+            for impl in ("rust", "rust_done_many"):
+                paired.append(
+                    f"| batched cycle {b['params']['batch']} per batch, {impl} against the "
+                    f"dict+heap floor | {e[impl + '_ns']:.0f} ns/item | {e['floor_ns']:.0f} "
+                    f"ns/item (floor) | {e[impl + '_ns'] / e['floor_ns']:.2f} of the floor |"
+                )
+            continue
         if b["extra_info"].get("paired"):
             e = b["extra_info"]
             paired.append(

@@ -16,7 +16,9 @@ use pyo3::sync::{MutexExt, PyOnceLock};
 use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
 
 use crate::clock;
-use crate::scheduler::{Config, Error, HistogramSnapshot, Scheduler, MAX_DELAY, MAX_WEIGHT};
+use crate::scheduler::{
+    Config, Error, HistogramSnapshot, KeyInspection, QueueSummary, Scheduler, MAX_DELAY, MAX_WEIGHT,
+};
 
 /// A keyed priority/delay scheduler: one record per key, never two hand-outs of a key at once.
 ///
@@ -64,6 +66,31 @@ fn weight_u32(group: &str, weight: i64) -> PyResult<u32> {
         })
 }
 
+/// The items of an iterable of keys (refusing a `str`, which would iterate as characters),
+/// for a batched call named `call`.
+fn key_items<'py>(keys: &Bound<'py, PyAny>, call: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if keys.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{call}() takes an iterable of str keys, not a str"
+        )));
+    }
+    keys.try_iter()?.collect()
+}
+
+/// Every item as `&str`, or a `TypeError` naming the first that is not a `str` and its
+/// index. The message is built only on that error: formatting it per key cost more than
+/// the scheduler's own work per key.
+fn key_strs<'a>(items: &'a [Bound<'_, PyAny>], call: &str) -> PyResult<Vec<&'a str>> {
+    let mut strs = Vec::with_capacity(items.len());
+    for (i, obj) in items.iter().enumerate() {
+        match obj.cast::<PyString>() {
+            Ok(s) => strs.push(s.to_str()?),
+            Err(_) => return Err(key_str(obj, &format!("{call}() key at index {i}")).unwrap_err()),
+        }
+    }
+    Ok(strs)
+}
+
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
@@ -92,14 +119,17 @@ fn to_py_err(err: Error, key: Option<&Bound<'_, PyAny>>) -> PyErr {
         Error::InvalidDelay { .. } | Error::InvalidTime(_) | Error::InvalidConfig { .. } => {
             PyValueError::new_err(err.to_string())
         }
-        Error::NotInFlight(k) => {
-            let shown = key
-                .and_then(|k| k.repr().ok())
-                .map_or_else(|| format!("{k:?}"), |r| r.to_string());
-            PyKeyError::new_err(format!("done(): key {shown} is not in flight"))
-        }
+        Error::NotInFlight(k) => not_in_flight("done", &k, key),
         Error::TooManyKeys => PyMemoryError::new_err(err.to_string()),
     }
+}
+
+/// The `KeyError` of `call` for a key not in flight, showing the key as Python would.
+fn not_in_flight(call: &str, k: &str, key: Option<&Bound<'_, PyAny>>) -> PyErr {
+    let shown = key
+        .and_then(|k| k.repr().ok())
+        .map_or_else(|| format!("{k:?}"), |r| r.to_string());
+    PyKeyError::new_err(format!("{call}(): key {shown} is not in flight"))
 }
 
 fn non_negative_int(name: &str, value: i64) -> PyResult<usize> {
@@ -151,6 +181,70 @@ fn histogram<'py>(py: Python<'py>, h: &HistogramSnapshot) -> PyResult<Bound<'py,
     d.set_item("buckets", PyList::new(py, buckets)?)?;
     d.set_item("sum", h.sum)?;
     d.set_item("count", h.count)?;
+    Ok(d)
+}
+
+/// `Scheduler.inspect`'s dict.
+fn inspection<'py>(py: Python<'py>, i: &KeyInspection) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("state", i.state.as_str())?;
+    d.set_item("priority", i.priority)?;
+    d.set_item("failures", i.failures)?;
+    d.set_item("backoff", i.backoff)?;
+    d.set_item("ready_at", i.ready_at)?;
+    d.set_item("since", i.since)?;
+    d.set_item("ahead_at_priority", i.ahead_at_priority)?;
+    d.set_item("ahead_higher", i.ahead_higher)?;
+    d.set_item("follow_up_priority", i.follow_up_priority)?;
+    d.set_item("ahead_in_group", i.ahead_in_group)?;
+    d.set_item("group", &i.group)?;
+    Ok(d)
+}
+
+/// `Scheduler.queue_summary`'s dict.
+fn summary<'py>(py: Python<'py>, q: &QueueSummary) -> PyResult<Bound<'py, PyDict>> {
+    let by_priority = |levels: &[(i64, usize)]| -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for &(p, n) in levels {
+            d.set_item(p, n)?;
+        }
+        Ok(d)
+    };
+    let d = PyDict::new(py);
+    d.set_item("ready", q.ready)?;
+    d.set_item("waiting", q.waiting)?;
+    d.set_item("in_flight", q.in_flight)?;
+    d.set_item("dirty", q.dirty)?;
+    d.set_item("concurrency", q.concurrency)?;
+    d.set_item("ready_by_priority", by_priority(&q.ready_by_priority)?)?;
+    d.set_item(
+        "in_flight_by_priority",
+        by_priority(&q.in_flight_by_priority)?,
+    )?;
+    let oldest = match &q.oldest_ready {
+        Some(o) => {
+            let e = PyDict::new(py);
+            e.set_item("key", &o.key)?;
+            e.set_item("priority", o.priority)?;
+            e.set_item("since", o.since)?;
+            e.set_item("group", &o.group)?;
+            e.into_any()
+        }
+        None => py.None().into_bound(py),
+    };
+    d.set_item("oldest_ready", oldest)?;
+    d.set_item("next_ready_at", q.next_ready_at)?;
+    d.set_item("now", q.now)?;
+    let by_group = PyDict::new(py);
+    for g in &q.by_group {
+        let e = PyDict::new(py);
+        e.set_item("keys", g.keys)?;
+        e.set_item("ready", g.ready)?;
+        e.set_item("in_flight", g.in_flight)?;
+        e.set_item("weight", g.weight)?;
+        by_group.set_item(&g.group, e)?;
+    }
+    d.set_item("by_group", by_group)?;
     Ok(d)
 }
 
@@ -268,21 +362,12 @@ impl PyScheduler {
         now: Option<f64>,
     ) -> PyResult<()> {
         let group = group_str(group)?;
-        if keys.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err(
-                "add_many() takes an iterable of str keys, not a str",
-            ));
-        }
-        let items = keys.try_iter()?.collect::<PyResult<Vec<_>>>()?;
-        let strs = items
-            .iter()
-            .enumerate()
-            .map(|(i, obj)| key_str(obj, &format!("add_many() key at index {i}")))
-            .collect::<PyResult<Vec<&str>>>()?;
+        let items = key_items(keys, "add_many")?;
+        let strs = key_strs(&items, "add_many")?;
         let now = resolve_now(py, now)?;
         let result = self
             .lock(py)?
-            .add_many_in(group, strs, after, priority, now);
+            .add_many_in(group, strs.iter().copied(), after, priority, now);
         result.map_err(|e| to_py_err(e, None))
     }
 
@@ -378,6 +463,27 @@ impl PyScheduler {
         Ok(self.lock(py)?.group_of(k).map(str::to_owned))
     }
 
+    /// `done` of each key of an iterable of str, with one `now`: the batched end of
+    /// successful reconciles. A non-`str` key refuses the whole batch; a key not in flight
+    /// raises `KeyError` after the keys before it are done.
+    #[pyo3(signature = (keys, *, now = None))]
+    fn done_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>, now: Option<f64>) -> PyResult<()> {
+        let items = key_items(keys, "done_many")?;
+        let strs = key_strs(&items, "done_many")?;
+        let now = resolve_now(py, now)?;
+        let result = self.lock(py)?.done_many(strs.iter().copied(), now);
+        result.map_err(|e| match e {
+            Error::NotInFlight(ref k) => {
+                // Only on this error: find the Python key, to show it as Python would.
+                let key = items
+                    .iter()
+                    .find(|obj| key_str(obj, "").is_ok_and(|s| s == k));
+                not_in_flight("done_many", k, key)
+            }
+            other => to_py_err(other, None),
+        })
+    }
+
     /// Reset the failure count of `key`.
     fn forget(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
         let k = key_str(key, "key")?;
@@ -454,6 +560,35 @@ impl PyScheduler {
         d.set_item("queue_duration", histogram(py, &s.queue_duration)?)?;
         d.set_item("work_duration", histogram(py, &s.work_duration)?)?;
         Ok(d)
+    }
+
+    /// The state of `key` as of `now` (due keys promoted first), or None if it has no record.
+    #[pyo3(signature = (key, *, now = None))]
+    fn inspect<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'_, PyAny>,
+        now: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let k = key_str(key, "key")?;
+        let now = resolve_now(py, now)?;
+        let found = self.lock(py)?.inspect(k, now);
+        match found.map_err(|e| to_py_err(e, Some(key)))? {
+            Some(i) => Ok(Some(inspection(py, &i)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Counts by state and priority, the oldest ready key and the next waiting time.
+    #[pyo3(signature = (*, now = None))]
+    fn queue_summary<'py>(
+        &self,
+        py: Python<'py>,
+        now: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let now = resolve_now(py, now)?;
+        let q = self.lock(py)?.queue_summary(now);
+        summary(py, &q.map_err(|e| to_py_err(e, None))?)
     }
 
     /// Check the internal invariants (O(n)); raises AssertionError naming the broken one.

@@ -8,6 +8,8 @@ anything else (the event caused by that very patch) is a no-op.
 - ``fastctl``: `fastctl.Controller`, Rust scheduler.
 - ``fastctl-model``: the same with the pure-Python scheduler model (`fastctl.testing.model`).
 - ``fastctl-no-trust-env``: fastctl with one experimental change (see `_no_trust_env`).
+- ``fastctl-filtered``: fastctl with ``event_filter=generation_changed``: the echo of the
+  operator's own status patch (same generation) triggers no reconcile.
 - ``kopf``: ``@kopf.on.create`` + ``@kopf.on.update``, with kopf's bookkeeping kept in the
   status (`StatusProgressStorage`, `StatusDiffBaseStorage`), so each change costs kopf one
   status patch, as it costs fastctl; Events posting and cluster scanning off.
@@ -45,6 +47,7 @@ WIDGET_MODES = (
     "fastctl",
     "fastctl-model",
     "fastctl-no-trust-env",
+    "fastctl-filtered",
     "kopf",
     "kopf-default",
     "kopf-event",
@@ -79,7 +82,7 @@ def _controller(
 ) -> Any:
     """The Controller every fastctl mode runs: `args.concurrency`, in `args.namespace`, on
     the Rust scheduler or (`model`) the pure-Python one."""
-    from fastctl import Controller
+    from fastctl import Controller, generation_changed
     from fastctl.testing.model import ModelScheduler
 
     return Controller(
@@ -89,6 +92,7 @@ def _controller(
         namespace=args.namespace,
         concurrency=args.concurrency,
         scheduler=ModelScheduler(concurrency=args.concurrency) if model else None,
+        event_filter=generation_changed if args.mode == "fastctl-filtered" else None,
     )
 
 

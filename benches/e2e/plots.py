@@ -18,11 +18,35 @@ STYLE = {
     "fastctl": ("tab:blue", "o", "-"),
     "fastctl-model": ("tab:cyan", "s", "--"),
     "fastctl-no-trust-env": ("tab:green", "P", ":"),
+    "fastctl-filtered": ("tab:olive", "*", "-."),
     "kopf": ("tab:red", "^", "-"),
     "kopf-default": ("tab:orange", "v", ":"),
     "kopf-event": ("tab:purple", "D", "-."),
     "kopf-limited": ("tab:brown", "x", ":"),
 }
+
+
+def plot_modes(
+    ax: Any,
+    rows: list[dict[str, Any]],
+    value: Callable[[dict[str, Any]], float | None],
+    style: dict[str, tuple[str, str, str]],
+    labels: dict[str, str],
+) -> None:
+    """One line per mode of `rows`: `value` against the object count (None: no point)."""
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        pts = sorted((r["count"], value(r)) for r in rows if r["mode"] == mode)
+        pts = [(x, y) for x, y in pts if y is not None]
+        if not pts:
+            continue
+        color, marker, line = style.get(mode, ("black", "x", "-"))
+        ax.plot(
+            *zip(*pts, strict=True),
+            marker=marker,
+            linestyle=line,
+            color=color,
+            label=labels.get(mode, mode),
+        )
 
 
 def _operators(rows: list[dict[str, Any]], path: Path) -> None:
@@ -37,21 +61,8 @@ def _operators(rows: list[dict[str, Any]], path: Path) -> None:
         (axes[1][0], "update burst handled (s)", lambda r: r.get("burst", {}).get("seconds")),
         (axes[1][1], "peak RSS of the operator (MiB)", lambda r: r["peak_rss_bytes"] / MB),
     ]
-    modes = list(dict.fromkeys(r["mode"] for r in rows))
     for ax, title, value in panels:
-        for mode in modes:
-            pts = sorted((r["count"], value(r)) for r in rows if r["mode"] == mode)
-            pts = [(x, y) for x, y in pts if y is not None]
-            if not pts:
-                continue
-            color, marker, line = STYLE.get(mode, ("black", "x", "-"))
-            ax.plot(
-                *zip(*pts, strict=True),
-                marker=marker,
-                linestyle=line,
-                color=color,
-                label=LABELS.get(mode, mode),
-            )
+        plot_modes(ax, rows, value, STYLE, LABELS)
         ax.set_title(title)
         ax.set_xlabel("Widgets")
         ax.grid(alpha=0.3)

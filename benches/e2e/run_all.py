@@ -21,6 +21,7 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -202,13 +203,23 @@ def main() -> None:
         args.repeat_large = 1
     Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     results = asyncio.run(main_async(args))
-    out = Path(args.out)
+    save(results, Path(args.out), render, None if args.no_plots else make_plots)
+
+
+def save(
+    results: dict[str, Any],
+    out: Path,
+    render: Callable[[dict[str, Any]], str],
+    plots: Callable[[dict[str, Any], Path], object] | None,
+) -> None:
+    """Write `results` as JSON to `out`, its tables beside it (``.md``, also printed) and
+    its plots (unless None) to ``docs/img``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n")
     markdown = render(results)
     out.with_suffix(".md").write_text(markdown)
-    if not args.no_plots:
-        make_plots(results, ROOT / "docs" / "img")
+    if plots is not None:
+        plots(results, ROOT / "docs" / "img")
     print(markdown)
     log(f"done in {results['seconds']:.0f} s: {out}, {out.with_suffix('.md')}")
 

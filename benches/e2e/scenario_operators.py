@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import compiled_peers
 from cluster import Cluster, Observer, create_many, fresh_cluster, patch_many
 from common import Child, child_argv, load_average, log, request_counts, request_delta
 
@@ -55,7 +56,13 @@ async def _measure(
         "concurrency": concurrency,
         "load_before": load_average(),
     }
-    argv = child_argv(
+    argv = compiled_peers.argv(
+        mode,
+        kubeconfig=str(cluster.cp.kubeconfig),
+        namespace=ns,
+        concurrency=concurrency,
+        login=cluster.kopf_args(),
+    ) or child_argv(
         "bench_operators.py",
         mode,
         f"--kubeconfig={cluster.cp.kubeconfig}",

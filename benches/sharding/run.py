@@ -11,8 +11,12 @@ per second. Each round: a replica joins, the oldest leaves on SIGTERM, the next 
 SIGKILL (each followed by a wait for the group to settle and a quiet ``--window``
 measuring placement and shares). At the end it checks the whole record: no overlap, every
 final version reconciled, no reconcile outside its replica's published slots in a quiet
-window. The harness is the one the kube test uses (``tests/kube/sharding_e2e.py``); the
-JSON result goes to ``--out``. Exit status 1 when a check fails.
+window, and after each membership change every object reconciled again within ``--within``
+seconds (the lease duration, 3 s, plus a few: the slots move, and every replica whose slots
+changed lists again and reconciles what it now holds; the first start, which includes
+starting the processes, is reported but not checked). The harness is the one the kube test
+uses (``tests/kube/sharding_e2e.py``); the JSON result goes to ``--out``. Exit status 1 when
+a check fails.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ async def run(args: argparse.Namespace, cp: ControlPlane, workdir: Path) -> dict
     client = await load_client(cp.kubeconfig)
     cluster = e2e.Cluster(cp, client, "shard", workdir, slots=args.slots, work=args.work)
     windows: list[dict[str, Any]] = []
+    changes: list[tuple[str, float]] = []  # (what, monotonic time of the change)
     stop = asyncio.Event()
     names = iter(f"r{i}" for i in range(1000))
 
@@ -77,19 +82,23 @@ async def run(args: argparse.Namespace, cp: ControlPlane, workdir: Path) -> dict
         order = [next(names) for _ in range(args.replicas)]
         for name in order:
             cluster.start(name)
+        changes.append(("start", time.monotonic()))
         await settle_and_measure("start")
         for round_ in range(args.rounds):
             joined = next(names)
+            changes.append((f"round {round_}: {joined} joined", time.monotonic()))
             cluster.start(joined)
             order.append(joined)
             await settle_and_measure(f"round {round_}: {joined} joined")
             leaving = order.pop(0)
+            changes.append((f"round {round_}: {leaving} SIGTERM", time.monotonic()))
             code = cluster.stop(leaving, signal.SIGTERM)
             await settle_and_measure(f"round {round_}: {leaving} left (exit {code})")
             joined = next(names)
             cluster.start(joined)
             order.append(joined)
             killed = order.pop(0)
+            changes.append((f"round {round_}: {joined} joined, {killed} SIGKILL", time.monotonic()))
             cluster.stop(killed, signal.SIGKILL)
             await settle_and_measure(f"round {round_}: {joined} joined, {killed} killed")
         stop.set()
@@ -102,6 +111,22 @@ async def run(args: argparse.Namespace, cp: ControlPlane, workdir: Path) -> dict
         await client.close()
     misplaced = [m for w in windows for m in w["misplaced"]]
     records = cluster.records()
+    uids = [o["metadata"]["uid"] for o in objects]
+    again = []
+    for what, at in changes:
+        first = cluster.first_reconciles(at)
+        delays = sorted(first.get(uid, float("inf")) - at for uid in uids)
+        # The first start is not a handover: it includes starting the processes.
+        late = sum(1 for d in delays if d > args.within) if what != "start" else 0
+        again.append(
+            {
+                "after": what,
+                "median_seconds": delays[len(delays) // 2],
+                "max_seconds": delays[-1],
+                "late": late,
+            }
+        )
+        log(f"{what}: every object reconciled again after {delays[-1]:.1f} s ({late} late)")
     return {
         "args": vars(args),
         "writes": cluster.writes,
@@ -110,7 +135,8 @@ async def run(args: argparse.Namespace, cp: ControlPlane, workdir: Path) -> dict
         "unseen": unseen,
         "misplaced": misplaced,
         "windows": windows,
-        "ok": not overlaps and not unseen and not misplaced,
+        "reconciled_again": again,
+        "ok": not overlaps and not unseen and not misplaced and not any(a["late"] for a in again),
     }
 
 
@@ -124,6 +150,12 @@ def main() -> int:
     parser.add_argument("--work", type=float, default=0.2, help="seconds per reconcile")
     parser.add_argument("--window", type=float, default=10.0, help="quiet window, seconds")
     parser.add_argument("--settle", type=float, default=60.0, help="settle limit, seconds")
+    parser.add_argument(
+        "--within",
+        type=float,
+        default=10.0,
+        help="after each change, every object reconciled again within this (default: 10 s)",
+    )
     parser.add_argument("--gate", choices=("on", "off"), default="on")
     parser.add_argument("--out", type=Path, default=None, help="JSON result file")
     args = parser.parse_args()

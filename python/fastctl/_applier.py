@@ -34,7 +34,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fastctl._core import Scheduler
 from fastctl._fair import FairBy, group_function
 from fastctl._options import pick
+from fastctl._reasons import ReasonLog
 
 if TYPE_CHECKING:
     from fastctl._core import SchedulerStats
@@ -85,6 +86,7 @@ class SchedulerLike(Protocol):
         requeue_after: float | None = ...,
         failed: bool = ...,
     ) -> None: ...
+    def done_many(self, keys: Iterable[str]) -> None: ...
     def next_ready_at(self) -> float | None: ...
     @property
     def in_flight(self) -> int: ...
@@ -162,6 +164,7 @@ class _Driver:
         triggers: AsyncIterable[ObjectRef | Trigger],
         config: ApplierConfig,
         scheduler: SchedulerLike | None,
+        reasons: ReasonLog | None = None,
     ) -> None:
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
@@ -203,6 +206,8 @@ class _Driver:
         self.ingest_task: asyncio.Task[None] | None = None
         self.ready_task: asyncio.Task[None] | None = None
         self.store_ready = not _is_ready_aware(store) or store.is_ready  # type: ignore[attr-defined]
+        self.reasons = reasons
+        """Why each key is queued (`fastctl._reasons`), when the caller keeps it."""
 
     # -- waking -----------------------------------------------------------------------------
 
@@ -234,18 +239,28 @@ class _Driver:
         """Feed triggers into the scheduler as they arrive; it de-duplicates them at once."""
         add = self.scheduler.add
         group_of, store = self.group_of, self.store
+        note = self.reasons.queued if self.reasons is not None else None
         try:
             async for item in self.triggers:
                 if group_of is not None and isinstance(item, ObjectRef | Trigger):
                     ref = item if isinstance(item, ObjectRef) else item.ref
-                    priority = item.priority if isinstance(item, Trigger) else 0
+                    trigger = item if isinstance(item, Trigger) else None
+                    priority = 0 if trigger is None else trigger.priority
                     add(ref.key, priority=priority, group=group_of(ref, store))
+                    if note is not None:
+                        note(ref.key, None if trigger is None else trigger.reason)
                 elif type(item) is ObjectRef:
                     add(item.key)
+                    if note is not None:
+                        note(item.key, None)
                 elif isinstance(item, Trigger):
                     add(item.ref.key, priority=item.priority)
+                    if note is not None:
+                        note(item.ref.key, item.reason)
                 elif isinstance(item, ObjectRef):
                     add(item.key)
+                    if note is not None:
+                        note(item.key, None)
                 else:
                     raise TypeError(
                         "triggers must yield fastctl.ObjectRef or fastctl.Trigger, "
@@ -271,6 +286,7 @@ class _Driver:
         """Start reconciles for ready keys while slots are free."""
         scheduler = self.scheduler
         store = self.store
+        reasons = self.reasons
         while True:
             if self.concurrency:
                 free = self.concurrency - len(self.running)
@@ -285,17 +301,24 @@ class _Driver:
             self.blocked = len(keys) < free
             if not keys:
                 return
+            gone = []
             for key in keys:
                 ref = ObjectRef._from_trusted_key(key)
                 obj = store.get(ref)
                 if obj is None:
                     # Gone from the cache: nothing to reconcile. A later trigger (the object
                     # coming back) queues it again.
-                    scheduler.done(key)
+                    gone.append(key)
+                    if reasons is not None:
+                        reasons.dropped(key)
                     continue
                 self.running[key] = self.loop.create_task(
                     self.run_one(key, ref, obj), name=f"fastctl-reconcile:{key}"
                 )
+                if reasons is not None:
+                    reasons.started(key)
+            if gone:
+                scheduler.done_many(gone)
             if not self.concurrency:
                 return
 
@@ -376,6 +399,7 @@ class _Driver:
         self.orphans.discard(key)
         log.warning("reconcile of %s: its thread returned after the applier stopped", key)
         self.scheduler.done(key)
+        self._note_end(key, None, None)
         self.wake_peers(everyone=True)
 
     def wake_peers(self, *, everyone: bool = False) -> None:
@@ -401,17 +425,31 @@ class _Driver:
         if error is None:
             action: Action = returned if returned is not None else _AWAIT
             self.scheduler.done(key, requeue_after=action.requeue_after)
+            if self.reasons is not None:
+                self._note_end(key, None, None if action.requeue_after is None else "requeue")
         elif isinstance(error, KeyboardInterrupt | SystemExit):
             log.error("reconcile of %s raised %r: stopping the applier", key, error)
             self.scheduler.done(key, failed=True)
+            self._note_end(key, error, "error retry")
             if self.fatal is None:
                 self.fatal = error
             self.wake_peers()
             return None
         else:
             action = self.apply_error_policy(obj, error, key)
+            if self.reasons is not None:
+                retry = action is _BACKOFF or action.requeue_after is not None
+                self._note_end(key, error, "error retry" if retry else None)
         self.wake_peers()
         return ReconcileResult(ref, action, error, duration, obj)
+
+    def _note_end(self, key: str, error: BaseException | None, requeue: str | None) -> None:
+        """Tell the reason log how `key`'s run ended (after the scheduler's ``done``)."""
+        if self.reasons is not None:
+            # Whether the scheduler still holds the key (`Scheduler` and the model answer
+            # ``in``; a reason log is only given with one of them, by the Controller).
+            again = key in self.scheduler  # type: ignore[operator]
+            self.reasons.finished(key, error=error, requeue=requeue if again else None, again=again)
 
     def apply_error_policy(self, obj: Any, error: BaseException, key: str) -> Action:
         """Ask the user's error policy when to retry; without one (or if it fails), use the
@@ -451,9 +489,11 @@ class _Driver:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        for key in list(self.running):
-            del self.running[key]
-            self.scheduler.done(key)
+        keys = list(self.running)
+        self.running.clear()
+        self.scheduler.done_many(keys)
+        for key in keys:
+            self._note_end(key, None, None)
         self.completed.clear()
         self.wake_peers()
 

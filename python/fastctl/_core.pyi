@@ -1,7 +1,7 @@
 """Type stub of the Rust extension `fastctl._core` (see docs/scheduler.md)."""
 
 from collections.abc import Iterable, Mapping
-from typing import Final, Self, TypedDict, final
+from typing import Final, Literal, Self, TypedDict, final
 
 __all__ = ["MAX_DELAY", "SCHEDULER_DEFAULTS", "Scheduler", "__version__"]
 
@@ -10,8 +10,9 @@ __version__: Final[str]
 MAX_DELAY: Final[float]
 """Longest accepted delay in seconds (180 days); longer delays, and infinity, are clamped."""
 
-# SchedulerDefaults, Histogram and SchedulerStats exist only for type checkers (import them
-# under `if TYPE_CHECKING:`); at run time they are plain dicts of this shape.
+# SchedulerDefaults, Histogram, SchedulerStats, KeyInspection, OldestReady and QueueSummary
+# exist only for type checkers (import them under `if TYPE_CHECKING:`); at run time they are
+# plain dicts of this shape.
 
 class SchedulerDefaults(TypedDict):
     """The value of each `Scheduler` keyword when it is omitted or None."""
@@ -58,6 +59,70 @@ class SchedulerStats(TypedDict):
     unfinished_work: float
     queue_duration: Histogram
     work_duration: Histogram
+
+KeyState = Literal["waiting", "ready", "in_flight", "in_flight_dirty"]
+
+class KeyInspection(TypedDict):
+    """What `Scheduler.inspect` returns for a key with a record (times on the scheduler's
+    clock; see docs/inspect.md)."""
+
+    state: KeyState
+    priority: int
+    """Queued: the merged priority. In flight: the priority it was popped with."""
+    failures: int
+    """Consecutive failures (reset by a success or `forget`)."""
+    backoff: float | None
+    """The latest failure's backoff before jitter (the delay drawn is 0.8-1.2 times it)."""
+    ready_at: float | None
+    """Waiting: when it becomes ready. In flight and dirty: the follow-up's ready time."""
+    since: float | None
+    """Ready: since when. In flight: since when it runs."""
+    ahead_at_priority: int | None
+    """Ready: ready keys of its priority served before it, the fair groups' turns included
+    (the exact number of pops at its priority before it, if nothing is added meanwhile)."""
+    ahead_higher: int | None
+    """Ready: ready keys of higher priorities (served first, `max_wait` aside)."""
+    ahead_in_group: int | None
+    """Ready: ready keys of its own fair group and priority served before it."""
+    follow_up_priority: int | None
+    """In flight and dirty: the follow-up's priority."""
+    group: str | None
+    """The key's fair group (None: added without one)."""
+
+class OldestReady(TypedDict):
+    key: str
+    priority: int
+    since: float
+    group: str | None
+
+class GroupCounts(TypedDict):
+    """One named fair group in `QueueSummary.by_group`."""
+
+    keys: int
+    """Keys of the group in any state (waiting, ready, in flight)."""
+    ready: int
+    in_flight: int
+    weight: int
+
+class QueueSummary(TypedDict):
+    """What `Scheduler.queue_summary` returns."""
+
+    ready: int
+    waiting: int
+    in_flight: int
+    dirty: int
+    concurrency: int
+    ready_by_priority: dict[int, int]
+    """Ready keys by priority, highest first."""
+    in_flight_by_priority: dict[int, int]
+    """Keys in flight by the priority they were popped with, highest first."""
+    oldest_ready: OldestReady | None
+    next_ready_at: float | None
+    """The earliest ready time of a waiting key."""
+    now: float
+    """The scheduler's clock the answer was computed at."""
+    by_group: dict[str, GroupCounts]
+    """Each named fair group with keys, by name (keys without a group are not listed)."""
 
 @final
 class Scheduler:
@@ -144,6 +209,11 @@ class Scheduler:
     def group_of(self, key: str) -> str | None:
         """The fair group of `key`; None when it is absent or has no group."""
 
+    def done_many(self, keys: Iterable[str], *, now: float | None = None) -> None:
+        """`done` of each key in order with one `now` (no requeue, no failure): the batched
+        end of successful reconciles. Nothing is done if any key is not a str; a key not in
+        flight raises KeyError, the keys before it done, the ones after it not."""
+
     def forget(self, key: str) -> None:
         """Reset the consecutive-failure count of `key`."""
 
@@ -167,6 +237,14 @@ class Scheduler:
 
     def stats(self, *, now: float | None = None) -> SchedulerStats:
         """Counts, counters, ages measured at `now`, and duration histograms."""
+
+    def inspect(self, key: str, *, now: float | None = None) -> KeyInspection | None:
+        """The state of `key` as of `now` (due keys are promoted first), or None when it has
+        no record. Cheap: one lookup, and for a ready key its rank in its priority level."""
+
+    def queue_summary(self, *, now: float | None = None) -> QueueSummary:
+        """Counts by state and priority, the oldest ready key, the next waiting time; costs
+        O(priority levels + keys in flight) (waiting keys are not split by priority)."""
 
     def _check_consistency(self) -> None:
         """Check the internal invariants (O(n)); raises AssertionError."""

@@ -158,6 +158,14 @@ impl Groups {
         self.by_name.len()
     }
 
+    /// The named groups with keys: (number, name, records of any state, weight).
+    pub fn named(&self) -> impl Iterator<Item = (u32, &str, u32, u32)> + '_ {
+        self.by_name.values().map(|&gid| {
+            let live = &self.live[gid as usize];
+            (gid, &*live.name, live.keys, live.weight)
+        })
+    }
+
     /// Memory held for groups, in entries (for the test that empty groups are dropped).
     #[cfg(test)]
     pub fn footprint(&self) -> usize {
@@ -342,6 +350,51 @@ impl Fair {
         }
     }
 
+    /// The pops before the entry `seq` of group `gid` is served, if nothing is added or
+    /// removed meanwhile, and its rank inside its group: (at this level, in its group).
+    ///
+    /// Round robin makes this exact in O(groups here) after the rank: the key is served in
+    /// its group's turn `t` (counting the front's current turn as turn 0), so each group
+    /// before it in the ring gets `t + 1` turns first and each group after it `t`, each turn
+    /// as many keys as its weight (the front's current one: what is left of it), and no
+    /// group gives more than the keys it has.
+    fn ahead(&self, seq: u64, gid: u32, groups: &Groups) -> (usize, usize) {
+        let Some(m) = self.members.get(&gid) else {
+            return (0, 0);
+        };
+        let rank = m.queue.rank(seq) as u64;
+        let ring = self.ring();
+        // The keys a group at ring position `i` takes in its first `turns` turns.
+        let take = |i: usize, g: u32, turns: u64| -> u64 {
+            if turns == 0 {
+                return 0;
+            }
+            let weight = u64::from(groups.weight(g));
+            let first = if i == 0 { u64::from(self.turn) } else { weight };
+            first.saturating_add((turns - 1).saturating_mul(weight))
+        };
+        let Some(k) = ring.iter().position(|&g| g == gid) else {
+            debug_assert!(false, "ready group not in the ring");
+            return (0, 0);
+        };
+        let first = take(k, gid, 1);
+        let turn = if rank < first {
+            0
+        } else {
+            1 + (rank - first) / u64::from(groups.weight(gid))
+        };
+        let others: u64 = ring
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != k)
+            .map(|(i, &g)| {
+                let turns = if i < k { turn + 1 } else { turn };
+                take(i, g, turns).min(self.members[&g].queue.len as u64)
+            })
+            .sum();
+        ((rank + others) as usize, rank as usize)
+    }
+
     fn check(&self) -> Result<(), String> {
         let ring = self.ring();
         let mut seen: Vec<u32> = ring.clone();
@@ -493,6 +546,26 @@ impl Level {
         };
         out.sort_unstable();
         out
+    }
+
+    /// The pops before entry `seq` of group `gid` is served, and its rank in its group
+    /// (`Fair::ahead`; the same number twice on a plain level).
+    pub fn ahead(&self, seq: u64, gid: u32, groups: &Groups) -> (usize, usize) {
+        match self {
+            Level::Plain(q) => {
+                let rank = q.rank(seq);
+                (rank, rank)
+            }
+            Level::Fair(f) => f.ahead(seq, gid, groups),
+        }
+    }
+
+    /// Ready entries per group here.
+    pub fn counts(&self) -> Vec<(u32, usize)> {
+        match self {
+            Level::Plain(q) => vec![(NO_GROUP, q.len)],
+            Level::Fair(f) => f.members.iter().map(|(&g, m)| (g, m.queue.len)).collect(),
+        }
     }
 
     /// The groups in ring order from the front, and the front's remaining turn.

@@ -38,7 +38,8 @@
 //! `config` (settings and their defaults), `error` (why an operation is refused), `time`
 //! (checks on times and delays), `schedule` (ready-time and debounce merging), `record`,
 //! `index`, `queues` and `running` (the per-key records and the queues over them),
-//! `backoff`, `stats` (counters and histograms), `invariants` (the consistency checker);
+//! `backoff`, `stats` (counters and histograms), `inspect` (one key's state and a queue
+//! summary, for debugging), `invariants` (the consistency checker);
 //! this file holds the scheduler's operations.
 
 mod backoff;
@@ -46,6 +47,7 @@ mod config;
 mod error;
 mod groups;
 mod index;
+mod inspect;
 mod invariants;
 mod queues;
 mod record;
@@ -62,6 +64,7 @@ use config::Settings;
 pub use error::Error;
 use groups::Groups;
 pub use groups::MAX_WEIGHT;
+pub use inspect::{GroupCounts, KeyInspection, KeyState, OldestReady, QueueSummary};
 use queues::{Ready, Waiting};
 use record::{Records, State};
 use running::Running;
@@ -153,28 +156,38 @@ impl Scheduler {
     }
 
     /// `add` for each key in order, with one `now`.
-    pub fn add_many<'k>(
+    pub fn add_many<'k, I>(
         &mut self,
-        keys: impl IntoIterator<Item = &'k str>,
+        keys: I,
         after: f64,
         priority: i64,
         now: f64,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = &'k str>,
+        I::IntoIter: Clone,
+    {
         self.add_many_in(None, keys, after, priority, now)
     }
 
     /// `add_many`, every key of fair group `group` (as `add_in`).
-    pub fn add_many_in<'k>(
+    pub fn add_many_in<'k, I>(
         &mut self,
         group: Option<&str>,
-        keys: impl IntoIterator<Item = &'k str>,
+        keys: I,
         after: f64,
         priority: i64,
         now: f64,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = &'k str>,
+        I::IntoIter: Clone,
+    {
         let after = check_delay("after", after)?;
         let group = check_group(group)?;
         let now = self.tick(check_now(now)?);
+        let keys = keys.into_iter();
+        self.records.warm(keys.clone());
         for key in keys {
             self.add_one(group, key, after, priority, now)?;
         }
@@ -429,6 +442,23 @@ impl Scheduler {
     /// Named groups with at least one key (queued or in flight).
     pub fn groups(&self) -> usize {
         self.groups.len()
+    }
+
+    /// `done` of each key in order, all with one `now` and no requeue, failure or priority:
+    /// how a batch of successful reconciles ends. Stops at the first key that is not in
+    /// flight (`Error::NotInFlight`): the keys before it are done, the ones after it are not.
+    pub fn done_many<'k, I>(&mut self, keys: I, now: f64) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = &'k str>,
+        I::IntoIter: Clone,
+    {
+        let keys = keys.into_iter();
+        self.records.warm(keys.clone());
+        let now = self.tick(check_now(now)?);
+        for key in keys {
+            self.done(key, None, false, None, now)?;
+        }
+        Ok(())
     }
 
     /// Reset the consecutive-failure count of `key` (no effect on an absent key).

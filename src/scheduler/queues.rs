@@ -109,6 +109,15 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
         }
     }
 
+    /// How many live entries are below `k`: a binary search of the deque, less its
+    /// tombstones below `k`, plus the `late` entries below `k` (for `Ready::ahead`).
+    pub(super) fn rank(&self, k: K) -> usize {
+        let in_fifo = self.fifo.partition_point(|&(x, _)| x < k);
+        let tombstones = self.removed.iter().filter(|&&r| r < k).count();
+        let late = self.late.range(..(k, 0)).count();
+        in_fifo - tombstones + late
+    }
+
     /// Live entries in order (O(n log n); for checks).
     pub(super) fn entries(&self) -> Vec<(K, u32)> {
         let mut live: Vec<(K, u32)> = self
@@ -216,6 +225,17 @@ pub struct Ready {
 /// A ready entry: (priority, sequence, slot).
 pub type Entry = (i64, u64, u32);
 
+/// A ready key's place in line (`Ready::ahead`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ahead {
+    /// Keys of its priority served before it.
+    pub at_priority: usize,
+    /// Keys of higher priorities (all served first).
+    pub higher: usize,
+    /// Keys of its own group and priority served before it.
+    pub in_group: usize,
+}
+
 impl Ready {
     pub fn insert(&mut self, priority: i64, seq: u64, idx: u32, gid: u32, groups: &Groups) {
         self.len += 1;
@@ -296,6 +316,39 @@ impl Ready {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The ready keys served before the one at (`priority`, `seq`) of group `gid`, the
+    /// `max_wait` rule aside: how many at its priority (exact, turns of the groups
+    /// included), how many at higher priorities, and how many of its own group at its
+    /// priority.
+    pub fn ahead(&self, priority: i64, seq: u64, gid: u32, groups: &Groups) -> Ahead {
+        let (at_priority, in_group) = self
+            .levels
+            .get(&Reverse(priority))
+            .map_or((0, 0), |level| level.ahead(seq, gid, groups));
+        let higher = self
+            .levels
+            .range(..Reverse(priority))
+            .map(|(_, level)| level.len())
+            .sum();
+        Ahead {
+            at_priority,
+            higher,
+            in_group,
+        }
+    }
+
+    /// Ready keys at each priority, from the highest.
+    pub fn levels(&self) -> impl Iterator<Item = (i64, usize)> + '_ {
+        self.levels
+            .iter()
+            .map(|(&Reverse(p), level)| (p, level.len()))
+    }
+
+    /// Ready keys of each group (`NO_GROUP` included), summed over the levels, in no order.
+    pub fn by_group(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        self.levels.values().flat_map(Level::counts)
     }
 
     /// Live entries as (priority, sequence, slot, group), level by level from the highest

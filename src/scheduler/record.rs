@@ -68,6 +68,19 @@ impl Records {
 
     /// A new record for `key` (which must not have one), in state `Free` until the caller
     /// sets it.
+    /// Look every key up once and throw the answers away, so that the batch that follows
+    /// finds their index entries and records in cache. With many keys each lookup is a cache
+    /// miss or two; one after the other in this loop, the CPU overlaps the misses of
+    /// different keys, where the batch's own loop (a lookup, then work that depends on it)
+    /// waits for each in turn.
+    pub fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) {
+        let mut found = 0u32;
+        for key in keys {
+            found ^= self.find(key).unwrap_or(0);
+        }
+        std::hint::black_box(found);
+    }
+
     pub fn insert(&mut self, key: &str) -> Result<u32, TooManyKeys> {
         let record = Record {
             key: key.into(),

@@ -38,6 +38,11 @@ impl<V> Running<V> {
         follow_up
     }
 
+    /// The follow-up of an in-flight key (`None` when it is not in flight).
+    pub fn follow_up(&self, idx: u32) -> Option<&Option<V>> {
+        self.live.get(&idx).map(|(_, f)| f)
+    }
+
     /// The follow-up slot of an in-flight key.
     pub fn follow_up_mut(&mut self, idx: u32) -> Option<&mut Option<V>> {
         self.live.get_mut(&idx).map(|(_, f)| f)

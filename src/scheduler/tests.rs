@@ -894,3 +894,35 @@ fn a_raised_key_moves_its_group_between_rings() {
     add_in(&mut s, Some("x"), "b/0", 3, 0.0); // the group named is ignored: still b
     assert_eq!(pop_all(&mut s, 0.0), ["a/0", "b/0", "b/1", "c/0"]);
 }
+
+#[test]
+fn done_many_ends_each_key_as_done_would_and_a_dirty_one_comes_back() {
+    let mut s = default();
+    for k in ["a", "b", "c"] {
+        add(&mut s, k, 0.0, 0, 0.0);
+    }
+    assert_eq!(pop_all(&mut s, 0.0), ["a", "b", "c"]);
+    add(&mut s, "b", 0.0, 0, 1.0); // triggered while in flight: one follow-up
+    s.done_many(["a", "b", "c"], 2.0).unwrap();
+    s.check_consistency().unwrap();
+    assert_eq!((s.len(), s.in_flight()), (1, 0));
+    assert!(s.contains("b") && !s.contains("a") && !s.contains("c"));
+    let st = s.stats(2.0).unwrap();
+    assert_eq!((st.counters.done, st.work_duration.count), (3, 3));
+    assert_eq!(st.work_duration.sum, 6.0);
+}
+
+#[test]
+fn done_many_stops_at_the_first_key_not_in_flight() {
+    let mut s = default();
+    for k in ["a", "b"] {
+        add(&mut s, k, 0.0, 0, 0.0);
+    }
+    assert_eq!(pop_all(&mut s, 0.0), ["a", "b"]);
+    let err = s.done_many(["a", "x", "b"], 1.0).unwrap_err();
+    assert_eq!(err, Error::NotInFlight("x".into()));
+    s.check_consistency().unwrap();
+    assert!(!s.is_in_flight("a") && s.is_in_flight("b"));
+    assert!(s.done_many(["b", "b"], 1.0).is_err());
+    assert_eq!(s.in_flight(), 0);
+}

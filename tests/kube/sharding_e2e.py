@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import math
 import os
 import random
 import re
@@ -293,6 +294,15 @@ class Cluster:
                 break
             await asyncio.sleep(0.2)
         return objects
+
+    def first_reconciles(self, since: float) -> dict[str, float]:
+        """Each object's first reconcile start at or after `since` (monotonic), by uid."""
+        first: dict[str, float] = {}
+        for recs in self.records().values():
+            for r in recs:
+                if r["ev"] == "start" and r["mono"] >= since:
+                    first[r["uid"]] = min(first.get(r["uid"], math.inf), r["mono"])
+        return first
 
     def misplaced(
         self, since: float, until: float, published: dict[str, frozenset[int]]

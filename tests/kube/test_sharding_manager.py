@@ -1,7 +1,9 @@
 """Two sharded Managers in one process on the real API server: they split the objects by
 the rendezvous assignment, never reconcile one object at once, and one takes everything
 over when the other leaves. Once with the server sharding (the feature gate on), once with
-the client-side fallback (gate off): the same objects go to the same replica."""
+the client-side fallback (gate off): the same objects go to the same replica. And with
+leader election beside the sharding: a controller added with ``sharded=False`` runs on
+the leader only while the sharded one splits."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Controller, Manager, Resource
 from fastctl.kube._http import request_json
+from fastctl.runtime.leader import LeaderElection
 from fastctl.runtime.sharding import Sharding, assign
 from fastctl.runtime.sharding._gate import ShardGate
 
@@ -39,7 +42,13 @@ def sharding(namespace: str, identity: str) -> Sharding:
     )
 
 
-def manager(client: ApiClient, namespace: str, identity: str, rows: list[Row]) -> Manager:
+def manager(
+    client: ApiClient,
+    namespace: str,
+    identity: str,
+    rows: list[Row],
+    leader_election: LeaderElection | None = None,
+) -> Manager:
     async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -48,7 +57,11 @@ def manager(client: ApiClient, namespace: str, identity: str, rows: list[Row]) -
         rows.append((identity, meta["uid"], meta["resourceVersion"], start, loop.time()))
 
     mgr = Manager(
-        client, sharding=sharding(namespace, identity), metrics_port=None, probe_port=None
+        client,
+        sharding=sharding(namespace, identity),
+        leader_election=leader_election,
+        metrics_port=None,
+        probe_port=None,
     )
     mgr.add(Controller(client, CM, reconcile, namespace=namespace, name="rec"))
     return mgr
@@ -99,6 +112,14 @@ async def put_configmaps(
     return made
 
 
+async def stop(a: Manager, b: Manager, runs: list[asyncio.Task[None]]) -> None:
+    for m in (a, b):
+        m.shutdown()
+    for run in runs:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(run, 30)
+
+
 async def split_and_take_over(client: ApiClient, namespace: str) -> list[Manager]:
     rows: list[Row] = []
     objects = await put_configmaps(client, namespace, 40, "1")
@@ -140,11 +161,7 @@ async def split_and_take_over(client: ApiClient, namespace: str) -> list[Manager
         assert overlaps(rows) == []
         return [a, b]
     finally:
-        for m in (a, b):
-            m.shutdown()
-        for run in runs:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(run, 30)
+        await stop(a, b, runs)
 
 
 async def test_two_managers_split_with_the_server_sharding(
@@ -165,3 +182,64 @@ async def test_two_managers_split_with_the_client_fallback(
     with caplog.at_level(logging.INFO, "fastctl.watcher"):
         await split_and_take_over(client, namespace)
     assert FALLBACK in caplog.text
+
+
+async def test_an_unsharded_controller_runs_on_the_leader_only(
+    client: ApiClient, namespace: str
+) -> None:
+    """Two replicas, each a Manager with sharding and leader election and two controllers
+    of ConfigMaps: ``all`` (``sharded=False``) reconciles every object on one replica, the
+    leader; ``rec`` splits them by the rendezvous assignment."""
+    rows: dict[str, list[Row]] = {"all": [], "rec": []}
+
+    def replica(identity: str) -> Manager:
+        election = LeaderElection(
+            "mixed",
+            namespace=namespace,
+            identity=identity,
+            lease_duration=3,
+            renew_deadline=2,
+            retry_period=0.3,
+        )
+        mgr = manager(client, namespace, identity, rows["rec"], election)
+
+        async def everything(obj: dict[str, Any], ctx: Any) -> None:
+            now = asyncio.get_running_loop().time()
+            meta = obj["metadata"]
+            rows["all"].append((identity, meta["uid"], meta["resourceVersion"], now, now))
+
+        ctl = Controller(client, CM, everything, namespace=namespace, name="all")
+        return mgr.add(ctl, sharded=False)
+
+    objects = await put_configmaps(client, namespace, 20, "1")
+    a, b = replica("a"), replica("b")
+    runs = [asyncio.create_task(m.run()) for m in (a, b)]
+    try:
+        share = assign(["a", "b"], SLOTS)
+        await wait_for(lambda: a.is_ready() and b.is_ready(), 30, "both settled")
+        await wait_for(lambda: a.is_leader or b.is_leader, 30, "a leader")
+        leader = "a" if a.is_leader else "b"
+        objects = await put_configmaps(client, namespace, 20, "2")
+        gate = ShardGate(a.member, "uid", SLOTS)  # type: ignore[arg-type]
+        owner = {
+            uid: next(m for m, slots in share.items() if gate.slot_of(uid) in slots)
+            for uid in objects
+        }
+        assert set(owner.values()) == {"a", "b"}
+
+        def done(name: str, by: dict[str, str]) -> bool:
+            seen = {(r[1], r[2]): r[0] for r in rows[name]}
+            return all(
+                seen.get((uid, o["metadata"]["resourceVersion"])) == by[uid]
+                for uid, o in objects.items()
+            )
+
+        await wait_for(lambda: done("rec", owner), 20, "every change reconciled by its owner")
+        await wait_for(
+            lambda: done("all", dict.fromkeys(objects, leader)), 20, "the leader reconciles all"
+        )
+        assert {r[0] for r in rows["all"]} == {leader}  # never on the other replica
+        assert {r[0] for r in rows["rec"]} == {"a", "b"}
+        assert overlaps(rows["rec"]) == []
+    finally:
+        await stop(a, b, runs)

@@ -332,8 +332,10 @@ class ApiServer:
         body: bytes | None = None,
         content_type: str = "application/json",
         client_timeout: aiohttp.ClientTimeout | None = None,
+        accept: str | None = None,
     ) -> _Response:
-        """`fastctl.kube._http.request` for collection GETs (lists and watches)."""
+        """`fastctl.kube._http.request` for collection GETs (lists and watches); full
+        objects only (`accept` is for metadata-only watches, which the simulation has none of)."""
         await asyncio.sleep(self.config.request_latency)
         self._check_up()
         q = {k: v for k, v in (query or {}).items() if v is not None}

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -53,6 +53,11 @@ class Recording(CountingScheduler):
     def done(self, key: str, *, requeue_after: float | None = None, failed: bool = False) -> None:
         self.dones.append((key, requeue_after, failed))
         super().done(key, requeue_after=requeue_after, failed=failed)
+
+    def done_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        self.dones.extend((key, None, False) for key in keys)
+        super().done_many(keys)
 
 
 async def turns(n: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
@@ -301,8 +301,10 @@ class CountingScheduler:
         self.pops = 0
         self.events: list[str] = []
 
-    def add(self, key: str, *, after: float = 0.0, priority: int = 0) -> None:
-        self.inner.add(key, after=after, priority=priority)
+    def add(
+        self, key: str, *, after: float = 0.0, priority: int = 0, group: str | None = None
+    ) -> None:
+        self.inner.add(key, after=after, priority=priority, group=group)
 
     def pop_many(self, max: int) -> list[str]:
         self.pops += 1
@@ -311,6 +313,11 @@ class CountingScheduler:
     def done(self, key: str, *, requeue_after: float | None = None, failed: bool = False) -> None:
         self.events.append(f"done {key}")
         self.inner.done(key, requeue_after=requeue_after, failed=failed)
+
+    def done_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        self.events.extend(f"done {key}" for key in keys)
+        self.inner.done_many(keys)
 
     def next_ready_at(self) -> float | None:
         return self.inner.next_ready_at()

@@ -126,9 +126,9 @@ class Sources:
 
     def bind(self, ctl: Controller) -> list[SharedWatch]:
         if self.shared:
-            for resource in ctl.resources:
+            for use, resource, _ in ctl._watch_uses():
                 watch = SharedWatch(str(resource), self.feeds[resource].events)
-                ctl._use_shared_watch(resource, watch)
+                ctl._use_shared_watch(use, watch)
                 self.watches.append(watch)
         return self.watches
 
@@ -214,9 +214,9 @@ async def test_an_owner_that_lost_a_child_to_another_is_triggered() -> None:
     widgets, children = Feed(), Feed()
     sources = {WIDGET: widgets, CHILD: children}
     watches = []
-    for resource, source in sources.items():
-        watch = SharedWatch(str(resource), source.events)
-        ctl._use_shared_watch(resource, watch)
+    for use, resource, _ in ctl._watch_uses():
+        watch = SharedWatch(str(resource), sources[resource].events)
+        ctl._use_shared_watch(use, watch)
         watches.append(watch)
     widgets.push(*listing(widget("w1", 0), widget("w2", 0)))
     children.push(*listing(child("c", "w1")))

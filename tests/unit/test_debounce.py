@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import types
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -49,6 +49,9 @@ class _OnLoopClock:
 
     def done(self, key: str, *, requeue_after: float | None = None, failed: bool = False) -> None:
         self.inner.done(key, requeue_after=requeue_after, failed=failed, now=self._now())
+
+    def done_many(self, keys: Iterable[str]) -> None:
+        self.inner.done_many(keys, now=self._now())
 
     def __getattr__(self, name: str) -> Any:  # next_ready_at, in_flight: no clock read
         return getattr(self.inner, name)

@@ -243,3 +243,24 @@ def test_fuzzed_list_pages(answers: list[tuple[int, bytes]]) -> None:
     # Every list the watcher completes is framed INIT ... INIT_DONE.
     kinds = [event.kind for event in events]
     assert kinds.count(EventKind.INIT_DONE) <= kinds.count(EventKind.INIT)
+
+
+@pytest.mark.parametrize(
+    ("meta", "problem"),
+    [
+        ({"name": "a", "finalizers": ["x", 1]}, "metadata.finalizers is not a list of strings"),
+        ({"name": "a", "labels": {"k": 1}}, "metadata.labels is not a map of strings"),
+        ({"name": "a", "ownerReferences": [{"kind": "K"}]}, "metadata.ownerReferences"),
+        ({"name": ""}, "metadata.name is missing"),
+        ({"name": "a", "uid": 5}, "metadata.uid is not a string"),
+    ],
+)
+def test_metadata_problem_fast_path_rejects_what_the_full_check_names(
+    meta: dict[str, object], problem: str
+) -> None:
+    from fastctl.kube._wire import metadata_problem
+
+    found = metadata_problem({"metadata": meta})
+    assert found is not None
+    assert found.startswith(problem)
+    assert metadata_problem({"metadata": {"name": "a", "labels": {"k": "v"}}}) is None

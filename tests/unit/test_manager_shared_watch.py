@@ -114,3 +114,50 @@ async def test_controllers_that_disagree_on_managed_fields_get_their_own_watches
     assert keep[0].store is keep[1].store
     assert keep[0].store is not manager.controllers[0].store
     assert manager.controllers[0].store is manager.controllers[1].store
+
+
+async def test_two_relations_on_one_resource_each_hear_every_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`owns(CHILD)` and `watches(CHILD, ...)` in one controller share the Manager's watch
+    of CHILD through a subscription each: neither takes events from the other's stream, and
+    no subscription is left unread (a bounded channel nobody reads stalls the shared watch)."""
+    listing = [
+        WatchEvent(EventKind.INIT),
+        *(
+            WatchEvent(EventKind.INIT_APPLY, {"metadata": {"name": f"c{i}", "namespace": "n"}})
+            for i in range(5)
+        ),
+        WatchEvent(EventKind.INIT_DONE),
+    ]
+
+    def fake(*_: Any, **__: Any) -> AsyncIterator[WatchEvent]:
+        async def events() -> AsyncIterator[WatchEvent]:
+            for event in listing:
+                yield event
+            await asyncio.Event().wait()
+
+        return events()
+
+    monkeypatch.setattr(_manager, "watcher", fake)
+    ctl = controller("a").watches(CHILD, lambda obj: [])
+    manager = Manager(ApiClient.__new__(ApiClient), metrics_port=None, probe_port=None)
+    manager.add(ctl)
+    watches = {w.name: w for w in manager._share_watches()}
+    assert set(watches) == {str(CHILD)}  # the primary is watched once: not shared
+    watch = watches[str(CHILD)]
+    task = watch.start()
+
+    async def take(use: int) -> list[WatchEvent]:
+        events = ctl._events(CHILD, use)
+        return [await anext(events) for _ in listing]
+
+    try:
+        owned, mapped = await asyncio.wait_for(asyncio.gather(take(0), take(1)), 10)
+    finally:
+        await watch.stop()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+    assert owned == listing
+    assert mapped == listing

@@ -52,6 +52,7 @@ FASTCTL_ALL = _names(
     Trigger WatchError WatchEvent WatchStreamError applier finalizer load_client reflector
     watcher
     CustomResource KubeModel PrinterColumn Rule InvalidObject SchemaError
+    Predicate all_of annotations_changed any_of generation_changed labels_changed
     """
 )
 KUBE_ALL = _names(
@@ -60,11 +61,17 @@ KUBE_ALL = _names(
     ResolvedResource
     Resource ResourceNotFound Store WatchEvent add_finalizer apply apply_status
     controller_uid create delete finalizer get load_client patch reflector remove_finalizer
-    resolved watcher
+    resolved watcher MetadataOnlyUnsupported
     CustomResource KubeModel ObjectMeta PrinterColumn Rule crd InvalidObject SchemaError
     """
 )
-RUNTIME_ALL = {"INITIAL_LIST_PRIORITY", "Controller", "LeaderElection", "LeaderElector", "Manager"}
+RUNTIME_ALL = _names(
+    """
+    INITIAL_LIST_PRIORITY Controller LeaderElection LeaderElector Manager
+    ObjectInspection QueueSummary ReasonCount RelatedCache
+    Predicate all_of annotations_changed any_of generation_changed labels_changed
+    """
+)
 DEPLOY_ALL = _names(
     """
     BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions Rule

@@ -162,3 +162,21 @@ def test_model_refuses_the_same_keys(name: str) -> None:
     m = ModelScheduler()
     with pytest.raises(TypeError, match="key must be str, not int"):
         getattr(m, name)(1)
+
+
+def test_done_many_refuses_bad_keys_whole_and_names_the_key_not_in_flight() -> None:
+    """Batched done: a non-str key (or a str as the batch) refuses the whole batch with a
+    TypeError naming its index; a key not in flight stops it with the done() KeyError."""
+    for impl in (Scheduler(seed=0), ModelScheduler(seed=0)):
+        impl.add_many(["a", "b", "c"], now=0.0)
+        assert impl.pop_many(3, now=0.0) == ["a", "b", "c"]
+        with pytest.raises(TypeError, match=r"done_many\(\) key at index 1 must be str, not int"):
+            impl.done_many(["a", 1], now=1.0)  # type: ignore[list-item]
+        with pytest.raises(TypeError, match="not a str"):
+            impl.done_many("abc", now=1.0)
+        assert impl.in_flight == 3
+        with pytest.raises(KeyError, match=r"done_many\(\): key 'x' is not in flight"):
+            impl.done_many(["a", "x", "b"], now=1.0)
+        assert (impl.is_in_flight("a"), impl.is_in_flight("b")) == (False, True)
+        impl.done_many(iter(["b", "c"]), now=1.0)
+        assert (impl.in_flight, len(impl)) == (0, 0)

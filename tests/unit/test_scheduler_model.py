@@ -194,6 +194,40 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         self.dirty.discard(key)
         self.dirty_now.discard(key)
 
+    @precondition(lambda self: self.running)
+    @rule(data=st.data(), stray=st.one_of(st.none(), keys), skew=skews)
+    def done_many(self, data: st.DataObject, stray: str | None, skew: float) -> None:
+        """A batch of in-flight keys, sometimes with a `stray` key put in its middle: if
+        it is not in flight (or repeats one already done), both stop there with KeyError."""
+        batch = data.draw(st.lists(st.sampled_from(sorted(self.running)), unique=True))
+        if stray is not None:
+            batch.insert(len(batch) // 2, stray)
+        now = self.at(skew)
+        errors = []
+        for impl in (self.rust, self.model):
+            try:
+                impl.done_many(batch, now=now)
+            except KeyError as exc:
+                errors.append(exc.args[0])
+        assert len(errors) in (0, 2), errors
+        assert errors[:1] == errors[1:], errors
+        # Expected: done in order, stopping at the first key no longer in flight.
+        ended: list[str] = []
+        for key in batch:
+            if key not in self.running or key in ended:
+                assert errors == [f"done_many(): key {key!r} is not in flight"] * 2
+                break
+            ended.append(key)
+        else:
+            assert not errors, errors
+        for key in ended:
+            self.running.discard(key)
+            assert (key in self.rust) == (key in self.model) == (key in self.dirty), key
+            if key in self.dirty_now:
+                self.due.add(key)
+            self.dirty.discard(key)
+            self.dirty_now.discard(key)
+
     @rule(key=keys)
     def done_not_in_flight(self, key: str) -> None:
         if key in self.running:

@@ -1,6 +1,6 @@
-"""Choosing sharding: the ``fastctl run`` flags build the `Sharding` they say, and a Manager
-(or a command line) that asks for both sharding and leader election is refused before
-anything starts (one mode per Manager, docs/sharding.md)."""
+"""Choosing sharding: the ``fastctl run`` flags build the `Sharding` they say, and a command
+line that mixes sharding and leader election must name the leader-elected controllers
+(``--unsharded``), checked before anything starts (docs/sharding.md)."""
 
 from __future__ import annotations
 
@@ -34,16 +34,25 @@ def test_the_flags_build_the_sharding_they_say() -> None:
     assert parse("--shard-group", "widgets").key == "uid"  # type: ignore[union-attr]
 
 
-def test_both_modes_on_the_command_line_are_refused_before_the_target_loads(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--shard-group", "g", "--leader-elect"], "name the leader-elected controllers"),
+        (["--unsharded", "x"], "--unsharded needs --shard-group and --leader-elect"),
+        (["--unsharded", "x", "--leader-elect"], "--unsharded needs --shard-group and"),
+    ],
+)
+def test_mixing_the_modes_on_the_command_line_is_checked_before_the_target_loads(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The target does not exist: the refusal must come first.
-    code = main(["run", "no_such_module:make", "--shard-group", "g", "--leader-elect"])
+    code = main(["run", "no_such_module:make", *argv])
     assert code == 1
-    assert "--leader-elect and --shard-group" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
-def test_a_manager_with_both_modes_is_refused() -> None:
+def test_a_manager_with_both_modes_shards_every_controller_by_default() -> None:
     client = ApiClient.__new__(ApiClient)  # never used
-    with pytest.raises(ValueError, match="not both"):
-        Manager(client, leader_election=LeaderElection("x"), sharding=Sharding("g"))
+    mgr = Manager(client, leader_election=LeaderElection("x"), sharding=Sharding("g"))
+    assert mgr.sharding is not None
+    assert mgr.leader_election is not None

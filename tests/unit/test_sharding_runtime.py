@@ -237,10 +237,14 @@ async def test_the_client_filter_matches_the_selector_ranges(key: str) -> None:
     from fastctl.runtime.sharding._slots import merge_slots
 
     ranges = merge_slots(owned, 16)
+    dropped = 0
     for i in range(500):
         obj = {"metadata": {"uid": f"uid-{i}", "namespace": f"ns-{i % 37}"}}
         h = fnv1a_64(obj["metadata"][key])
-        assert keep(obj) == any(start <= h < end for start, end in ranges)
+        inside = any(start <= h < end for start, end in ranges)
+        assert keep(obj) == inside
+        dropped += not inside
+    assert gate.filtered == dropped  # counted, for fastctl_shard_filtered_total
 
 
 @pytest.mark.parametrize("identity", ["vm_e26dcb1338e8", "Node.A", "x", "a--b_"])
@@ -350,6 +354,7 @@ def test_the_collector_reports_the_member_and_each_gate() -> None:
 
     from prometheus_client import CollectorRegistry
 
+    from fastctl.runtime.sharding._handover import HandoverTimes
     from fastctl.runtime.sharding._metrics import ShardingCollector
 
     member = SimpleNamespace(
@@ -358,9 +363,10 @@ def test_the_collector_reports_the_member_and_each_gate() -> None:
         members=["a", "b"],
         gained=5,
         lost=2,
+        handovers=HandoverTimes(),
     )
     gate = ShardGate(FakeMember(set()), "uid", SLOTS)
-    gate.received, gate.listed, gate.relists = 7, 11, 3
+    gate.received, gate.listed, gate.relists, gate.filtered = 7, 11, 3, 13
     registry = CollectorRegistry()
     registry.register(ShardingCollector(lambda: member, lambda: [("ctl", gate)]))  # type: ignore[arg-type,return-value]
     value = registry.get_sample_value
@@ -371,6 +377,7 @@ def test_the_collector_reports_the_member_and_each_gate() -> None:
     assert value("fastctl_shard_events_received_total", {"controller": "ctl"}) == 7
     assert value("fastctl_shard_objects_listed_total", {"controller": "ctl"}) == 11
     assert value("fastctl_shard_relists_total", {"controller": "ctl"}) == 3
+    assert value("fastctl_shard_filtered_total", {"controller": "ctl"}) == 13
 
 
 def test_the_collector_is_silent_without_sharding() -> None:

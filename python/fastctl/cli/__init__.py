@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "fastctl.cli.manifests",
     "fastctl.cli.demo",
     "fastctl.cli.control_plane",
+    "fastctl.cli.inspect",
 )
 """The modules that provide subcommands, in ``--help`` order."""
 

@@ -13,8 +13,9 @@ only for callers allowed to ``get`` ``/metrics``; ``--metrics-insecure`` for pla
 ``/healthz`` and ``/readyz`` (plain HTTP on 8081), graceful shutdown on SIGTERM/SIGINT
 and, with ``--leader-elect``, leader election, or with ``--shard-group``, active-active
 sharding: the replicas of the group split the objects, each reconciling its share
-(``--shard-key uid`` or ``namespace``; the Lease options apply to the member Leases). A
-Manager returned by `attr` is run as it is.
+(``--shard-key uid`` or ``namespace``; the Lease options apply to the member Leases).
+With both, ``--unsharded NAME`` (repeatable) names the controllers that are leader-elected
+instead of sharded; the others are sharded. A Manager returned by `attr` is run as it is.
 
 Exit status: 0 after a graceful stop, 3 when the leader lease was lost (the process is meant
 to be restarted as a follower, as controller-runtime does), 1 for other errors. An API
@@ -65,7 +66,15 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--shard-group",
         metavar="NAME",
-        help="share the objects with the other replicas of this group (not with --leader-elect)",
+        help="share the objects with the other replicas of this group",
+    )
+    parser.add_argument(
+        "--unsharded",
+        action="append",
+        default=[],
+        metavar="CONTROLLER",
+        help="with --shard-group and --leader-elect: this controller (by name) is "
+        "leader-elected, not sharded (repeatable)",
     )
     parser.add_argument(
         "--shard-key",
@@ -95,6 +104,14 @@ def register(subcommands: Subcommands) -> None:
     )
     parser.add_argument(
         "--probe-port", type=int, default=8081, help="/healthz, /readyz (8081; 0: off)"
+    )
+    parser.add_argument(
+        "--debug-queue",
+        type=int,
+        nargs="?",
+        const=8082,
+        metavar="PORT",
+        help="serve /debug/queue on 127.0.0.1:PORT (8082) for fastctl inspect (default: off)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     parser.add_argument(
@@ -152,8 +169,14 @@ def load_target(spec: str) -> Any:
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.shard_group and args.leader_elect is not None:
-        raise CliError("--leader-elect and --shard-group: choose one (one mode per Manager)")
+    both = bool(args.shard_group) and args.leader_elect is not None
+    if args.unsharded and not both:
+        raise CliError("--unsharded needs --shard-group and --leader-elect")
+    if both and not args.unsharded:
+        raise CliError(
+            "--leader-elect with --shard-group: name the leader-elected controllers with "
+            "--unsharded CONTROLLER (the others are sharded)"
+        )
     configure_logging(args.log_level, args.log_format)
     target = load_target(args.target)
     for flag in ("metrics_port", "probe_port"):
@@ -214,8 +237,16 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
                 metrics_certificate=_metrics_certificate(args),
                 probe_port=args.probe_port or None,
             )
+            unknown = set(args.unsharded) - {ctl.name for ctl in controllers}
+            if unknown:
+                names = ", ".join(sorted(ctl.name for ctl in controllers))
+                raise CliError(
+                    f"--unsharded {', '.join(sorted(unknown))}: no such controller ({names})"
+                )
             for ctl in controllers:
-                manager.add(ctl)
+                manager.add(ctl, sharded=ctl.name not in args.unsharded)
+        if args.debug_queue is not None:
+            manager.debug_queue_port = args.debug_queue
         try:
             await manager.run()
         except (HealthServerError, ResourceNotFound, DiscoveryError) as exc:

@@ -16,7 +16,12 @@ a finalizer to delete the ConfigMap itself when the Widget is deleted (so it doe
 a garbage collector, which a bare API server does not run).
 
 Everything goes through server-side apply with one field manager, so the operator only owns
-the fields it sets and a re-render is idempotent.
+the fields it sets and a re-render is idempotent. The operator caches its ConfigMaps
+(``owns(CONFIGMAP, cache=True)``) and applies one only when the cached copy differs from
+the render: a Widget reconciled again (its status written, a resync, a restart) costs no
+request for its ConfigMap. The cache may lag the operator's own apply; then it applies
+once more, which is harmless. Deleting does not trust the cache (a ConfigMap it has not
+seen yet must still go): the cleanup always sends its DELETE.
 
 The Widget is a typed custom resource (`Widget`, a `fastctl.CustomResource`): its CRD
 (`CRD`) is generated from the model, and the reconcile gets a validated ``Widget``.
@@ -34,7 +39,7 @@ from typing import Any, Literal
 from kubernetes_asyncio.client import ApiClient
 from pydantic import Field
 
-from fastctl import Action, Controller
+from fastctl import Action, Controller, generation_changed
 from fastctl.demo._record import RECORD_ENV, recorded
 from fastctl.kube import (
     CustomResource,
@@ -49,6 +54,7 @@ from fastctl.kube import (
     finalizer,
     get,
 )
+from fastctl.runtime import RelatedCache
 
 __all__ = [
     "CONFIGMAP",
@@ -154,10 +160,12 @@ stanza is the webhook's, written by `fastctl.demo.webhooks` once the server serv
 
 @dataclass(frozen=True, slots=True)
 class WidgetContext:
-    """What every reconcile needs: the client and the Event recorder."""
+    """What every reconcile needs: the client, the Event recorder, and the cache of the
+    rendered ConfigMaps (``None``: no cache, apply every time)."""
 
     client: ApiClient
     recorder: Recorder
+    configmaps: RelatedCache | None = None
 
 
 def widget(name: str, namespace: str, data: Mapping[str, str]) -> dict[str, Any]:
@@ -223,7 +231,8 @@ async def _render(obj: Widget, ctx: WidgetContext) -> Action | None:
         },
         "data": data,
     }
-    await apply(ctx.client, CONFIGMAP, configmap, field_manager=FIELD_MANAGER)
+    if not _rendered(ctx, obj, data):
+        await apply(ctx.client, CONFIGMAP, configmap, field_manager=FIELD_MANAGER)
     if _is_ready(obj):
         return None  # status already says so: writing it again would only trigger us again
     generation = meta.generation or 0
@@ -249,6 +258,22 @@ async def _render(obj: Widget, ctx: WidgetContext) -> Action | None:
     return None
 
 
+def _rendered(ctx: WidgetContext, obj: Widget, data: Mapping[str, str]) -> bool:
+    """The cache holds this Widget's ConfigMap with exactly `data` (and our label)."""
+    if ctx.configmaps is None:
+        return False
+    want = f"{obj.metadata.name}-rendered"
+    for child in ctx.configmaps.owned_by(obj):
+        meta = child["metadata"]
+        if meta["name"] != want:
+            continue
+        labels = meta.get("labels") or {}
+        return (child.get("data") or {}) == data and labels.get(
+            "app.kubernetes.io/managed-by"
+        ) == FIELD_MANAGER
+    return False
+
+
 async def _cleanup(obj: Widget, ctx: WidgetContext) -> Action | None:
     meta = obj.metadata
     await delete(ctx.client, CONFIGMAP, f"{meta.name}-rendered", namespace=meta.namespace)
@@ -256,26 +281,40 @@ async def _cleanup(obj: Widget, ctx: WidgetContext) -> Action | None:
 
 
 def make_controller(
-    client: ApiClient, *, namespace: str | None = None, concurrency: int = 32
+    client: ApiClient,
+    *,
+    namespace: str | None = None,
+    concurrency: int = 32,
+    cache: bool = True,
 ) -> Controller:
-    """The Widget controller: Widgets primary (typed), their rendered ConfigMaps owned.
+    """The Widget controller: Widgets primary (typed), their rendered ConfigMaps owned and
+    cached (`cache`; without it every reconcile applies its ConfigMap).
+
+    Only the changes that need a reconcile trigger one: a Widget's spec (its generation;
+    a status or finalizer write does not), and any change of a ConfigMap but the ones this
+    operator's own reconciles write (`ignore_own_writes`: a ConfigMap someone else edits or
+    deletes is still put right). So 300 Widgets created and changed once cost about 600
+    reconciles, not twice that.
 
     With ``FASTCTL_DEMO_RECORD=<path>`` set, every reconcile's start and end are appended to
     `path` as JSON lines (`fastctl.demo._record`), for soak runs that check the guarantees
     from outside the process."""
     recorder = Recorder(client, FIELD_MANAGER)
-    ctx = WidgetContext(client, recorder)
     record_path = os.environ.get(RECORD_ENV)
-    return Controller(
+    ctl = Controller(
         client,
         Widget,
         recorded(reconcile, record_path) if record_path else reconcile,
-        context=ctx,
         namespace=namespace,
         concurrency=concurrency,
         name="widget",
         recorder=recorder,
-    ).owns(CONFIGMAP)
+        event_filter=generation_changed,
+        ignore_own_writes=True,
+    ).owns(CONFIGMAP, cache=cache)
+    configmaps = ctl.cache(CONFIGMAP) if cache else None
+    ctl.context = WidgetContext(client, recorder, configmaps)
+    return ctl
 
 
 async def install_crd(

@@ -33,7 +33,13 @@ from fastctl.kube._objects import (
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.kube._retry import Backoff
 from fastctl.kube._store import Store, controller_uid, reflector
-from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
+from fastctl.kube._watcher import (
+    EventKind,
+    MetadataOnlyUnsupported,
+    WatchConfig,
+    WatchEvent,
+    watcher,
+)
 
 if TYPE_CHECKING:
     from fastctl.kube._model import CustomResource, KubeModel, ObjectMeta, crd
@@ -61,6 +67,7 @@ __all__ = [
     "InvalidObject",
     "KubeModel",
     "KubeconfigError",
+    "MetadataOnlyUnsupported",
     "ObjectMeta",
     "PatchType",
     "PrinterColumn",

@@ -49,16 +49,21 @@ async def request(
     body: bytes | None = None,
     content_type: str = "application/json",
     client_timeout: aiohttp.ClientTimeout | None = None,
+    accept: str | None = None,
 ) -> aiohttp.ClientResponse:
     """Send one request on the client's session and return the unread response.
 
     The caller reads (or streams) the body and must release the response (``async with`` or
     ``.release()``). No status check happens here: watch streams and lists need the code.
+    `accept` replaces the ``Accept`` header (a metadata-only watch asks for
+    ``PartialObjectMetadata`` this way); by default it is ``application/json``.
     """
     config = client.configuration
     if not config.host:
         raise ValueError("the ApiClient's configuration has no host (load a kubeconfig first)")
     headers: dict[str, str] = {"Accept": "application/json", **client.default_headers}
+    if accept is not None:
+        headers["Accept"] = accept
     if body is not None:
         headers["Content-Type"] = content_type
     # auth_settings() runs the configuration's token refresh hook (exec plugins, in-cluster

@@ -31,6 +31,7 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl._redact import is_sensitive, remember
 from fastctl.kube._http import ApiError, request_json
 from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._writes import observed_write
 
 __all__ = ["ApiError", "PatchType", "apply", "apply_status", "create", "delete", "get", "patch"]
 
@@ -120,9 +121,12 @@ async def create(
         raise ValueError(f"{res.kind} is namespaced: give metadata.namespace or namespace=")
     path = res.collection_path(ns if res.namespaced else None)
     body = orjson.dumps(_with_type(res, obj))
-    created: Obj = await request_json(
-        client, "POST", path, query={"fieldManager": field_manager}, body=body
-    )
+    name = (obj.get("metadata") or {}).get("name")
+    with observed_write(res, ns if res.namespaced else None, name) as seen:
+        created: Obj = await request_json(
+            client, "POST", path, query={"fieldManager": field_manager}, body=body
+        )
+        seen(created)
     return created
 
 
@@ -147,7 +151,11 @@ async def apply(
     res = await resolved(client, resource)
     body = as_json(obj)
     name, ns = _name_and_namespace(res, body, namespace)
-    return await _apply(client, res.object_path(name, ns), res, body, field_manager, force, dry_run)
+    with observed_write(res, ns, None if dry_run else name) as seen:
+        path = res.object_path(name, ns)
+        result = await _apply(client, path, res, body, field_manager, force, dry_run)
+        seen(result)
+    return result
 
 
 async def apply_status(
@@ -181,7 +189,10 @@ async def apply_status(
         }
     name, ns = _name_and_namespace(res, body, namespace)
     path = res.status_path(name, ns)
-    return await _apply(client, path, res, body, field_manager, force, dry_run)
+    with observed_write(res, ns, None if dry_run else name) as seen:
+        result = await _apply(client, path, res, body, field_manager, force, dry_run)
+        seen(result)
+    return result
 
 
 async def _apply(
@@ -226,14 +237,16 @@ async def patch(
     ``patch_type="json"``), a strategic merge patch (built-in types only) or an apply."""
     res = await resolved(client, resource)
     path = res.object_path(name, namespace, subresource=subresource)
-    result: Obj = await request_json(
-        client,
-        "PATCH",
-        path,
-        query={"fieldManager": field_manager},
-        body=orjson.dumps(body),
-        content_type=_CONTENT_TYPES[patch_type],
-    )
+    with observed_write(res, namespace if res.namespaced else None, name) as seen:
+        result: Obj = await request_json(
+            client,
+            "PATCH",
+            path,
+            query={"fieldManager": field_manager},
+            body=orjson.dumps(body),
+            content_type=_CONTENT_TYPES[patch_type],
+        )
+        seen(result)
     return result
 
 

@@ -26,6 +26,14 @@ every failure the API server or the network can produce into a retry:
 - **403 Forbidden** is logged as an RBAC problem naming the verb and resource, passed to
   `on_error`, and retried with backoff (RBAC can be fixed while the controller runs).
 - **400/422** (a malformed selector, say) can never succeed: raised as `ApiError`.
+- **Metadata only** (`WatchConfig.metadata_only`): lists ask for
+  ``PartialObjectMetadataList`` and watches for ``PartialObjectMetadata`` (the ``Accept``
+  header), so the server sends each object's ``metadata`` alone; the objects get the
+  resource's ``apiVersion``/``kind`` back, so they look like the full ones without their
+  body. A server that cannot serve a resource so (a 406, or full objects where metadata
+  was asked for, as an aggregated API may answer) raises `MetadataOnlyUnsupported`, naming
+  the resource: falling back to full objects would silently cost the memory the caller
+  asked to save.
 - **Sharded** (``shard_selector``): lists and watches carry ``shardSelector`` (Kubernetes
   v1.36's ``ShardedListAndWatch``) and list page by page, since a list response says
   whether the server applied it (``metadata.shardInfo``). When it did not (the feature is
@@ -58,10 +66,18 @@ from fastctl.errors import ApiError, WatchError, WatchStreamError
 from fastctl.kube._http import error_from_response, request
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import Backoff, resolve_patiently
-from fastctl.kube._wire import list_page, watch_frame
+from fastctl.kube._wire import typed_list_page, watch_frame
 from fastctl.log import RedactingFilter
 
-__all__ = ["Backoff", "EventKind", "WatchConfig", "WatchEvent", "WatchStreamError", "watcher"]
+__all__ = [
+    "Backoff",
+    "EventKind",
+    "MetadataOnlyUnsupported",
+    "WatchConfig",
+    "WatchEvent",
+    "WatchStreamError",
+    "watcher",
+]
 
 log = logging.getLogger("fastctl.watcher")
 log.addFilter(RedactingFilter())  # its records name objects and errors
@@ -69,6 +85,16 @@ log.addFilter(RedactingFilter())  # its records name objects and errors
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _MAX_LINE = 64 * 1024 * 1024  # far above etcd's 1.5 MiB object limit, even as JSON
 _FATAL_STATUS = frozenset({400, 405, 406, 415, 422})
+_META = ";g=meta.k8s.io;v=v1,application/json"
+METADATA_LIST_ACCEPT = f"application/json;as=PartialObjectMetadataList{_META}"
+"""The ``Accept`` of a metadata-only list: a ``PartialObjectMetadataList``, else JSON."""
+METADATA_WATCH_ACCEPT = f"application/json;as=PartialObjectMetadata{_META}"
+"""The ``Accept`` of a metadata-only watch: each event's object a ``PartialObjectMetadata``
+(the list type here gets a 406, or an empty stream, from kube-apiserver)."""
+
+
+class MetadataOnlyUnsupported(WatchError):
+    """A metadata-only watch of a resource the server does not serve as metadata only."""
 
 
 class EventKind(enum.Enum):
@@ -130,6 +156,9 @@ class WatchConfig:
     strip_managed_fields: bool = False
     """Drop ``metadata.managedFields`` from every object, which often halves a cache's
     memory (reconcilers rarely read it, server-side apply does not need it)."""
+    metadata_only: bool = False
+    """Ask for ``PartialObjectMetadata``: every object is its ``apiVersion``, ``kind`` and
+    ``metadata`` alone (names, labels, annotations, owners, versions), no body."""
 
     def __post_init__(self) -> None:
         if self.page_size < 0:
@@ -150,6 +179,7 @@ async def watcher(
     read_timeout: float = 90.0,
     streaming_list: bool | None = None,
     strip_managed_fields: bool = False,
+    metadata_only: bool = False,
     backoff: Backoff | None = None,
     on_error: Callable[[BaseException], None] | None = None,
     config: WatchConfig | None = None,
@@ -178,6 +208,7 @@ async def watcher(
             read_timeout=read_timeout,
             streaming_list=streaming_list,
             strip_managed_fields=strip_managed_fields,
+            metadata_only=metadata_only,
         ),
         _DEFAULT_CONFIG,
     )
@@ -257,6 +288,8 @@ class _Watcher:
                 log.info("%s: %s; listing again", self, exc)
                 self.rv = None
             except ApiError as exc:
+                if exc.status == 406 and self.config.metadata_only:
+                    raise self._no_metadata(f"406 Not Acceptable: {exc.message}") from None
                 if exc.status in _FATAL_STATUS:
                     raise
                 await self._retry(exc, retry_after=exc.retry_after)
@@ -303,13 +336,33 @@ class _Watcher:
     def __str__(self) -> str:
         return f"watcher[{self.resource}{'/' + self.namespace if self.namespace else ''}]"
 
+    def _no_metadata(self, reason: str) -> MetadataOnlyUnsupported:
+        return MetadataOnlyUnsupported(
+            f"{self}: the API server does not serve {self.resource} as metadata only "
+            f"(PartialObjectMetadata): {reason}; watch it with full objects instead"
+        )
+
+    def _check_metadata(self, obj: dict[str, Any], expected: str) -> None:
+        """A metadata-only object must be what was asked for; then it gets the resource's
+        ``apiVersion``/``kind`` back (mappers, refs and logs see the real kind)."""
+        if obj.get("kind") != expected or obj.get("apiVersion") != "meta.k8s.io/v1":
+            raise self._no_metadata(f"it answered with a {obj.get('kind')!r}, not {expected}")
+        obj["apiVersion"] = self.resource.api_version
+        obj["kind"] = self.resource.kind
+
     async def _get(self, query: dict[str, str | int | bool | None]) -> aiohttp.ClientResponse:
         """GET the collection; no total timeout (lists can be long, watches are), but a
-        read timeout so a silent connection is noticed."""
+        read timeout so a silent connection is noticed. Metadata only, a list and a watch
+        ask for different types (the list type, or the type of the events' objects)."""
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=30, sock_read=self.config.read_timeout
         )
-        return await request(self.client, "GET", self.path, query=query, client_timeout=timeout)
+        accept = None
+        if self.config.metadata_only:
+            accept = METADATA_WATCH_ACCEPT if query.get("watch") else METADATA_LIST_ACCEPT
+        return await request(
+            self.client, "GET", self.path, query=query, client_timeout=timeout, accept=accept
+        )
 
     # -- list -------------------------------------------------------------------------
 
@@ -333,7 +386,9 @@ class _Watcher:
                         self.paginate = False
                         raise _Gone(f"list continue token expired ({err.message})")
                     raise err
-            items, meta = list_page(data)
+            items, meta, list_kind = typed_list_page(data)
+            if self.config.metadata_only and list_kind != "PartialObjectMetadataList":
+                raise self._no_metadata(f"it answered with a {list_kind!r} list")
             if cont is None:
                 self._check_sharded(meta)
                 yield WatchEvent(EventKind.INIT)
@@ -342,6 +397,8 @@ class _Watcher:
             for obj in items:
                 if keep is not None and not keep(obj):
                     continue
+                if self.config.metadata_only:
+                    self._check_metadata(obj, "PartialObjectMetadata")
                 obj.setdefault("apiVersion", api_version)
                 obj.setdefault("kind", kind)
                 if self.config.strip_managed_fields:
@@ -468,6 +525,8 @@ class _Watcher:
             return None
         if self.config.strip_managed_fields:
             meta.pop("managedFields", None)
+        if self.config.metadata_only:
+            self._check_metadata(obj, "PartialObjectMetadata")
         if initial:
             if etype != "ADDED":
                 raise _StreamingListUnsupported(f"{etype} event before initial-events-end")

@@ -18,7 +18,7 @@ import orjson
 
 from fastctl.errors import WatchStreamError
 
-__all__ = ["list_page", "metadata_problem", "watch_frame"]
+__all__ = ["list_page", "metadata_problem", "typed_list_page", "watch_frame"]
 
 Obj = dict[str, Any]
 
@@ -29,6 +29,12 @@ _OWNER_STRINGS = ("apiVersion", "kind", "name", "uid")
 def list_page(data: bytes) -> tuple[list[Obj], Obj]:
     """A list response's items and metadata, or `WatchStreamError` when it is not JSON or
     not shaped like a list (a proxy's page, a broken server)."""
+    items, meta, _ = typed_list_page(data)
+    return items, meta
+
+
+def typed_list_page(data: bytes) -> tuple[list[Obj], Obj, Any]:
+    """`list_page` and the list's ``kind`` (a metadata-only list checks it)."""
     doc = _json_object(data, "list response")
     items = doc.get("items") or []
     meta = doc.get("metadata") or {}
@@ -41,7 +47,7 @@ def list_page(data: bytes) -> tuple[list[Obj], Obj]:
         problem = metadata_problem(obj)
         if problem is not None:
             raise WatchStreamError(f"malformed list response: an item's {problem}")
-    return items, meta
+    return items, meta, doc.get("kind")
 
 
 def watch_frame(line: bytes) -> tuple[str, Obj]:
@@ -70,7 +76,56 @@ def _json_object(data: bytes, what: str) -> Obj:
 
 
 def metadata_problem(obj: Any, *, named: bool = True) -> str | None:
-    """What is wrong with `obj`'s metadata, as fastctl reads it (``None``: nothing)."""
+    """What is wrong with `obj`'s metadata, as fastctl reads it (``None``: nothing).
+
+    Every watch frame and list item passes here, so well-formed metadata (nearly all of
+    it) is recognised by `_plainly_well_formed`, a few exact type tests in plain loops;
+    only what that does not recognise is examined by `_metadata_problem`, which names
+    the problem (and accepts what is merely unusual, such as a subclass of `str`)."""
+    if type(obj) is dict:
+        meta = obj.get("metadata")
+        if type(meta) is dict and _plainly_well_formed(meta, named):
+            return None
+    return _metadata_problem(obj, named)
+
+
+def _plainly_well_formed(meta: dict[str, Any], named: bool) -> bool:
+    get = meta.get
+    if named and (type(get("name")) is not str or not meta["name"]):
+        return False
+    for key in _STRINGS:
+        value = get(key)
+        if value is not None and type(value) is not str:
+            return False
+    for key in ("labels", "annotations"):
+        mapping = get(key)
+        if mapping is not None:
+            if type(mapping) is not dict:
+                return False
+            for k, v in mapping.items():
+                if type(k) is not str or type(v) is not str:
+                    return False
+    finalizers = get("finalizers")
+    if finalizers is not None:
+        if type(finalizers) is not list:
+            return False
+        for f in finalizers:
+            if type(f) is not str:
+                return False
+    owners = get("ownerReferences")
+    if owners is not None:
+        if type(owners) is not list:
+            return False
+        for owner in owners:
+            if type(owner) is not dict:
+                return False
+            for k in _OWNER_STRINGS:
+                if type(owner.get(k)) is not str:
+                    return False
+    return True
+
+
+def _metadata_problem(obj: Any, named: bool) -> str | None:
     if not isinstance(obj, dict):
         return "value is not an object"
     meta = obj.get("metadata")

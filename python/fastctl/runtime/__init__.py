@@ -4,8 +4,34 @@ and leader election (`fastctl.runtime.leader`). Public names are re-exported her
 modules behind them are private.
 """
 
+from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._controller import INITIAL_LIST_PRIORITY, Controller
+from fastctl.runtime._filters import (
+    Predicate,
+    all_of,
+    annotations_changed,
+    any_of,
+    generation_changed,
+    labels_changed,
+)
+from fastctl.runtime._inspect import ObjectInspection, QueueSummary, ReasonCount
 from fastctl.runtime._manager import Manager
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 
-__all__ = ["INITIAL_LIST_PRIORITY", "Controller", "LeaderElection", "LeaderElector", "Manager"]
+__all__ = [
+    "INITIAL_LIST_PRIORITY",
+    "Controller",
+    "LeaderElection",
+    "LeaderElector",
+    "Manager",
+    "ObjectInspection",
+    "Predicate",
+    "QueueSummary",
+    "ReasonCount",
+    "RelatedCache",
+    "all_of",
+    "annotations_changed",
+    "any_of",
+    "generation_changed",
+    "labels_changed",
+]

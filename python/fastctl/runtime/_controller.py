@@ -11,6 +11,11 @@ A (re)list triggers its objects only once it is complete and the store has swapp
 those triggers get priority -100, so that after a restart the live changes are served
 before the backlog of objects that merely exist (as controller-runtime does).
 
+With ``cache=True``, `owns` and `watches` also keep the related objects, and the reconcile
+reads them (`RelatedCache`, ``fastctl.runtime._children``) instead of asking the API
+server; with ``metadata_only=True`` the related watch lists and watches
+``PartialObjectMetadata`` (names, labels, owners and versions, no body).
+
 Given a `CustomResource` model instead of a `Resource`, the controller watches the model's
 resource and each reconcile gets a validated instance (`fastctl.runtime._typed`).
 """
@@ -21,17 +26,18 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike, applier
+from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike, _Driver
 from fastctl._channel import Channel, ChannelClosed
 from fastctl._fair import FairBy
 from fastctl._options import pick
+from fastctl._reasons import ReasonLog
 from fastctl.errors import InvalidObject
 from fastctl.kube._events import Recorder
 from fastctl.kube._resource import ResolvedResource, Resource
@@ -39,7 +45,11 @@ from fastctl.kube._retry import resolve_patiently
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.log import RedactingFilter
+from fastctl.runtime._children import RelatedCache
+from fastctl.runtime._filters import EventFilter, Predicate, check_predicate
+from fastctl.runtime._inspect import ObjectInspection, QueueSummary, inspect_key, summarize
 from fastctl.runtime._metrics import ReconcileCounters
+from fastctl.runtime._own_writes import OwnWrites
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
 from fastctl.runtime._typed import is_model, typed_reconcile
@@ -74,6 +84,9 @@ class _Relation:
     resource: Resource
     mapper: Mapper | None  # None: follow controller owner references to the primary
     reason: str
+    cache: RelatedCache | None = None  # cache=True: the objects, for the reconcile
+    metadata_only: bool = False
+    event_filter: Predicate | None = None
 
 
 class Controller:
@@ -117,6 +130,8 @@ class Controller:
         config: ApplierConfig | None = None,
         watch_config: WatchConfig | None = None,
         recorder: Recorder | None = None,
+        event_filter: Predicate | None = None,
+        ignore_own_writes: bool = False,
     ) -> None:
         """`concurrency`, `debounce`, `timeout`, `executor` and `fair_by` are the fields of
         `ApplierConfig` (`fair_by="namespace"`, or a function of the object returning its
@@ -126,6 +141,10 @@ class Controller:
         group as keywords or as one object (`config`, `watch_config`), not both.
         `scheduler` replaces the default one built from `config` (for metrics or the model).
         `recorder` publishes Warning Events about objects a typed controller cannot parse.
+        `event_filter` (a predicate ``(old, new) -> bool``, e.g. `generation_changed`)
+        decides which changes of a primary object trigger it; `ignore_own_writes` holds
+        back the watch events of the writes this controller's reconciles make to the
+        objects it watches (docs/authoring.md, "Event filters").
         """
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
@@ -143,6 +162,9 @@ class Controller:
         self.resource = resource
         self.reconcile = reconcile
         self.recorder = recorder
+        self.event_filter = check_predicate(event_filter, "Controller")
+        self.ignore_own_writes = bool(ignore_own_writes)
+        self._own_writes: OwnWrites | None = None
         self.context = context
         self.error_policy = error_policy
         self.config = pick(
@@ -169,6 +191,8 @@ class Controller:
         )
         self.store = Store()
         self._counters = ReconcileCounters()
+        self._reasons: ReasonLog | None = None
+        """Why each queued object is queued, for `inspect`, once `record_reasons` is on."""
         self._relations: list[_Relation] = []
         self._resync_sources: list[AsyncIterable[Any]] = []
         self._triggers: Channel[ObjectRef | Trigger] | None = None
@@ -176,7 +200,9 @@ class Controller:
         self._running = False
         self._resolved: ResolvedResource | None = None
         self._resolving: asyncio.Task[None] | None = None
-        self._event_sources: dict[Resource, EventSource] = {}
+        # One source per use (None: the primary watch; i: relation i), not per resource:
+        # two relations on one resource each need their own subscription to a shared watch.
+        self._event_sources: dict[int | None, EventSource] = {}
         self._primary_shared = False
         self._gate: asyncio.Event | None = None
         self._shard: ShardGate | None = None
@@ -184,20 +210,84 @@ class Controller:
 
     # -- builder ----------------------------------------------------------------------------
 
-    def owns(self, resource: Resource) -> Controller:
+    def owns(
+        self,
+        resource: Resource,
+        *,
+        cache: bool = False,
+        metadata_only: bool = False,
+        event_filter: Predicate | None = None,
+    ) -> Controller:
         """Also watch `resource`; a change to an object with a controller owner reference to
-        a primary object triggers that owner (e.g. the ConfigMaps a Widget renders)."""
-        self._check_not_running()
-        self._relations.append(_Relation(resource, None, f"owned {resource.kind} changed"))
+        a primary object triggers that owner (e.g. the ConfigMaps a Widget renders).
+
+        `cache` keeps the objects for the reconcile to read (``ctl.cache(resource)``, a
+        `RelatedCache`: ``owned_by(obj)``) instead of GETting them; off by default, since
+        it holds every object of the resource in the namespace, not only the owned ones.
+        `metadata_only` watches ``PartialObjectMetadata``: the cache (and the triggers)
+        see only each object's metadata, a fraction of the memory and of the bytes.
+        `event_filter` decides which changes of those objects trigger."""
+        predicate = check_predicate(event_filter, "owns")
+        rel = _Relation(resource, None, f"owned {resource.kind} changed", event_filter=predicate)
+        self._add(rel, cache, metadata_only)
         return self
 
-    def watches(self, resource: Resource, mapper: Mapper) -> Controller:
-        """Also watch `resource`; each change triggers the primary objects `mapper` returns."""
-        self._check_not_running()
+    def watches(
+        self,
+        resource: Resource,
+        mapper: Mapper,
+        *,
+        cache: bool = False,
+        metadata_only: bool = False,
+        event_filter: Predicate | None = None,
+    ) -> Controller:
+        """Also watch `resource`; each change triggers the primary objects `mapper` returns,
+        and those it returned for the object's previous state (a removed reference
+        re-triggers its old target; a delete, the last targets). `cache` and
+        `metadata_only` as for `owns`; the cache's ``mapped_to(obj)`` gives the objects
+        the mapper last mapped to a primary object. `event_filter` decides which changes
+        of those objects trigger."""
         if not callable(mapper):
             raise TypeError(f"mapper must be callable, got {type(mapper).__name__}")
-        self._relations.append(_Relation(resource, mapper, f"watched {resource.kind} changed"))
+        predicate = check_predicate(event_filter, "watches")
+        rel = _Relation(
+            resource, mapper, f"watched {resource.kind} changed", event_filter=predicate
+        )
+        self._add(rel, cache, metadata_only)
         return self
+
+    def _add(self, rel: _Relation, cache: bool, metadata_only: bool) -> None:
+        self._check_not_running()
+        resource = rel.resource
+        if not isinstance(resource, Resource):
+            raise TypeError(f"resource must be a fastctl.Resource, got {type(resource).__name__}")
+        if metadata_only and resource == self.resource:
+            raise ValueError(
+                f"{resource} is the primary resource, watched with full objects: "
+                "metadata_only applies to related resources only"
+            )
+        for other in self._relations:
+            if other.resource == resource and other.metadata_only != metadata_only:
+                raise ValueError(
+                    f"{resource} is already watched with metadata_only={other.metadata_only}: "
+                    "one controller watches a resource one way"
+                )
+            if other.resource == resource and cache and other.cache is not None:
+                raise ValueError(f"{resource} is already cached by this controller")
+        made = RelatedCache(resource, metadata_only=metadata_only) if cache else None
+        self._relations.append(replace(rel, cache=made, metadata_only=metadata_only))
+
+    def cache(self, resource: Resource) -> RelatedCache:
+        """The cache of a related resource added with ``cache=True`` (put it in the
+        reconcile's context: ``ctx.configmaps.owned_by(obj)``). Available at once; it fills
+        when the controller runs, and the controller reconciles only once it is ready."""
+        for rel in self._relations:
+            if rel.resource == resource and rel.cache is not None:
+                return rel.cache
+        raise KeyError(
+            f"controller {self.name} does not cache {resource}: "
+            "add it with owns(..., cache=True) or watches(..., cache=True)"
+        )
 
     def reconcile_all_on(self, source: AsyncIterable[Any]) -> Controller:
         """Each item `source` yields re-triggers every cached object (e.g. a config reload
@@ -229,6 +319,53 @@ class Controller:
     def _scheduler_stats(self) -> SchedulerStats:
         return self.scheduler.stats()
 
+    # -- looking into the queue (docs/inspect.md) -------------------------------------------
+
+    def record_reasons(self) -> Controller:
+        """Keep, per queued object, the triggers merged into its next run and its last
+        error, for `inspect` (bounded: fastctl._reasons). Off by default: it costs a dict
+        update per trigger and two per reconcile; a Manager with a debug queue turns it on
+        for its controllers. Returns the controller."""
+        self._check_not_running()
+        if self._reasons is None:
+            self._reasons = ReasonLog(f"{self.resource.kind} changed")
+        return self
+
+    def inspect(self, namespace: str | None, name: str) -> ObjectInspection:
+        """Where the object `namespace`/`name` (`namespace` None: cluster-scoped) is in this
+        controller's queue and why: its state, priority, failed attempts and backoff, when
+        it runs, how many objects are ahead of it, the triggers merged into its next run
+        and its last error. An object the controller neither caches nor queues gets the
+        state ``not_known``, not an exception."""
+        ref = ObjectRef(name, namespace)
+        look = getattr(self.scheduler, "inspect", None)
+        if look is None:
+            raise TypeError(
+                f"controller {self.name}: its scheduler ({type(self.scheduler).__name__}) "
+                "cannot be inspected"
+            )
+        record = look(ref.key)
+        return inspect_key(
+            self.name,
+            ref,
+            record,
+            self._reasons.get(ref.key) if record is not None and self._reasons else None,
+            ref in self.store,
+            in_flight=self.scheduler.in_flight,
+            concurrency=self.concurrency,
+        )
+
+    def queue_summary(self) -> QueueSummary:
+        """This controller's queue at a glance: objects by state and priority, the one ready
+        the longest, when the next waiting one is due."""
+        summary = getattr(self.scheduler, "queue_summary", None)
+        if summary is None:
+            raise TypeError(
+                f"controller {self.name}: its scheduler ({type(self.scheduler).__name__}) "
+                "has no queue summary"
+            )
+        return summarize(self.name, summary(), self.store)
+
     @property
     def resources(self) -> list[Resource]:
         """Every resource this controller watches: the primary first."""
@@ -239,15 +376,30 @@ class Controller:
         """The resources added with `owns` (what the reconcile writes, for RBAC)."""
         return [rel.resource for rel in self._relations if rel.mapper is None]
 
-    def _use_shared_watch(self, resource: Resource, shared: SharedWatch) -> None:
-        """Take `resource`'s events from `shared` instead of opening a watch of its own (the
-        Manager shares one watch and one cache per resource among its controllers). For the
-        primary resource the shared store becomes this controller's cache."""
+    def _watch_uses(self) -> list[tuple[int | None, Resource, WatchConfig]]:
+        """Every watch this controller would open: (use, resource, watch options), the
+        primary's use being None and relation i's use i. The Manager shares watches per use,
+        so two relations on one resource get a subscription each."""
+        uses: list[tuple[int | None, Resource, WatchConfig]] = [
+            (None, self.resource, self._watch_config_for(self.resource))
+        ]
+        for i, rel in enumerate(self._relations):
+            uses.append((i, rel.resource, self._watch_config_for(rel.resource)))
+        return uses
+
+    def _use_shared_watch(self, use: int | None, shared: SharedWatch) -> None:
+        """Take the events of `use` (see `_watch_uses`) from `shared` instead of opening a
+        watch of its own (the Manager shares one watch and one cache per resource among its
+        controllers). For the primary the shared store becomes this controller's cache."""
         self._check_not_running()
-        self._event_sources[resource] = shared.subscribe(on_error=self._on_watch_error)
-        if resource == self.resource:
+        self._event_sources[use] = shared.subscribe(on_error=self._on_watch_error)
+        if use is None:
             self.store = shared.store
             self._primary_shared = True
+        else:
+            cache = self._relations[use].cache
+            if cache is not None:
+                cache.store = shared.store  # the shared watch feeds it
 
     def _gate_on(self, open_: asyncio.Event) -> None:
         """Start no reconcile until `open_` is set (the Manager's leader election: followers
@@ -270,8 +422,11 @@ class Controller:
 
     @property
     def is_ready(self) -> bool:
-        """True once the primary cache holds its first complete list."""
-        return self.store.is_ready
+        """True once the primary cache, and every related cache, holds its first list."""
+        return self.store.is_ready and all(c.is_ready for c in self._caches())
+
+    def _caches(self) -> list[RelatedCache]:
+        return [rel.cache for rel in self._relations if rel.cache is not None]
 
     # -- running ----------------------------------------------------------------------------
 
@@ -338,13 +493,15 @@ class Controller:
                 raise
             finally:
                 self._resolving = None
+            if self.ignore_own_writes:
+                self._own_writes = OwnWrites(self.resources)
             tasks.append(
                 loop.create_task(self._watch_primary(triggers), name=f"{self.name}:primary")
             )
-            for rel in self._relations:
+            for use, rel in enumerate(self._relations):
                 tasks.append(
                     loop.create_task(
-                        self._watch_related(rel, triggers),
+                        self._watch_related(use, rel, triggers),
                         name=f"{self.name}:{rel.resource.kind}",
                     )
                 )
@@ -357,6 +514,8 @@ class Controller:
                 task.add_done_callback(lambda t: _stop_on_failure(t, triggers, failures))
             counters = self._counters
             reconcile = self.reconcile
+            if self._own_writes is not None:
+                reconcile = self._own_writes.observing(reconcile)
             store: Mapping[ObjectRef, Any] = self.store
             if self._gate is not None:
                 store = _GatedStore(self.store, self._gate)
@@ -364,15 +523,20 @@ class Controller:
                 self._shard.bind(loop)
                 reconcile = self._shard.track(reconcile)
                 store = ShardedStore(self.store, self._shard)
-            async for result in applier(
+            if self._caches():
+                store = _GatedStore(store, None, [c.store for c in self._caches()])
+            run = _Driver(
                 reconcile,
                 self.error_policy,
                 self.context,
                 store,
                 triggers,
-                config=self.config,
-                scheduler=self.scheduler,
-            ):
+                self.config,
+                self.scheduler,
+                # Reasons need a scheduler that answers `in` (a user's own may not).
+                self._reasons if hasattr(type(self.scheduler), "__contains__") else None,
+            )
+            async for result in run.results():
                 counters.count(
                     error=result.error is not None, requeue_after=result.action.requeue_after
                 )
@@ -419,8 +583,8 @@ class Controller:
         except Exception as exc:
             log.warning("controller %s: no Event for %s: %r", self.name, result.ref, exc)
 
-    def _events(self, resource: Resource) -> AsyncIterator[WatchEvent]:
-        source = self._event_sources.get(resource)
+    def _events(self, resource: Resource, use: int | None) -> AsyncIterator[WatchEvent]:
+        source = self._event_sources.get(use)
         if source is not None:
             return source()
         return watcher(
@@ -436,7 +600,10 @@ class Controller:
         selectors (they select primary objects, not the objects related to them)."""
         if resource == self.resource:
             return self.watch_config
-        return replace(self.watch_config, label_selector=None, field_selector=None)
+        metadata_only = any(r.metadata_only for r in self._relations if r.resource == resource)
+        return replace(
+            self.watch_config, label_selector=None, field_selector=None, metadata_only=metadata_only
+        )
 
     def _on_watch_error(self, exc: BaseException) -> None:
         """The watcher retries by itself; count what it retried, for metrics."""
@@ -465,32 +632,63 @@ class Controller:
         if gate is not None and member is not None:
             events = reflector(self.store, _counted(self._sharded_events(gate, member), gate))
         else:
-            events = self._events(self.resource)
+            events = self._events(self.resource, None)
         if not self._primary_shared and gate is None:
             events = reflector(self.store, events)
         store = self.store
+        event_filter = self._event_filter(self.event_filter, self.resource)
+        own_writes = self._own_writes
         try:
             async for event in events:
-                for trigger in primary_triggers(event, store):
+                if own_writes is not None and event.obj is not None:
+                    await own_writes.settle(self.resource, event.obj)
+                for trigger in primary_triggers(event, store, event_filter):
                     await triggers.put(trigger)
         except ChannelClosed:
             return
 
-    async def _watch_related(self, rel: _Relation, triggers: Channel[ObjectRef | Trigger]) -> None:
+    async def _watch_related(
+        self, use: int, rel: _Relation, triggers: Channel[ObjectRef | Trigger]
+    ) -> None:
         related = RelatedTriggers(
             rel.mapper if rel.mapper is not None else self._owner_of,
             rel.reason,
             controller=self.name,
             kind=rel.resource.kind,
+            index=rel.cache is not None,
+            event_filter=self._event_filter(rel.event_filter, rel.resource),
         )
+        events = self._events(rel.resource, use)
+        if rel.cache is not None:
+            rel.cache._bind(related)
+            if use not in self._event_sources:  # a shared watch fills its own store
+                events = reflector(rel.cache.store, events)
+        own_writes = self._own_writes
         try:
-            async for event in self._events(rel.resource):
+            async for event in events:
+                if own_writes is not None and event.obj is not None:
+                    await own_writes.settle(rel.resource, event.obj)
                 for trigger in related.on_event(event):
                     if self._shard is not None and not self._related_served(rel, event, trigger):
                         continue
                     await triggers.put(trigger)
         except ChannelClosed:
             return
+
+    def _event_filter(self, predicate: Predicate | None, resource: Resource) -> EventFilter | None:
+        """The filter state of one watch: `predicate`, and the own-writes echoes."""
+        if predicate is None and self._own_writes is None:
+            return None
+        return EventFilter(
+            predicate,
+            controller=self.name,
+            kind=resource.kind,
+            own_writes=self._own_writes,
+            on_error=self._on_filter_error,
+        )
+
+    def _on_filter_error(self) -> None:
+        self._counters.event_filter_errors += 1
 
     def _related_served(
         self, rel: _Relation, event: WatchEvent, trigger: ObjectRef | Trigger
@@ -570,19 +768,28 @@ def _stop_on_failure(
 
 
 class _GatedStore(Mapping[ObjectRef, Any]):
-    """A store that is not ready until its gate opens: the applier queues (and de-duplicates)
-    triggers meanwhile, and starts reconciling when both the cache and the gate are ready."""
+    """A store that is not ready until its gate opens (if any) and the related caches
+    (`caches`) hold their first lists: the applier queues (and de-duplicates) triggers
+    meanwhile, and starts reconciling when all are ready, so a reconcile never reads a
+    child cache that merely looks empty because it has not been listed yet."""
 
-    def __init__(self, store: Store, gate: asyncio.Event) -> None:
+    def __init__(
+        self, store: Any, gate: asyncio.Event | None, caches: Sequence[Store] = ()
+    ) -> None:
         self._store = store
         self._gate = gate
+        self._caches = caches
 
     @property
     def is_ready(self) -> bool:
-        return self._gate.is_set() and self._store.is_ready
+        gate_open = self._gate is None or self._gate.is_set()
+        return gate_open and bool(self._store.is_ready) and all(c.is_ready for c in self._caches)
 
     async def wait_ready(self) -> None:
-        await self._gate.wait()
+        if self._gate is not None:
+            await self._gate.wait()
+        for cache in self._caches:
+            await cache.wait_ready()
         await self._store.wait_ready()
 
     def __getitem__(self, ref: ObjectRef) -> Any:

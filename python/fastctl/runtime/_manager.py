@@ -8,11 +8,16 @@ The Manager
   leader that loses its lease stops at once: running reconciles are cancelled and `run()`
   raises `LeadershipLost`, so the process exits and is restarted as a follower (what
   controller-runtime does: two leaders must never act at once);
-- with `sharding` (instead of leader election: one mode per Manager), splits every
-  controller's objects with the other replicas of the group (docs/sharding.md): each
-  primary watch lists only the served slots and starts over when they change, a reconcile
-  starts only while its object's slot is served, a slot that moves away is drained before
-  it is released, and a tenure that runs out cancels the running reconciles at once;
+- with `sharding`, splits every controller's objects with the other replicas of the group
+  (docs/sharding.md): each primary watch lists only the served slots and starts over when
+  they change, a reconcile starts only while its object's slot is served, a slot that moves
+  away is drained before it is released, and a tenure that runs out cancels the running
+  reconciles at once;
+- with both, the controllers added with ``add(controller, sharded=False)`` are leader-elected
+  and the others sharded. A lost leader Lease cancels the leader-elected reconciles at once
+  and, since the sharded ones never depended on that Lease, drains those gracefully and
+  leaves the shard group before `run()` raises `LeadershipLost` (the process exits and
+  comes back as a follower and a new member);
 - serves ``/metrics`` on `metrics_port` (8443), by default over HTTPS and only to callers
   the cluster's RBAC allows to ``get`` ``/metrics`` (a TokenReview and a
   SubjectAccessReview per new token, cached: `fastctl.runtime._metrics_auth`), with a
@@ -22,6 +27,10 @@ The Manager
   liveness probe never depends on the metrics' TLS or on the API server answering reviews
   (ready: caches synced and every runnable that can say so ready, such as a managed
   webhook server);
+- serves ``/debug/queue`` (every controller's queue, and why each object is queued, as JSON
+  for ``fastctl inspect``) on `debug_queue_port` when given (off by default), bound to
+  `debug_queue_host` (``127.0.0.1``) and answering loopback clients only unless that host
+  is not a loopback address (`fastctl.runtime._debug_queue`);
 - starts other components of the process (`add_runnable`: a webhook server, say) before the
   controllers and stops them after, on every replica, leader or not;
 - shuts down gracefully on SIGTERM/SIGINT or `shutdown()`: no new reconciles start, running
@@ -58,6 +67,7 @@ from fastctl.errors import LeadershipLost
 from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._controller import Controller
+from fastctl.runtime._debug_queue import DebugQueueServer, is_loopback
 from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics import FastctlCollector
 from fastctl.runtime._metrics_auth import MetricsAuthorizer
@@ -104,12 +114,9 @@ class Manager:
         registry: CollectorRegistry | None = None,
         namespace: str | None = None,
         sharding: Sharding | None = None,
+        debug_queue_port: int | None = None,
+        debug_queue_host: str = "127.0.0.1",
     ) -> None:
-        if leader_election is not None and sharding is not None:
-            raise ValueError(
-                "a Manager either shards its controllers or elects a leader, not both: run "
-                "the leader-elected controllers in a Manager (a process) of their own"
-            )
         self.client = client
         self.leader_election = leader_election
         self.sharding = sharding
@@ -122,16 +129,21 @@ class Manager:
         self.metrics_certificate = metrics_certificate
         self.probe_port = probe_port
         self.probe_host = probe_host
+        self.debug_queue_port = debug_queue_port
+        self.debug_queue_host = debug_queue_host
         self.drain_timeout = drain_timeout
         self.namespace = namespace
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(FastctlCollector(lambda: self.controllers))
         self.controllers: list[Controller] = []
+        self._unsharded: set[str] = set()  # names of the leader-elected ones, when sharding
         self.runnables: list[Runnable] = []
         self.health: HealthServer | None = None
         """The probe server (``/healthz``, ``/readyz``), once `run` started it."""
         self.metrics_server: HealthServer | None = None
         """The ``/metrics`` server, once `run` started it."""
+        self.debug_queue: DebugQueueServer | None = None
+        """The ``/debug/queue`` server, once `run` started it (with `debug_queue_port`)."""
         self._cert_watch: asyncio.Task[None] | None = None
         self.elector: LeaderElector | None = None
         self._leading = asyncio.Event()
@@ -152,8 +164,19 @@ class Manager:
         """/healthz: false once a controller, watch or the elector has died."""
         return self._failed is None
 
-    def add(self, controller: Controller) -> Manager:
-        """Add a controller (before `run`); returns the manager so calls chain."""
+    def add(self, controller: Controller, *, sharded: bool = True) -> Manager:
+        """Add a controller (before `run`); returns the manager so calls chain.
+
+        In a Manager with both `sharding` and `leader_election`, ``sharded=False`` makes
+        this controller leader-elected (it reconciles all its objects, on the leader only)
+        while the others are sharded: for work that must see everything at once, or that
+        is too small to split."""
+        if not sharded and (self.sharding is None or self.leader_election is None):
+            raise ValueError(
+                "add(controller, sharded=False) needs a Manager with both sharding= and "
+                "leader_election=: without leader election the controller would run on "
+                "every replica at once"
+            )
         if self._running:
             raise RuntimeError("Manager is running: add controllers before run()")
         if not isinstance(controller, Controller):
@@ -164,7 +187,17 @@ class Manager:
                 "logs tell controllers apart by name)"
             )
         self.controllers.append(controller)
+        if not sharded:
+            self._unsharded.add(controller.name)
         return self
+
+    def _sharded(self, controller: Controller) -> bool:
+        """Its objects are split between the replicas of the shard group."""
+        return self.sharding is not None and controller.name not in self._unsharded
+
+    def _elected(self, controller: Controller) -> bool:
+        """It reconciles only while this replica leads."""
+        return self.leader_election is not None and not self._sharded(controller)
 
     def add_runnable(self, runnable: Runnable) -> Manager:
         """Add a component with ``async start()`` and ``async stop()`` (before `run`); it
@@ -215,22 +248,25 @@ class Manager:
         set of options, so each cache holds what its controllers asked for."""
         uses: Counter[_WatchKey] = Counter()
 
-        def resources(ctl: Controller) -> list[Resource]:
+        def watch_uses(ctl: Controller) -> list[tuple[int | None, _WatchKey]]:
             # A sharded primary watch lists only this replica's slots: never shared.
-            return ctl.resources[1:] if self.sharding is not None else ctl.resources
+            return [
+                (use, (resource, ctl.namespace, config))
+                for use, resource, config in ctl._watch_uses()
+                if use is not None or not self._sharded(ctl)
+            ]
 
         for ctl in self.controllers:
-            for resource in resources(ctl):
-                uses[(resource, ctl.namespace, ctl._watch_config_for(resource))] += 1
+            for _, key in watch_uses(ctl):
+                uses[key] += 1
         shared: dict[_WatchKey, SharedWatch] = {}
         for ctl in self.controllers:
-            for resource in resources(ctl):
-                key = (resource, ctl.namespace, ctl._watch_config_for(resource))
+            for use, key in watch_uses(ctl):
                 if uses[key] < 2:
                     continue
                 if key not in shared:
                     shared[key] = _shared_watch(self.client, *key)
-                ctl._use_shared_watch(resource, shared[key])
+                ctl._use_shared_watch(use, shared[key])
         return list(shared.values())
 
     async def run(self) -> None:
@@ -245,14 +281,17 @@ class Manager:
                 loop.add_signal_handler(sig, self.shutdown)
                 installed.append(sig)
         shared = self._share_watches()
-        if self.leader_election is not None:
+        if self.debug_queue_port is not None:
             for ctl in self.controllers:
+                ctl.record_reasons()
+        for ctl in self.controllers:
+            if self._elected(ctl):
                 ctl._gate_on(self._leading)
-        if self.sharding is not None:
+        if self.sharding is not None and any(self._sharded(c) for c in self.controllers):
             # Its own client, like the elector's: renewals never wait for a connection.
             self._member_client = ApiClient(self.client.configuration)
             self.member = ShardMember(self._member_client, self.sharding, drainer=self._drain_slots)
-            for ctl in self.controllers:
+            for ctl in [c for c in self.controllers if self._sharded(c)]:
                 ctl._shard_on(
                     ShardGate(self.member, self.sharding.key, self.sharding.slots), self.member
                 )
@@ -322,6 +361,14 @@ class Manager:
             )
             await self.health.start()
             log.info("serving /healthz, /readyz on port %d", self.health.port)
+        if self.debug_queue_port is not None:
+            self.debug_queue = DebugQueueServer(
+                lambda: self.controllers,
+                port=self.debug_queue_port,
+                host=self.debug_queue_host,
+                allow_remote=not _names_loopback(self.debug_queue_host),
+            )
+            await self.debug_queue.start()
         if self.metrics_port is None:
             return
         context, authorizer = None, None
@@ -378,15 +425,24 @@ class Manager:
         *,
         drain: bool,
     ) -> bool:
-        """Drain (or not), cancel everything, release the lease if that is safe. Returns
-        True if leadership ended during the drain."""
+        """Drain, cancel everything, release the lease if that is safe. Without `drain`
+        (leadership ended) the leader-elected controllers are cancelled at once and only
+        the sharded ones drain: their safety rests on the member's tenure, not on the
+        leader Lease. Returns True if leadership ended during the drain."""
         controllers = {t for t, what in tasks.items() if what.startswith("controller ")}
+        names = {c.name for c in self.controllers if self._elected(c)}
+        elected = {t for t in controllers if t.get_name() in names}
         for ctl in self.controllers:
             ctl.shutdown()
+        leadership = _leadership(tasks)
+        if not drain:
+            await _cancel(elected)
+            controllers -= elected
+            leadership = set()
         lost = False
-        if controllers and drain:
-            lost = await self._drain(controllers, _leadership(tasks))
-        if self.member is not None and drain and not live_threads():
+        if controllers:
+            lost = await self._drain(controllers, leadership, elected)
+        if self.member is not None and not live_threads():
             # Graceful: the reconciles have drained; publish nothing so that the others
             # take over at once. Otherwise the Lease is left to expire (a crash's path).
             await self.member.leave()
@@ -414,39 +470,47 @@ class Manager:
             await self._member_client.close()
         if self._cert_watch is not None:
             self._cert_watch.cancel()
-        for server in (self.metrics_server, self.health):
+        for server in (self.metrics_server, self.health, self.debug_queue):
             if server is not None:
                 await server.stop()
         return lost
 
     async def _drain(
-        self, controllers: set[asyncio.Task[None]], leadership: set[asyncio.Task[None]]
+        self,
+        controllers: set[asyncio.Task[None]],
+        leadership: set[asyncio.Task[None]],
+        elected: set[asyncio.Task[None]],
     ) -> bool:
-        """Let the controllers finish their running reconciles, for up to `drain_timeout`,
-        unless leadership ends first (a lost lease, a failed elector): then stop draining
-        at once, so that the caller cancels them. True if leadership ended."""
+        """Let the controllers finish their running reconciles, for up to `drain_timeout`.
+        If leadership ends first (a lost lease, a failed elector), the `elected` ones are
+        cancelled at once and the others (sharded) drain on. True if leadership ended."""
         pending = set(controllers)
+        lost = False
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.drain_timeout):
                 while pending:
                     if any(task.done() for task in leadership):
+                        cut = pending & elected
                         log.warning(
-                            "leadership ended during the drain: cancelling %d controller(s) "
-                            "at once",
-                            len(pending),
+                            "leadership ended during the drain: cancelling %d leader-elected "
+                            "controller(s) at once",
+                            len(cut),
                         )
-                        return True
+                        await _cancel(cut)
+                        pending -= cut
+                        leadership, lost = set(), True
+                        continue
                     done, _ = await asyncio.wait(
                         pending | leadership, return_when=asyncio.FIRST_COMPLETED
                     )
                     pending -= done
-                return False
+                return lost
         log.warning(
             "drain timeout (%.0f s) passed: cancelling %d controller(s)",
             self.drain_timeout,
             len(pending),
         )
-        return False
+        return lost
 
 
 class _LeaderCollector(Collector):
@@ -479,6 +543,13 @@ def _self_signed() -> ServingCertificate:
         return ServingCertificate.self_signed(Path(where), names, purpose="metrics")
 
 
+async def _cancel(tasks: set[asyncio.Task[None]]) -> None:
+    """Cancel `tasks` (controllers: their running reconciles with them) and wait for them."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def _leadership(tasks: dict[asyncio.Task[None], str]) -> set[asyncio.Task[None]]:
     """The tasks whose end means this replica may no longer act: the elector and the task
     that follows its terms."""
@@ -498,3 +569,8 @@ def _shared_watch(
 
     watch = SharedWatch(f"{resource}", events)
     return watch
+
+
+def _names_loopback(host: str) -> bool:
+    """Whether a listen address is loopback (then only local clients are answered)."""
+    return host == "localhost" or is_loopback(host)

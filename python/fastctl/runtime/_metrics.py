@@ -42,6 +42,7 @@ class ReconcileCounters:
     requeue: int = 0
     requeue_after: int = 0
     watch_errors: int = 0
+    event_filter_errors: int = 0
 
     def count(self, *, error: bool, requeue_after: float | None) -> None:
         if error:
@@ -136,6 +137,11 @@ class FastctlCollector(Collector):
             "List/watch errors the controller's watches retried (connection, 5xx, 403, 410)",
             labels=["controller"],
         )
+        filter_errors = CounterMetricFamily(
+            "fastctl_event_filter_errors",
+            "Event filter predicates that raised or returned a non-bool (the event passed)",
+            labels=["controller"],
+        )
         active = GaugeMetricFamily(
             "controller_runtime_active_workers",
             "Number of currently used workers per controller",
@@ -167,6 +173,7 @@ class FastctlCollector(Collector):
             max_concurrent.add_metric([name], source.concurrency)
             active.add_metric([name], stats["in_flight"])
             watch_errors.add_metric([name], counters.watch_errors)
+            filter_errors.add_metric([name], counters.event_filter_errors)
         yield from (
             depth,
             delayed,
@@ -182,4 +189,5 @@ class FastctlCollector(Collector):
             max_concurrent,
             active,
             watch_errors,
+            filter_errors,
         )

@@ -21,6 +21,12 @@ triggers nothing until it is complete:
   triggers both. The map costs a ref per target: a mapper that fans one object out to many
   primaries costs as many. With a shared watch the reflector also sends a ``DELETE`` for
   each vanished object; its triggers repeat the diff's, and the scheduler merges them.
+  This memory is also what makes a removed reference count: an update that drops a target
+  triggers the old target as well as the new ones, and a delete triggers the last targets,
+  even when the deleted object's final state no longer names them.
+- With ``index=True`` (a cached relation, `fastctl.runtime.RelatedCache`) it also keeps
+  the reverse map, primary ref → the related objects mapped to it (`sources_of`), so a
+  reconcile finds the objects that point at its object without a scan.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.runtime._filters import EventFilter
 from fastctl.types import Mapper, ObjectRef, Trigger
 
 __all__ = ["INITIAL_LIST_PRIORITY", "RelatedTriggers", "primary_triggers"]
@@ -43,15 +50,21 @@ _NONE: tuple[ObjectRef, ...] = ()
 
 
 def primary_triggers(
-    event: WatchEvent, store: Mapping[ObjectRef, Any]
+    event: WatchEvent, store: Mapping[ObjectRef, Any], event_filter: EventFilter | None = None
 ) -> Iterable[ObjectRef | Trigger]:
-    """The triggers for one event of the primary resource, once `store` has applied it."""
+    """The triggers for one event of the primary resource, once `store` has applied it;
+    with `event_filter`, only for the events (and listed objects) it admits."""
     kind = event.kind
+    if event_filter is not None and not event_filter.admits(event):
+        return ()
     if kind is EventKind.APPLY and event.obj is not None:
         return (ObjectRef.from_object(event.obj),)
     if kind is EventKind.INIT_DONE:
         # A snapshot of the refs: the caller awaits between triggers, the store moves on.
         refs = list(store)
+        if event_filter is not None:
+            passing = event_filter.take_listed()
+            refs = [ref for ref in refs if ref in passing]
         return (Trigger(ref, priority=INITIAL_LIST_PRIORITY, reason="list") for ref in refs)
     return ()
 
@@ -60,15 +73,63 @@ class RelatedTriggers:
     """The triggers a related resource's events produce, and the slim state that lets a
     relist report the related objects that vanished (see the module docstring)."""
 
-    __slots__ = ("_controller", "_kind", "_listing", "_mapper", "_reason", "_targets")
+    __slots__ = (
+        "_controller",
+        "_filter",
+        "_held",
+        "_kind",
+        "_listing",
+        "_mapper",
+        "_reason",
+        "_sources",
+        "_targets",
+    )
 
-    def __init__(self, mapper: Mapper, reason: str, *, controller: str, kind: str) -> None:
+    def __init__(
+        self,
+        mapper: Mapper,
+        reason: str,
+        *,
+        controller: str,
+        kind: str,
+        index: bool = False,
+        event_filter: EventFilter | None = None,
+    ) -> None:
+        self._filter = event_filter
+        self._held: set[ObjectRef] = set()  # listed objects the filter held back
         self._mapper = mapper
         self._reason = reason
         self._controller = controller
         self._kind = kind
         self._targets: dict[ObjectRef, tuple[ObjectRef, ...]] = {}
         self._listing: dict[ObjectRef, tuple[ObjectRef, ...]] | None = None
+        self._sources: dict[ObjectRef, set[ObjectRef]] | None = {} if index else None
+
+    def sources_of(self, target: ObjectRef) -> tuple[ObjectRef, ...]:
+        """The related objects last mapped to `target` (needs ``index=True``)."""
+        if self._sources is None:
+            raise RuntimeError("RelatedTriggers keeps no reverse index (index=False)")
+        return tuple(self._sources.get(target, ()))
+
+    def _retarget(
+        self, ref: ObjectRef, before: tuple[ObjectRef, ...], after: tuple[ObjectRef, ...]
+    ) -> None:
+        """Remember `after` as `ref`'s targets (forget it when empty), and keep the reverse
+        index in step."""
+        if after:
+            self._targets[ref] = after
+        sources = self._sources
+        if sources is None or before == after:
+            return
+        for target in before:
+            if target not in after:
+                refs = sources.get(target)
+                if refs is not None:
+                    refs.discard(ref)
+                    if not refs:
+                        del sources[target]
+        for target in after:
+            sources.setdefault(target, set()).add(ref)
 
     def __len__(self) -> int:
         """How many related objects map to at least one primary object."""
@@ -77,8 +138,10 @@ class RelatedTriggers:
     def on_event(self, event: WatchEvent) -> list[Trigger]:
         kind = event.kind
         obj = event.obj
+        admitted = self._filter is None or self._filter.admits(event)
         if kind is EventKind.INIT:
             self._listing = {}
+            self._held = set()
         elif kind is EventKind.INIT_DONE:
             return self._swap()
         elif obj is None:
@@ -88,38 +151,56 @@ class RelatedTriggers:
                 self._listing = {}
             targets = self._map(obj)
             if targets:
-                self._listing[ObjectRef.from_object(obj)] = targets
+                ref = ObjectRef.from_object(obj)
+                self._listing[ref] = targets
+                if not admitted:
+                    self._held.add(ref)
         elif kind is EventKind.APPLY:
             ref = ObjectRef.from_object(obj)
             targets = self._map(obj)
             before = self._targets.pop(ref, _NONE)
-            if targets:
-                self._targets[ref] = targets
-            return self._triggers(_union(before, targets), 0)
+            self._retarget(ref, before, targets)
+            if not admitted:  # the filter says this change needs no reconcile
+                return []
+            return self._triggers(_union(before, targets), 0, ref)
         elif kind is EventKind.DELETE:
-            before = self._targets.pop(ObjectRef.from_object(obj), _NONE)
-            return self._triggers(_union(before, self._map(obj)), 0)
+            ref = ObjectRef.from_object(obj)
+            before = self._targets.pop(ref, _NONE)
+            self._retarget(ref, before, _NONE)
+            return self._triggers(_union(before, self._map(obj)), 0, ref)
         return []
 
     def _swap(self) -> list[Trigger]:
         new = self._listing if self._listing is not None else {}
         self._listing = None
         old, self._targets = self._targets, new
+        if self._sources is not None:
+            self._sources = {}
+            for ref, targets in new.items():
+                for target in targets:
+                    self._sources.setdefault(target, set()).add(ref)
         vanished: dict[ObjectRef, None] = {}
         for ref, targets in old.items():
             if ref not in new:
                 vanished.update(dict.fromkeys(targets))
         listed: dict[ObjectRef, None] = {}
-        for targets in new.values():
-            listed.update(dict.fromkeys(targets))
+        held, self._held = self._held, set()
+        for ref, targets in new.items():
+            if ref not in held:
+                listed.update(dict.fromkeys(targets))
         # A vanished related object is a change (a child to recreate): live priority.
         return [
             *self._triggers(vanished, 0),
             *self._triggers((r for r in listed if r not in vanished), INITIAL_LIST_PRIORITY),
         ]
 
-    def _triggers(self, refs: Iterable[ObjectRef], priority: int) -> list[Trigger]:
-        return [Trigger(ref, priority=priority, reason=self._reason) for ref in refs]
+    def _triggers(
+        self, refs: Iterable[ObjectRef], priority: int, source: ObjectRef | None = None
+    ) -> list[Trigger]:
+        """Triggers for `refs`; the reason names the related object `source` when one
+        event caused them (``owned ConfigMap changed: default/web``)."""
+        reason = self._reason if source is None else f"{self._reason}: {source.key}"
+        return [Trigger(ref, priority=priority, reason=reason) for ref in refs]
 
     def _map(self, obj: dict[str, Any]) -> tuple[ObjectRef, ...]:
         """The mapper's refs for `obj` (a failing mapper or a wrong value is logged)."""

@@ -510,6 +510,18 @@ class ModelScheduler:
         rec = self._records.get(_check_key(key))
         return None if rec is None else rec.group
 
+    def done_many(self, keys: Iterable[str], *, now: float | None = None) -> None:
+        if isinstance(keys, str):
+            raise TypeError("done_many() takes an iterable of str keys, not a str")
+        keys = list(keys)
+        for i, key in enumerate(keys):
+            _check_key(key, f"done_many() key at index {i}")
+        now = self._tick(now)
+        for key in keys:
+            if key not in self._running:
+                raise KeyError(f"done_many(): key {key!r} is not in flight")
+            self.done(key, now=now)
+
     def forget(self, key: str) -> None:
         rec = self._records.get(_check_key(key))
         if rec is not None:

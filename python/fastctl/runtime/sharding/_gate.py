@@ -67,6 +67,9 @@ class ShardGate:
         """Objects the sharded primary watch's lists delivered."""
         self.relists = 0
         """How many times the primary watch started over with a new set of slots."""
+        self.filtered = 0
+        """Objects and events the client-side filter dropped (none while the server shards):
+        with `received`, what the server sent."""
         self.watching: frozenset[int] = frozenset()
         """The slots the primary watch lists now."""
 
@@ -82,7 +85,14 @@ class ShardGate:
 
     def in_slots(self, owned: frozenset[int]) -> Callable[[dict[str, Any]], bool]:
         """The client-side filter for a watch of `owned` (when the server does not shard)."""
-        return lambda obj: self.object_slot(obj) in owned
+
+        def keep(obj: dict[str, Any]) -> bool:
+            if self.object_slot(obj) in owned:
+                return True
+            self.filtered += 1
+            return False
+
+        return keep
 
     def admits_ref(self, ref: ObjectRef, store: Mapping[ObjectRef, Any]) -> bool:
         """A trigger of a related object for `ref`: keep it only if `ref`'s slot is served.

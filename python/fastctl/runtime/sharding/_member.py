@@ -27,6 +27,7 @@ from fastctl.kube._http import ApiError
 from fastctl.runtime.leader._lease_api import TRANSIENT
 from fastctl.runtime.leader._rules import RETRY_JITTER, LeaseRecord
 from fastctl.runtime.sharding._assignment import assign
+from fastctl.runtime.sharding._handover import HandoverTimes
 from fastctl.runtime.sharding._member_api import GroupLeases, ShardLeaseClient, member_lease
 from fastctl.runtime.sharding._rules import SLOTS_ANNOTATION, Member, Sharding, parse_slots
 
@@ -83,6 +84,8 @@ class ShardMember:
         """Slots this member started serving (counted once per start)."""
         self.lost = 0
         """Slots this member stopped serving (moved away, or its tenure ended)."""
+        self.handovers = HandoverTimes()
+        """How long its handovers took, in and out (`fastctl.runtime.sharding._handover`)."""
 
     def __repr__(self) -> str:
         return (
@@ -184,6 +187,7 @@ class ShardMember:
             if self._now() < sent + self.config.renew_deadline:
                 rules.wrote(sent, published)
                 self._arm_timer()
+            self.handovers.published(published, self._now())
         try:
             async with asyncio.timeout(self.config.renew_deadline):
                 items = await self._leases.list()
@@ -226,7 +230,10 @@ class ShardMember:
         before = self.serving
         stopped = self._rules.observed(others, now)
         if stopped:
+            self.handovers.stopped(stopped, now)
             self._start_drain(frozenset(stopped), urgent=False)
+        if self._rules.valid(now):
+            self.handovers.wanted(self._rules.wanted, self._rules.serving, now)
         if self.serving != before:
             log.info(
                 "shard group %s: serving %d of %d slots (%d members)",
@@ -282,6 +289,7 @@ class ShardMember:
         log.warning(
             "shard group %s: stopped serving %d slots: %s", self.config.group, len(slots), reason
         )
+        self.handovers.stopped(slots, self._now())
         self._start_drain(slots, urgent=True)
         self._notify()
 
@@ -316,6 +324,7 @@ class ShardMember:
         self._stop.set()
         everything = self._abandon()
         if everything:
+            self.handovers.stopped(everything, self._now())
             self._notify()
         budget = self.config.renew_deadline if timeout is None else timeout
         try:
@@ -323,6 +332,7 @@ class ShardMember:
                 await self._drainer(everything, False)
                 body = member_lease(self.config.lease_name, self.config.group, "", 1, frozenset())
                 self._lease = await self._leases.write(self._lease, body)
+            self.handovers.published(frozenset(), self._now())
         except TRANSIENT as exc:
             log.warning("shard group %s: could not leave cleanly: %s", self.config.group, exc)
             return False

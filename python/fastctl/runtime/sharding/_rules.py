@@ -184,6 +184,8 @@ class Member:
     claiming: set[int] = field(default_factory=set)
     draining: set[int] = field(default_factory=set)
     deadline: float = -math.inf
+    wanted: frozenset[int] = frozenset()
+    """The slots the assignment gave this member at the last `observed` in its tenure."""
     _durable: frozenset[int] = frozenset()
 
     def to_publish(self) -> frozenset[int]:
@@ -225,6 +227,7 @@ class Member:
         if not self.valid(now):
             return stopped
         desired = assign([self.identity, *others], self.slots)[self.identity]
+        self.wanted = desired
         taken: dict[int, str] = {}
         for other, published in sorted(others.items()):
             for slot in published:

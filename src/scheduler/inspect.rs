@@ -1,0 +1,513 @@
+//! Looking into the queue, for the question "why is this key not running?": one key's state
+//! (`Scheduler::inspect`) and a summary of the whole queue (`Scheduler::queue_summary`).
+//!
+//! Both are read-only apart from the clock: like `stats`, they first advance it to `now`,
+//! which promotes the waiting keys that are due, so a key whose ready time has passed shows
+//! as ready. Nothing here runs on `add`, `pop` or `done`: the answers are computed from the
+//! records and queues those keep anyway.
+//!
+//! Costs: `inspect` is one key lookup plus, for a ready key, its rank in its priority level
+//! (a binary search, plus a count of the level's tombstones and out-of-order entries, which
+//! are compacted past 32 and past half the level) and a sum over the priority levels above
+//! it. `queue_summary` is O(priority levels + keys in flight); it does not split waiting keys
+//! by priority, which would take a scan of every waiting key under the scheduler's lock.
+
+use super::record::State;
+use super::time::check_now;
+use super::{Error, Scheduler};
+
+/// Where a key is in its life cycle, as `inspect` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyState {
+    /// Queued with a ready time in the future (`ready_at`).
+    Waiting,
+    /// Ready since `since`, waiting for a free slot and its turn.
+    Ready,
+    /// Handed out by `pop` at `since`, not done yet.
+    InFlight,
+    /// In flight, and triggered again meanwhile: it runs again after `done`.
+    InFlightDirty,
+}
+
+impl KeyState {
+    /// The state's name in the Python API and the JSON of the debug endpoint.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Ready => "ready",
+            Self::InFlight => "in_flight",
+            Self::InFlightDirty => "in_flight_dirty",
+        }
+    }
+}
+
+/// One key's record, as `Scheduler::inspect` reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyInspection {
+    pub state: KeyState,
+    /// Queued: the merged priority. In flight: the priority it was popped with.
+    pub priority: i64,
+    /// Consecutive failures (reset by a success or `forget`).
+    pub failures: u32,
+    /// The backoff of the latest failure before jitter, `min(backoff_max, backoff_base ×
+    /// 2^(failures-1))` (the delay drawn was 0.8 to 1.2 times this); `None` with no failure.
+    pub backoff: Option<f64>,
+    /// Waiting: when it becomes ready. Dirty: the follow-up's ready time (it cannot start
+    /// before `done`). Otherwise `None`.
+    pub ready_at: Option<f64>,
+    /// Ready: since when. In flight: since when it runs. Otherwise `None`.
+    pub since: Option<f64>,
+    /// Ready: the ready keys of its priority served before it (0: it is next at its level),
+    /// the fair groups' turns included: the exact number of pops at its priority before it,
+    /// if nothing is added meanwhile.
+    pub ahead_at_priority: Option<usize>,
+    /// Ready: the ready keys of its own group and priority served before it.
+    pub ahead_in_group: Option<usize>,
+    /// Ready: the ready keys of higher priorities (all served first, `max_wait` aside).
+    pub ahead_higher: Option<usize>,
+    /// Dirty: the follow-up's priority.
+    pub follow_up_priority: Option<i64>,
+    /// The key's fair group (`None`: no group), in every state.
+    pub group: Option<String>,
+}
+
+/// The ready key that has waited longest, of any priority.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OldestReady {
+    pub key: String,
+    pub priority: i64,
+    pub since: f64,
+    pub group: Option<String>,
+}
+
+/// One named fair group's keys, in `QueueSummary::by_group`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupCounts {
+    pub group: String,
+    /// Records of any state: waiting, ready and in flight.
+    pub keys: usize,
+    pub ready: usize,
+    pub in_flight: usize,
+    pub weight: u32,
+}
+
+/// Counts by state and by priority, and the keys at the heads of the queues.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSummary {
+    pub ready: usize,
+    pub waiting: usize,
+    /// In flight, dirty ones included.
+    pub in_flight: usize,
+    /// In flight with a follow-up queued.
+    pub dirty: usize,
+    /// The concurrency limit (0: none).
+    pub concurrency: usize,
+    /// Ready keys by priority, from the highest.
+    pub ready_by_priority: Vec<(i64, usize)>,
+    /// Keys in flight by the priority they were popped with, from the highest.
+    pub in_flight_by_priority: Vec<(i64, usize)>,
+    pub oldest_ready: Option<OldestReady>,
+    /// The earliest ready time of a waiting key.
+    pub next_ready_at: Option<f64>,
+    /// The clock the answer was computed at (the latest `now` seen).
+    pub now: f64,
+    /// Each named fair group with keys, by name (keys without a group are not listed).
+    pub by_group: Vec<GroupCounts>,
+}
+
+/// The backoff before jitter after `failures` consecutive failures (see `backoff::delay`).
+fn nominal_backoff(base: f64, max: f64, failures: u32) -> Option<f64> {
+    if failures == 0 {
+        return None;
+    }
+    let exponent = (failures - 1).min(1023) as i32;
+    Some((base * 2f64.powi(exponent)).min(max))
+}
+
+impl Scheduler {
+    /// The state of `key` as of `now`, or `None` when it has no record (never queued, or
+    /// done with nothing to follow).
+    pub fn inspect(&mut self, key: &str, now: f64) -> Result<Option<KeyInspection>, Error> {
+        let now = check_now(now)?;
+        self.tick(now);
+        let Some(idx) = self.records.find(key) else {
+            return Ok(None);
+        };
+        let rec = self.records.get(idx);
+        let mut out = KeyInspection {
+            state: KeyState::Waiting,
+            priority: rec.priority,
+            failures: rec.failures,
+            backoff: nominal_backoff(self.cfg.backoff_base, self.cfg.backoff_max, rec.failures),
+            ready_at: None,
+            since: None,
+            ahead_at_priority: None,
+            ahead_in_group: None,
+            ahead_higher: None,
+            follow_up_priority: None,
+            group: None,
+        };
+        let gid = self.groups.of(idx);
+        out.group = self.groups.name(gid).map(str::to_owned);
+        match rec.state {
+            State::Waiting => out.ready_at = Some(rec.at),
+            State::Ready => {
+                out.state = KeyState::Ready;
+                out.since = Some(rec.at);
+                let ahead = self.ready.ahead(rec.priority, rec.seq, gid, &self.groups);
+                out.ahead_at_priority = Some(ahead.at_priority);
+                out.ahead_in_group = Some(ahead.in_group);
+                out.ahead_higher = Some(ahead.higher);
+            }
+            State::Running => {
+                out.state = KeyState::InFlight;
+                out.since = Some(rec.at);
+            }
+            State::RunningDirty => {
+                out.state = KeyState::InFlightDirty;
+                out.since = Some(rec.at);
+                if let Some(Some(f)) = self.running.follow_up(idx) {
+                    out.ready_at = Some(f.schedule.at);
+                    out.follow_up_priority = Some(f.priority);
+                }
+            }
+            State::Free => unreachable!("the key index never points at a free slot"),
+        }
+        Ok(Some(out))
+    }
+
+    /// Each named group's keys, ready keys, keys in flight and weight, by name
+    /// (O(groups × priority levels + keys in flight)).
+    fn group_counts(&self) -> Vec<GroupCounts> {
+        if self.groups.len() == 0 {
+            return Vec::new();
+        }
+        let mut counts: hashbrown::HashMap<u32, GroupCounts> = self
+            .groups
+            .named()
+            .map(|(gid, name, keys, weight)| {
+                let c = GroupCounts {
+                    group: name.to_owned(),
+                    keys: keys as usize,
+                    ready: 0,
+                    in_flight: 0,
+                    weight,
+                };
+                (gid, c)
+            })
+            .collect();
+        for (gid, n) in self.ready.by_group() {
+            if let Some(c) = counts.get_mut(&gid) {
+                c.ready += n;
+            }
+        }
+        for (idx, _, _) in self.running.entries() {
+            if let Some(c) = counts.get_mut(&self.groups.of(idx)) {
+                c.in_flight += 1;
+            }
+        }
+        let mut out: Vec<GroupCounts> = counts.into_values().collect();
+        out.sort_unstable_by(|a, b| a.group.cmp(&b.group));
+        out
+    }
+
+    /// Counts by state and priority, the oldest ready key and the next waiting time, as of
+    /// `now` (O(priority levels + keys in flight)).
+    pub fn queue_summary(&mut self, now: f64) -> Result<QueueSummary, Error> {
+        let now = self.tick(check_now(now)?);
+        let oldest_ready = self.ready.oldest().map(|(priority, _, idx)| {
+            let rec = self.records.get(idx);
+            OldestReady {
+                key: rec.key.to_string(),
+                priority,
+                since: rec.at,
+                group: self.groups.name(self.groups.of(idx)).map(str::to_owned),
+            }
+        });
+        let mut in_flight: Vec<(i64, usize)> = Vec::new();
+        for (idx, _, _) in self.running.entries() {
+            let priority = self.records.get(idx).priority;
+            match in_flight.iter_mut().find(|(p, _)| *p == priority) {
+                Some((_, n)) => *n += 1,
+                None => in_flight.push((priority, 1)),
+            }
+        }
+        in_flight.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+        Ok(QueueSummary {
+            by_group: self.group_counts(),
+            ready: self.ready.len(),
+            waiting: self.waiting.len(),
+            in_flight: self.running.len(),
+            dirty: self.dirty,
+            concurrency: self.cfg.concurrency,
+            ready_by_priority: self.ready.levels().collect(),
+            in_flight_by_priority: in_flight,
+            oldest_ready,
+            next_ready_at: self.waiting.first_at(),
+            now,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+    use super::*;
+
+    fn sched(concurrency: usize) -> Scheduler {
+        Scheduler::new(Config {
+            concurrency,
+            backoff_base: 1.0,
+            backoff_max: 60.0,
+            ..Config::default()
+        })
+        .unwrap()
+    }
+
+    fn state(s: &mut Scheduler, key: &str, now: f64) -> Option<KeyState> {
+        s.inspect(key, now).unwrap().map(|i| i.state)
+    }
+
+    #[test]
+    fn an_absent_key_has_no_inspection() {
+        let mut s = sched(0);
+        assert_eq!(s.inspect("nope", 0.0).unwrap(), None);
+        s.add("a", 0.0, 0, 0.0).unwrap();
+        s.pop(0.0).unwrap();
+        s.done("a", None, false, None, 1.0).unwrap();
+        assert_eq!(s.inspect("a", 1.0).unwrap(), None, "done and dropped");
+    }
+
+    #[test]
+    fn each_state_with_its_times() {
+        let mut s = sched(0);
+        s.add("w", 5.0, 3, 10.0).unwrap();
+        let w = s.inspect("w", 11.0).unwrap().unwrap();
+        assert_eq!(w.state, KeyState::Waiting);
+        assert_eq!((w.ready_at, w.since, w.priority), (Some(15.0), None, 3));
+        assert_eq!(w.ahead_at_priority, None);
+        // Its ready time passes: inspecting promotes it, ready since its ready time.
+        let r = s.inspect("w", 16.0).unwrap().unwrap();
+        assert_eq!(r.state, KeyState::Ready);
+        assert_eq!((r.ready_at, r.since), (None, Some(15.0)));
+        assert_eq!((r.ahead_at_priority, r.ahead_higher), (Some(0), Some(0)));
+        assert_eq!(s.pop(17.0).unwrap(), Some("w"));
+        let f = s.inspect("w", 18.0).unwrap().unwrap();
+        assert_eq!((f.state, f.since), (KeyState::InFlight, Some(17.0)));
+        s.add("w", 2.0, 7, 18.0).unwrap();
+        let d = s.inspect("w", 18.5).unwrap().unwrap();
+        assert_eq!(d.state, KeyState::InFlightDirty);
+        assert_eq!((d.since, d.ready_at), (Some(17.0), Some(20.0)));
+        assert_eq!((d.priority, d.follow_up_priority), (3, Some(7)));
+        s.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn failures_and_the_backoff_before_jitter() {
+        let mut s = sched(0);
+        s.add("k", 0.0, 0, 0.0).unwrap();
+        let mut backoffs = Vec::new();
+        for i in 0..8 {
+            let now = 1000.0 * f64::from(i);
+            s.pop(now).unwrap();
+            s.done("k", None, true, None, now).unwrap();
+            let k = s.inspect("k", now).unwrap().unwrap();
+            assert_eq!(k.state, KeyState::Waiting);
+            assert_eq!(k.failures, i as u32 + 1);
+            let delay = k.ready_at.unwrap() - now;
+            let nominal = k.backoff.unwrap();
+            assert!(
+                (0.8 * nominal..=1.2 * nominal).contains(&delay) || delay == 60.0,
+                "{delay} vs {nominal}"
+            );
+            backoffs.push(nominal);
+        }
+        assert_eq!(backoffs, [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]);
+        // A success resets the count: no backoff.
+        s.pop(9000.0).unwrap();
+        s.done("k", Some(5.0), false, None, 9000.0).unwrap();
+        let k = s.inspect("k", 9000.0).unwrap().unwrap();
+        assert_eq!((k.failures, k.backoff), (0, None));
+    }
+
+    #[test]
+    fn position_counts_the_keys_ahead_at_the_priority_and_above() {
+        let mut s = sched(1);
+        for (i, key) in ["a", "b", "c", "d"].iter().enumerate() {
+            s.add(key, 0.0, 0, i as f64).unwrap();
+        }
+        s.add("hi", 0.0, 5, 4.0).unwrap();
+        let ahead = |s: &mut Scheduler, k: &str| {
+            let i = s.inspect(k, 5.0).unwrap().unwrap();
+            (i.ahead_at_priority.unwrap(), i.ahead_higher.unwrap())
+        };
+        assert_eq!(ahead(&mut s, "a"), (0, 1));
+        assert_eq!(ahead(&mut s, "d"), (3, 1));
+        assert_eq!(ahead(&mut s, "hi"), (0, 0));
+        // "b" leaves the middle of the level (raised to priority 5, keeping its age): a
+        // tombstone at level 0 that the rank must not count, an older entry at level 5.
+        s.add("b", 0.0, 5, 5.0).unwrap();
+        assert_eq!(ahead(&mut s, "d"), (2, 2));
+        assert_eq!(ahead(&mut s, "b"), (0, 0), "older than hi, so first");
+        assert_eq!(ahead(&mut s, "hi"), (1, 0));
+        assert_eq!(s.pop(6.0).unwrap(), Some("b"));
+        assert_eq!(state(&mut s, "hi", 6.0), Some(KeyState::Ready));
+        assert_eq!(ahead(&mut s, "hi"), (0, 0));
+        assert_eq!(ahead(&mut s, "c"), (1, 1));
+        s.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn position_matches_the_serving_order_under_churn() {
+        // Many keys at three priorities, some raised and some popped: each ready key's
+        // position is its index in the order `pop` would serve them (max_wait is far off).
+        let mut s = sched(0);
+        let mut rng = super::super::SplitMix64::new(3);
+        for i in 0..300u64 {
+            let p = (rng.next_u64() % 3) as i64;
+            s.add(&format!("k{i}"), 0.0, p, i as f64 * 1e-3).unwrap();
+            if rng.next_u64() % 5 == 0 {
+                let j = rng.next_u64() % (i + 1);
+                s.add(&format!("k{j}"), 0.0, 2, i as f64 * 1e-3).unwrap();
+            }
+        }
+        let order: Vec<(i64, u64, u32, u32)> = s.ready.iter().collect();
+        for (pos, &(p, _, idx, _)) in order.iter().enumerate() {
+            let key = s.records.get(idx).key.to_string();
+            let i = s.inspect(&key, 1.0).unwrap().unwrap();
+            assert_eq!(i.priority, p);
+            let (at, higher) = (i.ahead_at_priority.unwrap(), i.ahead_higher.unwrap());
+            assert_eq!(at + higher, pos, "{key}");
+        }
+    }
+
+    /// With fair groups and weights, each ready key's position is the exact number of pops
+    /// before it: inspect every ready key, then pop them all and compare.
+    #[test]
+    fn position_on_a_fair_level_is_the_exact_number_of_pops_before_it() {
+        for seed in 0..20u64 {
+            let mut s = sched(0);
+            let mut rng = super::super::SplitMix64::new(seed);
+            s.set_group_weight("a", 3).unwrap();
+            s.set_group_weight("c", 2).unwrap();
+            let groups = [Some("a"), Some("b"), Some("c"), None];
+            for i in 0..120u64 {
+                let g = groups[(rng.next_u64() % 4) as usize];
+                let p = (rng.next_u64() % 2) as i64;
+                let now = i as f64 * 1e-3;
+                s.add_in(g, &format!("k{i}"), 0.0, p, now).unwrap();
+                // Some pops mid-way, so the front group is part-way through its turn.
+                if rng.next_u64() % 7 == 0 {
+                    s.pop(now).unwrap();
+                }
+                if rng.next_u64() % 9 == 0 {
+                    let j = rng.next_u64() % (i + 1);
+                    s.add(&format!("k{j}"), 0.0, 1, now).unwrap();
+                }
+            }
+            let keys: Vec<String> = s
+                .ready
+                .iter()
+                .map(|(_, _, idx, _)| s.records.get(idx).key.to_string())
+                .collect();
+            // (position, key, rank in its group, (priority, group)).
+            let mut want = Vec::new();
+            for key in &keys {
+                let i = s.inspect(key, 1.0).unwrap().unwrap();
+                let pos = i.ahead_at_priority.unwrap() + i.ahead_higher.unwrap();
+                let class = (i.priority, i.group);
+                want.push((pos, key.clone(), i.ahead_in_group.unwrap(), class));
+            }
+            want.sort();
+            assert!(
+                want.iter().enumerate().all(|(i, w)| w.0 == i),
+                "seed {seed}"
+            );
+            let popped: Vec<String> =
+                std::iter::from_fn(|| s.pop(1.0).unwrap().map(str::to_owned)).collect();
+            let order: Vec<&String> = want.iter().map(|w| &w.1).collect();
+            assert_eq!(popped.iter().collect::<Vec<_>>(), order, "seed {seed}");
+            for (pos, key, in_group, class) in &want {
+                let before = want[..*pos].iter().filter(|w| &w.3 == class).count();
+                assert_eq!(*in_group, before, "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_and_the_summary_name_the_groups() {
+        let mut s = sched(1);
+        s.set_group_weight("big", 4).unwrap();
+        for i in 0..5 {
+            s.add_in(Some("big"), &format!("big/{i}"), 0.0, 0, 0.0)
+                .unwrap();
+        }
+        s.add_in(Some("small"), "small/0", 0.0, 0, 1.0).unwrap();
+        s.add_in(None, "plain", 30.0, 0, 1.0).unwrap();
+        assert_eq!(s.pop(2.0).unwrap(), Some("big/0"));
+        let i = s.inspect("small/0", 2.0).unwrap().unwrap();
+        assert_eq!(i.group.as_deref(), Some("small"));
+        // big has 3 keys left of its turn of 4: they go first.
+        assert_eq!((i.ahead_at_priority, i.ahead_in_group), (Some(3), Some(0)));
+        let b = s.inspect("big/4", 2.0).unwrap().unwrap();
+        assert_eq!((b.ahead_at_priority, b.ahead_in_group), (Some(4), Some(3)));
+        let f = s.inspect("big/0", 2.0).unwrap().unwrap();
+        assert_eq!(
+            (f.state, f.group.as_deref()),
+            (KeyState::InFlight, Some("big"))
+        );
+        let w = s.inspect("plain", 2.0).unwrap().unwrap();
+        assert_eq!((w.state, w.group), (KeyState::Waiting, None));
+        let q = s.queue_summary(2.0).unwrap();
+        let counts = |g: &GroupCounts| (g.group.clone(), g.keys, g.ready, g.in_flight, g.weight);
+        assert_eq!(
+            q.by_group.iter().map(counts).collect::<Vec<_>>(),
+            [("big".into(), 5, 4, 1, 4), ("small".into(), 1, 1, 0, 1)]
+        );
+        assert_eq!(q.oldest_ready.unwrap().group.as_deref(), Some("big"));
+        assert!(sched(0).queue_summary(0.0).unwrap().by_group.is_empty());
+    }
+
+    #[test]
+    fn summary_counts_states_priorities_and_the_oldest_ready_key() {
+        let mut s = sched(2);
+        let empty = s.queue_summary(0.0).unwrap();
+        assert_eq!(
+            (empty.ready, empty.oldest_ready, empty.next_ready_at),
+            (0, None, None)
+        );
+        s.add("old", 0.0, -100, 1.0).unwrap();
+        s.add("x", 0.0, 0, 2.0).unwrap();
+        s.add("y", 0.0, 0, 3.0).unwrap();
+        s.add("z", 0.0, 1, 4.0).unwrap();
+        s.add("later", 30.0, 0, 4.0).unwrap();
+        assert_eq!(s.pop(5.0).unwrap(), Some("z"));
+        assert_eq!(s.pop(5.0).unwrap(), Some("x"));
+        s.add("x", 0.0, 0, 6.0).unwrap();
+        let q = s.queue_summary(7.0).unwrap();
+        assert_eq!((q.ready, q.waiting, q.in_flight, q.dirty), (2, 1, 2, 1));
+        assert_eq!(q.concurrency, 2);
+        assert_eq!(q.ready_by_priority, [(0, 1), (-100, 1)]);
+        assert_eq!(q.in_flight_by_priority, [(1, 1), (0, 1)]);
+        assert_eq!(
+            q.oldest_ready,
+            Some(OldestReady {
+                key: "old".into(),
+                priority: -100,
+                since: 1.0,
+                group: None,
+            })
+        );
+        assert_eq!((q.next_ready_at, q.now), (Some(34.0), 7.0));
+        // The waiting key's time passes: counted as ready now.
+        let q = s.queue_summary(40.0).unwrap();
+        assert_eq!((q.ready, q.waiting, q.next_ready_at), (3, 0, None));
+    }
+
+    #[test]
+    fn a_bad_now_is_refused() {
+        let mut s = sched(0);
+        assert!(s.inspect("k", f64::NAN).is_err());
+        assert!(s.queue_summary(f64::INFINITY).is_err());
+    }
+}

@@ -1,0 +1,129 @@
+"""``fastctl inspect`` against an operator on the real API server: a failing object shows
+its attempts, next run and error; objects behind a slow reconcile show their place."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from fastctl import Resource, Scheduler
+from fastctl.cli import main
+from fastctl.runtime import Controller, Manager
+
+from .conftest import make_configmap
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
+
+
+def _inspect(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["inspect", *argv])
+    return code, out.getvalue()
+
+
+async def _eventually(check: Callable[[], Any], what: str, limit: float = 30.0) -> Any:
+    deadline = time.monotonic() + limit
+    while True:
+        got = await check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_fastctl_inspect_shows_failures_and_the_line(
+    client: ApiClient, namespace: str
+) -> None:
+    release = asyncio.Event()
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        name = obj["metadata"]["name"]
+        if name == "bad":
+            raise RuntimeError("cannot render bad: missing key 'port'")
+        if name == "slow":
+            await release.wait()
+
+    ctl = Controller(
+        client,
+        Resource("v1", "ConfigMap"),
+        reconcile,
+        name="cms",
+        namespace=namespace,
+        concurrency=1,
+        scheduler=Scheduler(concurrency=1, backoff_base=60.0),
+    )
+    manager = Manager(client, metrics_port=None, probe_port=None, debug_queue_port=0)
+    manager.add(ctl)
+    run = asyncio.create_task(manager.run())
+    try:
+        await _eventually(lambda: _ready(manager), "the debug queue server")
+        assert manager.debug_queue is not None
+        url = f"http://127.0.0.1:{manager.debug_queue.port}"
+
+        async def ask(*argv: str) -> Any:
+            code, text = await asyncio.to_thread(_inspect, "--address", url, *argv)
+            assert code == 0
+            return json.loads(text) if "--json" in argv else text
+
+        await make_configmap(client, namespace, "bad", {"k": "v"})
+
+        async def failed() -> Any:
+            answer = await ask("--json", f"{namespace}/bad")
+            return answer if answer["attempts"] >= 1 else None
+
+        bad = await _eventually(failed, "bad to fail")
+        assert bad["state"] == "waiting"
+        assert bad["attempts"] == 1
+        assert bad["last_error"] == "RuntimeError: cannot render bad: missing key 'port'"
+        assert 40.0 < bad["ready_in"] <= 72.0  # 60 s backoff, jittered 0.8-1.2
+        assert [r["reason"] for r in bad["reasons"]] == ["error retry"]
+        text = await ask(f"{namespace}/bad")
+        assert f"{namespace}/bad in controller cms: waiting" in text
+        assert "attempts:  1 failed" in text
+        assert "next run:" in text
+        assert "error:     RuntimeError: cannot render bad" in text
+
+        # One slow reconcile holds the only slot; three objects queue behind it.
+        await make_configmap(client, namespace, "slow", {"k": "v"})
+
+        async def running() -> Any:
+            answer = await ask("--json", "--controller", "cms", f"{namespace}/slow")
+            return answer["state"] == "in_flight"
+
+        await _eventually(running, "slow to run")
+        for name in ("w1", "w2", "w3"):
+            await make_configmap(client, namespace, name, {"k": "v"})
+
+        async def third_in_line() -> Any:
+            answer = await ask("--json", f"{namespace}/w3")
+            return answer if answer["state"] == "ready" else None
+
+        w3 = await _eventually(third_in_line, "w3 to be ready")
+        assert (w3["ahead"], w3["ahead_at_priority"]) == (2, 2)
+        assert [r["reason"] for r in w3["reasons"]] == ["ConfigMap changed"]
+        text = await ask(f"{namespace}/w3")
+        assert "position:  2 ahead (2 at its priority)" in text
+        assert "1 of 1 slots busy" in text
+        summary = await ask("--json", "--controller", "cms")
+        assert (summary["ready"], summary["in_flight"], summary["waiting"]) == (3, 1, 1)
+        assert summary["oldest_ready"]["name"] == "w1"
+        assert "not known to this controller" in await ask(f"{namespace}/nope")
+        release.set()
+    finally:
+        release.set()
+        manager.shutdown()
+        await asyncio.wait_for(run, 30)
+
+
+async def _ready(manager: Manager) -> bool:
+    return manager.debug_queue is not None and manager.debug_queue.port != 0

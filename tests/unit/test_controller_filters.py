@@ -1,0 +1,159 @@
+"""Event filters on a running Controller (in-memory event sources, no server), and the
+own-writes registry: what a filter holds back, and what it never touches (requeues,
+``reconcile_all_on`` resyncs, the echo of someone else's write)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from fastctl import Action, generation_changed
+from fastctl.kube._resource import ResolvedResource
+from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._writes import WRITE_OBSERVER, observed_write
+from fastctl.runtime._controller import Controller
+from fastctl.runtime._filters import EventFilter
+from fastctl.runtime._own_writes import OwnWrites
+
+from .test_controller_relist import (
+    CHILD,
+    DONE,
+    INIT,
+    WIDGET,
+    Sources,
+    client,
+    running,
+    until,
+)
+
+CONFIGMAPS = ResolvedResource("", "v1", "ConfigMap", "configmaps", True)
+EVENTS = ResolvedResource("events.k8s.io", "v1", "Event", "events", True)
+
+
+async def observed(own: OwnWrites, reconcile: Callable[[Any, Any], Awaitable[None]]) -> None:
+    """Run `reconcile` as the controller would with ``ignore_own_writes``."""
+    result = own.observing(reconcile)(None, None)
+    assert inspect.isawaitable(result)
+    await result
+
+
+def widget(name: str, generation: int, status: str = "") -> dict[str, Any]:
+    meta = {"name": name, "namespace": "default", "uid": f"uid-{name}", "generation": generation}
+    return {"metadata": meta, "status": {"s": status}}
+
+
+def configmap(name: str, version: str, uid: str = "") -> dict[str, Any]:
+    meta = {"name": name, "namespace": "default", "uid": uid or f"uid-{name}"}
+    return {"metadata": {**meta, "resourceVersion": version}}
+
+
+async def test_status_writes_do_not_trigger_requeues_and_resyncs_still_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sources = Sources(False, monkeypatch)
+    calls: list[tuple[str, int, str]] = []
+    requeued: set[str] = set()
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> Action | None:
+        name = obj["metadata"]["name"]
+        calls.append((name, obj["metadata"]["generation"], obj["status"]["s"]))
+        if name == "b" and name not in requeued:
+            requeued.add(name)
+            return Action.requeue(0)
+        return None
+
+    ticks: asyncio.Queue[None] = asyncio.Queue()
+
+    async def resync() -> AsyncIterator[None]:
+        while True:
+            await ticks.get()
+            yield None
+
+    ctl = Controller(client(), WIDGET, reconcile, event_filter=generation_changed)
+    ctl.reconcile_all_on(resync())
+    feed = sources.feeds[WIDGET]
+    async with running(ctl):
+        feed.push(INIT, WatchEvent(EventKind.INIT_APPLY, widget("a", 1)), DONE)
+        await until(lambda: len(calls) == 1, "the listed Widget reconciled")
+        feed.push(WatchEvent(EventKind.APPLY, widget("a", 1, "Ready")))  # a status write
+        feed.push(WatchEvent(EventKind.APPLY, widget("b", 1)))  # first event: passes
+        await until(lambda: calls.count(("b", 1, "")) == 2, "b requeued and reconciled again")
+        feed.push(WatchEvent(EventKind.APPLY, widget("a", 2, "Ready")))  # a spec change
+        await until(lambda: ("a", 2, "Ready") in calls, "the spec change reconciled")
+        ticks.put_nowait(None)
+        await until(lambda: len(calls) == 6, "the resync reconciled both")
+    assert ("a", 1, "Ready") not in calls, calls  # the status write triggered nothing
+    assert calls[-2:] in ([("a", 2, "Ready"), ("b", 1, "")], [("b", 1, ""), ("a", 2, "Ready")])
+
+
+def test_a_controller_rejects_an_event_filter_that_is_not_callable() -> None:
+    with pytest.raises(TypeError, match="Controller: event_filter must be callable"):
+        Controller(client(), WIDGET, lambda o, c: None, event_filter="generation")  # type: ignore[arg-type]
+    ctl = Controller(client(), WIDGET, lambda o, c: None)
+    with pytest.raises(TypeError, match="owns: event_filter must be callable"):
+        ctl.owns(CHILD, event_filter=1)  # type: ignore[arg-type]
+
+
+async def test_the_echo_of_an_own_write_is_held_back_and_a_foreign_write_passes() -> None:
+    own = OwnWrites([CHILD])
+    f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
+    assert f.admits(WatchEvent(EventKind.APPLY, configmap("x", "1")))  # someone made it
+
+    async def reconcile(obj: Any, ctx: Any) -> None:
+        for version in ("5", "6"):  # two writes of one object in one reconcile
+            with observed_write(CONFIGMAPS, "default", "x") as seen:
+                seen(configmap("x", version))
+        with observed_write(EVENTS, "default", "note") as seen:  # not a watched kind
+            seen({"metadata": {"uid": "uid-event", "resourceVersion": "7"}})
+
+    await observed(own, reconcile)
+    assert WRITE_OBSERVER.get() is None  # reset after the reconcile
+    assert len(own) == 1  # "x" only: the Event is not remembered
+    assert not f.admits(WatchEvent(EventKind.APPLY, configmap("x", "5")))
+    assert not f.admits(WatchEvent(EventKind.APPLY, configmap("x", "6")))
+    assert len(own) == 0  # both echoes used up
+    assert f.admits(WatchEvent(EventKind.APPLY, configmap("x", "9")))  # someone else's
+
+
+async def test_an_echo_that_comes_before_the_answer_waits_for_it() -> None:
+    own = OwnWrites([CHILD])
+    f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
+    echo = configmap("x", "5")
+    answered = asyncio.Event()
+
+    async def reconcile(obj: Any, ctx: Any) -> None:
+        with observed_write(CONFIGMAPS, "default", "x") as seen:
+            await answered.wait()  # the watch delivers the echo meanwhile
+            seen(echo)
+
+    task = asyncio.create_task(observed(own, reconcile))
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(own.settle(CHILD, echo))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # a write of ours to "x" is in flight: wait for its answer
+    answered.set()
+    await waiting
+    await task
+    assert not f.admits(WatchEvent(EventKind.APPLY, echo))
+    assert len(own) == 0
+
+
+async def test_own_writes_go_with_their_object() -> None:
+    own = OwnWrites([CHILD])
+    f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
+
+    async def reconcile(obj: Any, ctx: Any) -> None:
+        with observed_write(CONFIGMAPS, "default", "x") as seen:
+            seen(configmap("x", "5"))
+        with observed_write(CONFIGMAPS, "default", "y"):
+            raise RuntimeError("the write failed")
+
+    with pytest.raises(RuntimeError):
+        await observed(own, reconcile)
+    assert len(own) == 1  # "x"'s version; the failed write of "y" left nothing behind
+    f.admits(WatchEvent(EventKind.DELETE, configmap("x", "4")))
+    assert len(own) == 0
