@@ -6,6 +6,9 @@ Run (results in docs/benchmarks.md, "Fair groups")::
     flock /tmp/fastctl-heavy.lock .venv/bin/python -m pytest benches/test_bench_fair.py -s -q \\
         -p no:cacheprovider
 
+With ``FASTCTL_BASELINE_CORE=/path/to/_core.abi3.so`` (another build, e.g. main's) the cost
+test also runs the no-groups workload on that build, in the same alternating rounds.
+
 The start delay is simulated on a virtual clock (no sleeping, no wall time): 32 workers,
 every reconcile takes one unit `D`; tenant A adds 10,000 keys at t=0, tenant B adds 10 keys at
 t=0.5·D. B's delay is from its add to the start of its reconcile, in reconcile durations and
@@ -15,9 +18,13 @@ off, on, ..., so a change in machine load hits both alike; the figures are media
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 from fastctl import Scheduler
 
@@ -80,12 +87,29 @@ QUEUED = 100_000
 ITEMS = 10_000
 
 
-def unbatched(fair: bool) -> Callable[[], None]:
-    s = Scheduler()
+def _baseline() -> Any | None:
+    """The `Scheduler` of another build of the extension, to compare the no-groups path
+    against (``FASTCTL_BASELINE_CORE=/path/to/_core.abi3.so``, e.g. main's), or None."""
+    path = os.environ.get("FASTCTL_BASELINE_CORE")
+    if not path:
+        return None
+    loader = importlib.machinery.ExtensionFileLoader("fastctl._core", path)
+    spec = importlib.util.spec_from_file_location("fastctl._core", path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module.Scheduler
+
+
+def unbatched(cls: Any, fair: bool) -> Callable[[], None]:
+    s = cls()
     for i in range(0, QUEUED, 1000):
         for g in range(97):
             chunk = KEYS[i : i + 1000][g::97]
-            s.add_many(chunk, group=GROUPS[g] if fair else None)
+            if fair:
+                s.add_many(chunk, group=GROUPS[g])
+            else:
+                s.add_many(chunk)
     state = {"i": QUEUED}
 
     def run() -> None:
@@ -94,56 +118,73 @@ def unbatched(fair: bool) -> Callable[[], None]:
         if fair:
             for j in range(i, i + ITEMS):
                 add(KEYS[j % len(KEYS)], group=GROUPS[j % 97])
-                done(pop())  # type: ignore[arg-type]  # never None: keys are queued
+                done(pop())
         else:
             for j in range(i, i + ITEMS):
                 add(KEYS[j % len(KEYS)])
-                done(pop())  # type: ignore[arg-type]
+                done(pop())
         state["i"] = i + ITEMS
 
     return run
 
 
-def batched(fair: bool, batch: int = 1000) -> Callable[[], None]:
-    s = Scheduler()
+def batched(cls: Any, fair: bool, batch: int = 1000) -> Callable[[], None]:
+    s = cls()
     # One add_many per group (a watch event's namespace is one group).
     per_group = [[k for k in KEYS[:QUEUED] if k.startswith(g + "/")] for g in GROUPS]
-    for g, chunk in zip(GROUPS, per_group, strict=True):
-        s.add_many(chunk, group=g if fair else None)
     rest = [[k for k in KEYS[QUEUED:] if k.startswith(g + "/")] for g in GROUPS]
+    for g, chunk in zip(GROUPS, per_group, strict=True):
+        if fair:
+            s.add_many(chunk, group=g)
+        else:
+            s.add_many(chunk)
     state = {"i": 0}
 
     def run() -> None:
-        add_many, pop_many, done = s.add_many, s.pop_many, s.done
+        add_many, pop_many, done_many = s.add_many, s.pop_many, s.done_many
         n = 0
         while n < ITEMS:
             g = state["i"] % 97
             chunk = (rest if state["i"] // 97 % 2 == 0 else per_group)[g][: batch // 10]
             state["i"] += 1
-            add_many(chunk, group=GROUPS[g] if fair else None)
-            for key in pop_many(len(chunk)):
-                done(key)
+            if fair:
+                add_many(chunk, group=GROUPS[g])
+            else:
+                add_many(chunk)
+            done_many(pop_many(len(chunk)))
             n += len(chunk)
 
     return run
 
 
-def paired(make: Callable[[bool], Callable[[], None]], rounds: int = 9) -> tuple[float, float]:
-    off, on = make(False), make(True)
-    off(), on()  # warm up
-    times: dict[bool, list[float]] = {False: [], True: []}
+def paired(make: Callable[[Any, bool], Callable[[], None]], rounds: int = 15) -> dict[str, float]:
+    """Median seconds per item of each variant, in alternating rounds (so a change in the
+    machine's load hits all alike): groups off, groups on, and the baseline build if any."""
+    variants = {"off": make(Scheduler, False), "on": make(Scheduler, True)}
+    baseline = _baseline()
+    if baseline is not None:
+        variants["baseline"] = make(baseline, False)
+    for run in variants.values():
+        run()  # warm up
+    times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
-        for fair, run in ((False, off), (True, on)):
+        for name, run in variants.items():
             start = time.process_time()
             run()
-            times[fair].append((time.process_time() - start) / ITEMS)
-    return statistics.median(times[False]), statistics.median(times[True])
+            times[name].append((time.process_time() - start) / ITEMS)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def test_per_item_cost_with_groups_against_without() -> None:
-    for name, make in (("add+pop+done", unbatched), ("add_many+pop_many+done", batched)):
-        off, on = paired(make)
-        print(
-            f"\n{name}, {QUEUED // 1000}k queued in 97 groups: off {off * 1e9:.0f} ns, "
-            f"on {on * 1e9:.0f} ns per item, on/off = {on / off:.2f}"
+    for name, make in (("add+pop+done", unbatched), ("add_many+pop_many+done_many", batched)):
+        t = paired(make)
+        line = (
+            f"\n{name}, {QUEUED // 1000}k queued in 97 groups: off {t['off'] * 1e9:.0f} ns, "
+            f"on {t['on'] * 1e9:.0f} ns per item, on/off = {t['on'] / t['off']:.2f}"
         )
+        if "baseline" in t:
+            line += (
+                f"; baseline {t['baseline'] * 1e9:.0f} ns, off/baseline = "
+                f"{t['off'] / t['baseline']:.2f}"
+            )
+        print(line)

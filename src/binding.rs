@@ -40,6 +40,7 @@ fn key_str<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a str> {
 }
 
 /// The fair group: `None`, or a `str` (a `TypeError` naming what was passed instead).
+#[inline]
 fn group_str<'a>(obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a str>> {
     match obj {
         None => Ok(None),

@@ -16,7 +16,8 @@
 
 use super::queues::Sorted;
 use hashbrown::HashMap;
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
 
 /// The group number of keys without a group.
 pub const NO_GROUP: u32 = 0;
@@ -63,6 +64,7 @@ impl Default for Groups {
 
 impl Groups {
     /// Record that the new record in `idx` belongs to `name` (`None`: no group).
+    #[inline]
     pub fn join(&mut self, idx: u32, name: Option<&str>) {
         let i = idx as usize;
         let Some(name) = name else {
@@ -103,6 +105,7 @@ impl Groups {
     }
 
     /// The record in `idx` is dropped: its group loses a key, and is forgotten with its last.
+    #[inline]
     pub fn leave(&mut self, idx: u32) {
         let gid = self.of(idx);
         if gid == NO_GROUP {
@@ -119,6 +122,7 @@ impl Groups {
     }
 
     /// The group of the record in `idx`.
+    #[inline]
     pub fn of(&self, idx: u32) -> u32 {
         self.of_slot.get(idx as usize).copied().unwrap_or(NO_GROUP)
     }
@@ -208,8 +212,12 @@ struct Member {
 #[derive(Debug, Default)]
 pub struct Fair {
     members: HashMap<u32, Member>,
-    /// The first (oldest) sequence number of each group here: the level's oldest key.
-    heads: BTreeSet<(u64, u32)>,
+    /// The first (oldest) entry of each group here, as (sequence, slot, group), oldest on
+    /// top: the top is the level's oldest key. Former heads stay in as stale entries, which
+    /// is what makes a pop cheap (a push, which for a newer head does not climb, instead of
+    /// an ordered set's removal and insertion); the top is never stale (`settle_heads`), and
+    /// the heap is rebuilt from the groups once stale entries outnumber them.
+    heads: BinaryHeap<Reverse<(u64, u32, u32)>>,
     /// The group served next (`None`: no group has ready keys).
     front: Option<u32>,
     /// Keys the front group may still take in its current turn (at least 1).
@@ -222,21 +230,50 @@ impl Fair {
             Some(m) => {
                 let head = m.queue.first().map(|(s, _)| s);
                 m.queue.insert(seq, idx);
-                if let Some(head) = head.filter(|&h| seq < h) {
-                    self.heads.remove(&(head, gid));
-                    self.heads.insert((seq, gid));
+                if head.is_some_and(|h| seq < h) {
+                    // A new head, older than the old one (now stale), so it is the valid top
+                    // if the old one was.
+                    self.heads.push(Reverse((seq, idx, gid)));
+                    self.bound_heads();
                 }
             }
             None => {
                 let mut queue = Sorted::default();
                 queue.insert(seq, idx);
                 self.join(gid, queue, groups);
-                self.heads.insert((seq, gid));
+                self.heads.push(Reverse((seq, idx, gid)));
+                self.bound_heads();
             }
         }
     }
 
+    /// Drop stale entries from the top of `heads`: an entry is live while it is still its
+    /// group's first.
+    fn settle_heads(&mut self) {
+        while let Some(&Reverse((seq, idx, gid))) = self.heads.peek() {
+            let first = self.members.get(&gid).and_then(|m| m.queue.first());
+            if first == Some((seq, idx)) {
+                break;
+            }
+            self.heads.pop();
+        }
+        self.bound_heads();
+    }
+
+    /// Rebuild `heads` from the groups once stale entries outnumber them (O(groups), after
+    /// at least as many operations: O(1) amortised, and memory bounded by the groups).
+    fn bound_heads(&mut self) {
+        if self.heads.len() > 2 * self.members.len() + 32 {
+            self.heads = self
+                .members
+                .iter()
+                .filter_map(|(&g, m)| m.queue.first().map(|(s, i)| Reverse((s, i, g))))
+                .collect();
+        }
+    }
+
     /// Link `gid` in at the back of the ring (just before the front).
+    #[inline]
     fn join(&mut self, gid: u32, queue: Sorted<u64>, groups: &Groups) {
         let (prev, next) = match self.front {
             None => {
@@ -261,6 +298,7 @@ impl Fair {
     }
 
     /// Unlink `gid` (its queue is empty); a front that leaves hands the turn to the next.
+    #[inline]
     fn leave(&mut self, gid: u32, groups: &Groups) {
         let Some(m) = self.members.remove(&gid) else {
             return;
@@ -285,13 +323,11 @@ impl Fair {
         let head = m.queue.first();
         m.queue.remove(seq, idx);
         if head == Some((seq, idx)) {
-            self.heads.remove(&(seq, gid));
             match m.queue.first() {
-                Some((next, _)) => {
-                    self.heads.insert((next, gid));
-                }
+                Some((next, i)) => self.heads.push(Reverse((next, i, gid))),
                 None => self.leave(gid, groups),
             }
+            self.settle_heads();
         }
     }
 
@@ -302,6 +338,7 @@ impl Fair {
         Some((seq, idx, gid))
     }
 
+    #[inline]
     fn pop(&mut self, groups: &Groups) -> Option<(u64, u32, u32)> {
         let gid = self.front?;
         let m = self.members.get_mut(&gid)?;
@@ -309,10 +346,9 @@ impl Fair {
         let (seq, idx) = m.queue.first()?;
         m.queue.remove(seq, idx);
         let (after, next) = (m.queue.first(), m.next);
-        self.heads.remove(&(seq, gid));
         match after {
-            Some((head, _)) => {
-                self.heads.insert((head, gid));
+            Some((head, i)) => {
+                self.heads.push(Reverse((head, i, gid)));
                 // Its turn goes on, or the ring moves on (it is now the back).
                 self.turn -= 1;
                 if self.turn == 0 {
@@ -322,16 +358,20 @@ impl Fair {
             }
             None => self.leave(gid, groups),
         }
+        if self.heads.peek() == Some(&Reverse((seq, idx, gid))) {
+            self.settle_heads();
+        }
         Some((seq, idx, gid))
     }
 
+    #[inline]
     fn oldest(&self) -> Option<(u64, u32)> {
-        let &(_, gid) = self.heads.first()?;
-        self.members.get(&gid)?.queue.first()
+        self.heads.peek().map(|&Reverse((seq, idx, _))| (seq, idx))
     }
 
+    #[inline]
     fn oldest_seq(&self) -> Option<u64> {
-        self.heads.first().map(|&(seq, _)| seq)
+        self.heads.peek().map(|&Reverse((seq, _, _))| seq)
     }
 
     /// The groups here in ring order from the front.
@@ -406,19 +446,25 @@ impl Fair {
         if !ring.is_empty() && self.turn == 0 {
             return Err("front group has no turn left".into());
         }
-        let mut heads = BTreeSet::new();
+        let mut heads: BTreeSet<(u64, u32, u32)> = BTreeSet::new();
         for (&gid, m) in &self.members {
             m.queue.check().map_err(|e| format!("group {gid}: {e}"))?;
-            let Some((head, _)) = m.queue.first() else {
+            let Some((head, idx)) = m.queue.first() else {
                 return Err(format!("group {gid} is empty but in the ring"));
             };
-            heads.insert((head, gid));
+            heads.insert((head, idx, gid));
             if self.members[&m.next].prev != gid {
                 return Err(format!("group {gid} ring links are broken"));
             }
         }
-        if heads != self.heads {
+        // Every group's head is in the heap, the top is the oldest of them, and stale
+        // entries are bounded.
+        let listed: BTreeSet<(u64, u32, u32)> = self.heads.iter().map(|r| r.0).collect();
+        if !heads.is_subset(&listed) || self.heads.peek().map(|r| r.0) != heads.first().copied() {
             return Err("group heads are stale".into());
+        }
+        if self.heads.len() > 2 * self.members.len() + 32 {
+            return Err("group heads hold too many stale entries".into());
         }
         Ok(())
     }
@@ -445,9 +491,9 @@ impl Level {
             Level::Plain(q) if gid == NO_GROUP => q.insert(seq, idx),
             Level::Plain(q) => {
                 let mut fair = Box::<Fair>::default();
-                if let Some((head, _)) = q.first() {
+                if let Some((head, i)) = q.first() {
                     fair.join(NO_GROUP, std::mem::take(q), groups);
-                    fair.heads.insert((head, NO_GROUP));
+                    fair.heads.push(Reverse((head, i, NO_GROUP)));
                 }
                 fair.insert(seq, idx, gid, groups);
                 *self = Level::Fair(fair);
@@ -468,6 +514,7 @@ impl Level {
     }
 
     /// Remove and return the entry `next` names, moving the ring on.
+    #[inline]
     pub fn pop(&mut self, groups: &Groups) -> Option<(u64, u32, u32)> {
         let got = match self {
             Level::Plain(q) => {
@@ -481,6 +528,7 @@ impl Level {
         got
     }
 
+    #[inline]
     fn settle(&mut self) {
         if let Level::Fair(f) = self {
             if f.members.len() <= 1 && f.members.keys().all(|&g| g == NO_GROUP) {
@@ -503,6 +551,7 @@ impl Level {
     }
 
     /// The sequence number of the oldest entry (cheaper than `oldest` for a fair level).
+    #[inline]
     pub fn oldest_seq(&self) -> Option<u64> {
         match self {
             Level::Plain(q) => q.first().map(|(s, _)| s),
@@ -511,6 +560,7 @@ impl Level {
     }
 
     /// The oldest entry: (sequence, slot).
+    #[inline]
     pub fn oldest(&self) -> Option<(u64, u32)> {
         match self {
             Level::Plain(q) => q.first(),

@@ -141,6 +141,7 @@ impl Scheduler {
     /// `add`, for a key of fair group `group` (`None`: no group). The group is set when the
     /// key gets its record (an absent key); adds to a key that has one leave its group as it
     /// is, whatever group they name, until the record is dropped.
+    #[inline]
     pub fn add_in(
         &mut self,
         group: Option<&str>,

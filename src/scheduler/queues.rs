@@ -68,6 +68,7 @@ impl<K> Default for Sorted<K> {
 }
 
 impl<K: Ord + Copy + Hash> Sorted<K> {
+    #[inline]
     pub(super) fn insert(&mut self, k: K, idx: u32) {
         if self.fifo.back().is_none_or(|&(tail, _)| tail < k) {
             self.fifo.push_back((k, idx));
@@ -77,6 +78,7 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
         self.len += 1;
     }
 
+    #[inline]
     pub(super) fn remove(&mut self, k: K, idx: u32) {
         if !self.late.remove(&(k, idx)) {
             if self.fifo.front() == Some(&(k, idx)) {
@@ -89,6 +91,7 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
         self.len -= 1;
     }
 
+    #[inline]
     pub(super) fn first(&self) -> Option<(K, u32)> {
         match (self.fifo.front(), self.late.first()) {
             (Some(&f), Some(&l)) => Some(f.min(l)),
@@ -96,6 +99,7 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
         }
     }
 
+    #[inline]
     fn drop_tombstones(&mut self) {
         while let Some(&(k, _)) = self.fifo.front() {
             if !self.removed.remove(&k) {
@@ -161,10 +165,12 @@ pub struct Waiting {
 }
 
 impl Waiting {
+    #[inline]
     pub fn insert(&mut self, at: f64, seq: u64, idx: u32) {
         self.order.insert((Time(at), seq), idx);
     }
 
+    #[inline]
     pub fn remove(&mut self, at: f64, seq: u64, idx: u32) {
         self.order.remove((Time(at), seq), idx);
     }
@@ -237,6 +243,7 @@ pub struct Ahead {
 }
 
 impl Ready {
+    #[inline]
     pub fn insert(&mut self, priority: i64, seq: u64, idx: u32, gid: u32, groups: &Groups) {
         self.len += 1;
         let level = match self.levels.entry(Reverse(priority)) {
@@ -255,6 +262,7 @@ impl Ready {
         }
     }
 
+    #[inline]
     pub fn remove(&mut self, priority: i64, seq: u64, idx: u32, gid: u32, groups: &Groups) {
         let Some(level) = self.levels.get_mut(&Reverse(priority)) else {
             debug_assert!(false, "ready level missing");
@@ -270,6 +278,7 @@ impl Ready {
 
     /// The oldest entry of level `priority`, `seq`, left it: file its next oldest, or drop
     /// the level if it is empty.
+    #[inline]
     fn new_head(&mut self, priority: i64, seq: u64) {
         self.heads.remove(&(seq, priority));
         match self.levels[&Reverse(priority)].oldest() {
@@ -283,6 +292,7 @@ impl Ready {
     }
 
     /// Remove and return the next key of level `priority` (its group's turn moves on).
+    #[inline]
     pub fn pop_at(&mut self, priority: i64, groups: &Groups) -> Option<Entry> {
         let level = self.levels.get_mut(&Reverse(priority))?;
         let old_head = level.oldest_seq();
@@ -295,6 +305,7 @@ impl Ready {
     }
 
     /// Remove and return the next key in priority order.
+    #[inline]
     pub fn pop_first(&mut self, groups: &Groups) -> Option<Entry> {
         let &Reverse(priority) = self.levels.keys().next()?;
         self.pop_at(priority, groups)
@@ -302,12 +313,14 @@ impl Ready {
 
     /// The next key in priority order.
     #[cfg(test)]
+    #[inline]
     pub fn first(&self) -> Option<Entry> {
         let (&Reverse(priority), level) = self.levels.iter().next()?;
         level.next().map(|(s, i, _)| (priority, s, i))
     }
 
     /// The key that has been ready the longest, of any priority.
+    #[inline]
     pub fn oldest(&self) -> Option<Entry> {
         let &(seq, priority) = self.heads.first()?;
         let (_, idx) = self.levels.get(&Reverse(priority))?.oldest()?;
