@@ -44,6 +44,10 @@ pub struct Groups {
     /// The group of each record slot; empty until a named group is first used, and shorter
     /// than the slab when the last slots never had a group (those are `NO_GROUP`).
     of_slot: Vec<u32>,
+    /// The group `join` found last: consecutive keys of one group (an `add_many`, a watch
+    /// event's namespace) compare its name instead of hashing theirs. Never stale: a freed
+    /// number holds an empty name, which no group has, and a reused one holds its new name.
+    last: u32,
 }
 
 impl Default for Groups {
@@ -58,6 +62,7 @@ impl Default for Groups {
             free: Vec::new(),
             weights: HashMap::new(),
             of_slot: Vec::new(),
+            last: NO_GROUP,
         }
     }
 }
@@ -73,9 +78,15 @@ impl Groups {
             }
             return;
         };
-        let gid = match self.by_name.get(name) {
-            Some(&gid) => gid,
-            None => self.intern(name),
+        let gid = if *self.live[self.last as usize].name == *name {
+            self.last
+        } else {
+            let gid = match self.by_name.get(name) {
+                Some(&gid) => gid,
+                None => self.intern(name),
+            };
+            self.last = gid;
+            gid
         };
         self.live[gid as usize].keys += 1;
         if self.of_slot.len() <= i {
