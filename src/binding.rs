@@ -13,11 +13,11 @@ use std::sync::{Mutex, MutexGuard};
 use pyo3::exceptions::{PyKeyError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::{MutexExt, PyOnceLock};
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
 
 use crate::clock;
 use crate::scheduler::{
-    Config, Error, HistogramSnapshot, KeyInspection, QueueSummary, Scheduler, MAX_DELAY,
+    Config, Error, HistogramSnapshot, KeyInspection, QueueSummary, Scheduler, MAX_DELAY, MAX_WEIGHT,
 };
 
 /// A keyed priority/delay scheduler: one record per key, never two hand-outs of a key at once.
@@ -37,6 +37,34 @@ fn key_str<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a str> {
             type_name(obj)
         ))),
     }
+}
+
+/// The fair group: `None`, or a `str` (a `TypeError` naming what was passed instead).
+#[inline]
+fn group_str<'a>(obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a str>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => match o.cast::<PyString>() {
+            Ok(s) => s.to_str().map(Some),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "group must be str or None, not {}",
+                type_name(o)
+            ))),
+        },
+    }
+}
+
+/// A group weight: an int in [1, MAX_WEIGHT], else a `ValueError` naming the group.
+fn weight_u32(group: &str, weight: i64) -> PyResult<u32> {
+    u32::try_from(weight)
+        .ok()
+        .filter(|&w| w >= 1)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "weight of group {group:?} must be an int in [1, {MAX_WEIGHT}], got {weight}"
+            ))
+        })
 }
 
 /// The items of an iterable of keys (refusing a `str`, which would iterate as characters),
@@ -131,6 +159,8 @@ fn scheduler_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("backoff_max", backoff_max)?;
     // Not `Config::default().seed`: from Python, no seed means a random one.
     d.set_item("seed", py.None())?;
+    // No weights set: every fair group has weight 1.
+    d.set_item("group_weights", py.None())?;
     Ok(d)
 }
 
@@ -155,7 +185,7 @@ fn histogram<'py>(py: Python<'py>, h: &HistogramSnapshot) -> PyResult<Bound<'py,
     Ok(d)
 }
 
-/// `Scheduler.inspect`'s dict (`group` is a placeholder for the key's fair-share group).
+/// `Scheduler.inspect`'s dict.
 fn inspection<'py>(py: Python<'py>, i: &KeyInspection) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("state", i.state.as_str())?;
@@ -167,7 +197,8 @@ fn inspection<'py>(py: Python<'py>, i: &KeyInspection) -> PyResult<Bound<'py, Py
     d.set_item("ahead_at_priority", i.ahead_at_priority)?;
     d.set_item("ahead_higher", i.ahead_higher)?;
     d.set_item("follow_up_priority", i.follow_up_priority)?;
-    d.set_item("group", py.None())?;
+    d.set_item("ahead_in_group", i.ahead_in_group)?;
+    d.set_item("group", &i.group)?;
     Ok(d)
 }
 
@@ -197,6 +228,7 @@ fn summary<'py>(py: Python<'py>, q: &QueueSummary) -> PyResult<Bound<'py, PyDict
             e.set_item("key", &o.key)?;
             e.set_item("priority", o.priority)?;
             e.set_item("since", o.since)?;
+            e.set_item("group", &o.group)?;
             e.into_any()
         }
         None => py.None().into_bound(py),
@@ -204,7 +236,16 @@ fn summary<'py>(py: Python<'py>, q: &QueueSummary) -> PyResult<Bound<'py, PyDict
     d.set_item("oldest_ready", oldest)?;
     d.set_item("next_ready_at", q.next_ready_at)?;
     d.set_item("now", q.now)?;
-    d.set_item("by_group", py.None())?;
+    let by_group = PyDict::new(py);
+    for g in &q.by_group {
+        let e = PyDict::new(py);
+        e.set_item("keys", g.keys)?;
+        e.set_item("ready", g.ready)?;
+        e.set_item("in_flight", g.in_flight)?;
+        e.set_item("weight", g.weight)?;
+        by_group.set_item(&g.group, e)?;
+    }
+    d.set_item("by_group", by_group)?;
     Ok(d)
 }
 
@@ -232,6 +273,7 @@ impl PyScheduler {
         backoff_base = None,
         backoff_max = None,
         seed = None,
+        group_weights = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -242,6 +284,7 @@ impl PyScheduler {
         backoff_base: Option<f64>,
         backoff_max: Option<f64>,
         seed: Option<&Bound<'_, PyAny>>,
+        group_weights: Option<&Bound<'_, PyMapping>>,
     ) -> PyResult<Self> {
         let seed = match seed {
             None => RandomState::new().hash_one(clock::monotonic().unwrap_or(0.0).to_bits()),
@@ -267,44 +310,65 @@ impl PyScheduler {
             backoff_max: backoff_max.unwrap_or(default.backoff_max),
             seed,
         };
-        let inner = Scheduler::new(config).map_err(|e| to_py_err(e, None))?;
+        let mut inner = Scheduler::new(config).map_err(|e| to_py_err(e, None))?;
+        let weights = match group_weights {
+            Some(m) => m.items()?.iter().collect(),
+            None => Vec::new(),
+        };
+        for item in weights {
+            let (group, weight): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            let name = key_str(&group, "group_weights key")?;
+            let weight = weight.extract::<i64>().map_err(|_| {
+                PyValueError::new_err(format!(
+                    "weight of group {name:?} must be an int, not {}",
+                    type_name(&weight)
+                ))
+            })?;
+            inner
+                .set_group_weight(name, weight_u32(name, weight)?)
+                .map_err(|e| to_py_err(e, None))?;
+        }
         Ok(Self {
             inner: Mutex::new(inner),
         })
     }
 
     /// Queue `key` (ready `after` seconds from now), or merge into its existing record.
-    #[pyo3(signature = (key, *, after = 0.0, priority = 0, now = None))]
+    #[pyo3(signature = (key, *, after = 0.0, priority = 0, group = None, now = None))]
     fn add(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         after: f64,
         priority: i64,
+        group: Option<&Bound<'_, PyAny>>,
         now: Option<f64>,
     ) -> PyResult<()> {
         let k = key_str(key, "key")?;
+        let group = group_str(group)?;
         let now = resolve_now(py, now)?;
-        let result = self.lock(py)?.add(k, after, priority, now);
+        let result = self.lock(py)?.add_in(group, k, after, priority, now);
         result.map_err(|e| to_py_err(e, Some(key)))
     }
 
     /// `add` for each key of an iterable of str, with one `now`; all or nothing on bad input.
-    #[pyo3(signature = (keys, *, after = 0.0, priority = 0, now = None))]
+    #[pyo3(signature = (keys, *, after = 0.0, priority = 0, group = None, now = None))]
     fn add_many(
         &self,
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         after: f64,
         priority: i64,
+        group: Option<&Bound<'_, PyAny>>,
         now: Option<f64>,
     ) -> PyResult<()> {
+        let group = group_str(group)?;
         let items = key_items(keys, "add_many")?;
         let strs = key_strs(&items, "add_many")?;
         let now = resolve_now(py, now)?;
         let result = self
             .lock(py)?
-            .add_many(strs.iter().copied(), after, priority, now);
+            .add_many_in(group, strs.iter().copied(), after, priority, now);
         result.map_err(|e| to_py_err(e, None))
     }
 
@@ -373,6 +437,31 @@ impl PyScheduler {
         let now = resolve_now(py, now)?;
         let result = self.lock(py)?.done(k, requeue_after, failed, priority, now);
         result.map_err(|e| to_py_err(e, Some(key)))
+    }
+
+    /// Serve fair group `group` up to `weight` keys per turn (default 1).
+    fn set_group_weight(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyAny>,
+        weight: i64,
+    ) -> PyResult<()> {
+        let name = key_str(group, "group")?;
+        let weight = weight_u32(name, weight)?;
+        let result = self.lock(py)?.set_group_weight(name, weight);
+        result.map_err(|e| to_py_err(e, None))
+    }
+
+    /// The weight of fair group `group` (1 unless set).
+    fn group_weight(&self, py: Python<'_>, group: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let name = key_str(group, "group")?;
+        Ok(self.lock(py)?.group_weight(name))
+    }
+
+    /// The fair group of `key`, or None (absent, or added without a group).
+    fn group_of(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let k = key_str(key, "key")?;
+        Ok(self.lock(py)?.group_of(k).map(str::to_owned))
     }
 
     /// `done` of each key of an iterable of str, with one `now`: the batched end of

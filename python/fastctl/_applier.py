@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastctl._core import Scheduler
+from fastctl._fair import FairBy, group_function
 from fastctl._options import pick
 from fastctl._reasons import ReasonLog
 
@@ -74,7 +75,9 @@ class SchedulerLike(Protocol):
     """What the applier needs of a scheduler: `fastctl.Scheduler`, or the pure-Python model
     `fastctl.testing.model.ModelScheduler` (used to measure what the Rust core buys)."""
 
-    def add(self, key: str, *, after: float = ..., priority: int = ...) -> None: ...
+    def add(
+        self, key: str, *, after: float = ..., priority: int = ..., group: str | None = ...
+    ) -> None: ...
     def pop_many(self, max: int) -> list[str]: ...
     def done(
         self,
@@ -111,6 +114,10 @@ class ApplierConfig:
     slot until the thread really returns."""
     executor: Executor | None = None
     """Where plain (non-async) reconcile functions run; ``None``: the loop's thread pool."""
+    fair_by: FairBy | None = None
+    """Fair shares between tenants: ``"namespace"``, or a function of the cached object
+    returning its group; among ready keys of one priority the groups are served in turn.
+    ``None``: first in, first out across all objects (see `fastctl._fair`)."""
 
     def __post_init__(self) -> None:
         concurrency, timeout = self.concurrency, self.timeout
@@ -127,6 +134,7 @@ class ApplierConfig:
                     f"timeout must be a number of seconds > 0 or None, got {timeout!r}"
                 )
             object.__setattr__(self, "timeout", float(timeout))
+        group_function(self.fair_by)  # refuses a bad value here, at construction
 
     def new_scheduler(self) -> Scheduler:
         """The scheduler an applier with these options runs on when it is given none."""
@@ -178,6 +186,7 @@ class _Driver:
         self.concurrency = config.concurrency
         self.timeout = config.timeout
         self.executor = config.executor
+        self.group_of = group_function(config.fair_by)
         self.scheduler: SchedulerLike = (
             scheduler if scheduler is not None else config.new_scheduler()
         )
@@ -229,10 +238,18 @@ class _Driver:
     async def ingest(self) -> None:
         """Feed triggers into the scheduler as they arrive; it de-duplicates them at once."""
         add = self.scheduler.add
+        group_of, store = self.group_of, self.store
         note = self.reasons.queued if self.reasons is not None else None
         try:
             async for item in self.triggers:
-                if type(item) is ObjectRef:
+                if group_of is not None and isinstance(item, ObjectRef | Trigger):
+                    ref = item if isinstance(item, ObjectRef) else item.ref
+                    trigger = item if isinstance(item, Trigger) else None
+                    priority = 0 if trigger is None else trigger.priority
+                    add(ref.key, priority=priority, group=group_of(ref, store))
+                    if note is not None:
+                        note(ref.key, None if trigger is None else trigger.reason)
+                elif type(item) is ObjectRef:
                     add(item.key)
                     if note is not None:
                         note(item.key, None)
@@ -576,6 +593,7 @@ def applier(
     timeout: float | None = None,
     scheduler: SchedulerLike | None = None,
     executor: Executor | None = None,
+    fair_by: FairBy | None = None,
     config: ApplierConfig | None = None,
 ) -> AsyncIterator[ReconcileResult]:
     """Reconcile the objects named by `triggers`, concurrently, under the rules of docs/contract.md.
@@ -594,14 +612,19 @@ def applier(
     `KeyboardInterrupt` or `SystemExit` releases its slot, then the iterator raises it.
     `scheduler` replaces the default ``Scheduler(concurrency=concurrency,
     debounce=debounce)`` (for metrics, or to run on the pure-Python model). `concurrency`,
-    `debounce`, `timeout` and `executor` are the fields of `ApplierConfig`: pass them as
-    keywords or as one `config`, not both. Close the iterator when you stop early
-    (``contextlib.aclosing``) so its reconciles are cancelled at once.
+    `debounce`, `timeout`, `executor` and `fair_by` (fair shares between tenants) are the
+    fields of `ApplierConfig`: pass them as keywords or as one `config`, not both. Close the
+    iterator when you stop early (``contextlib.aclosing``) so its reconciles are cancelled
+    at once.
     """
     options = pick(
         config,
         ApplierConfig(
-            concurrency=concurrency, debounce=debounce, timeout=timeout, executor=executor
+            concurrency=concurrency,
+            debounce=debounce,
+            timeout=timeout,
+            executor=executor,
+            fair_by=fair_by,
         ),
         _DEFAULT_CONFIG,
     )

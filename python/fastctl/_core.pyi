@@ -1,6 +1,6 @@
 """Type stub of the Rust extension `fastctl._core` (see docs/scheduler.md)."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final, Literal, Self, TypedDict, final
 
 __all__ = ["MAX_DELAY", "SCHEDULER_DEFAULTS", "Scheduler", "__version__"]
@@ -24,6 +24,7 @@ class SchedulerDefaults(TypedDict):
     backoff_base: float
     backoff_max: float
     seed: int | None
+    group_weights: Mapping[str, int] | None
 
 SCHEDULER_DEFAULTS: Final[SchedulerDefaults]
 """The scheduler's defaults, read from the Rust `Config::default` (the one place they are
@@ -77,18 +78,31 @@ class KeyInspection(TypedDict):
     since: float | None
     """Ready: since when. In flight: since when it runs."""
     ahead_at_priority: int | None
-    """Ready: ready keys of its priority served before it."""
+    """Ready: ready keys of its priority served before it, the fair groups' turns included
+    (the exact number of pops at its priority before it, if nothing is added meanwhile)."""
     ahead_higher: int | None
     """Ready: ready keys of higher priorities (served first, `max_wait` aside)."""
+    ahead_in_group: int | None
+    """Ready: ready keys of its own fair group and priority served before it."""
     follow_up_priority: int | None
     """In flight and dirty: the follow-up's priority."""
-    group: None
-    """Reserved for the key's fair-share group."""
+    group: str | None
+    """The key's fair group (None: added without one)."""
 
 class OldestReady(TypedDict):
     key: str
     priority: int
     since: float
+    group: str | None
+
+class GroupCounts(TypedDict):
+    """One named fair group in `QueueSummary.by_group`."""
+
+    keys: int
+    """Keys of the group in any state (waiting, ready, in flight)."""
+    ready: int
+    in_flight: int
+    weight: int
 
 class QueueSummary(TypedDict):
     """What `Scheduler.queue_summary` returns."""
@@ -107,8 +121,8 @@ class QueueSummary(TypedDict):
     """The earliest ready time of a waiting key."""
     now: float
     """The scheduler's clock the answer was computed at."""
-    by_group: None
-    """Reserved for counts by fair-share group."""
+    by_group: dict[str, GroupCounts]
+    """Each named fair group with keys, by name (keys without a group are not listed)."""
 
 @final
 class Scheduler:
@@ -128,6 +142,7 @@ class Scheduler:
         backoff_base: float | None = ...,
         backoff_max: float | None = ...,
         seed: int | None = ...,
+        group_weights: Mapping[str, int] | None = ...,
     ) -> Self:
         """Every keyword omitted or None takes its value from `SCHEDULER_DEFAULTS`.
 
@@ -136,13 +151,23 @@ class Scheduler:
         debounce batch may be pushed back from its first add. `max_wait`: a ready key older
         than this is served before keys of higher priority. `backoff_base`, `backoff_max`: the
         first and the longest failure backoff, in seconds. `seed`: the jitter generator's
-        seed, in [0, 2**64).
+        seed, in [0, 2**64). `group_weights`: the weight of fair groups by name (as
+        `set_group_weight`).
         """
     def add(
-        self, key: str, *, after: float = 0.0, priority: int = 0, now: float | None = None
+        self,
+        key: str,
+        *,
+        after: float = 0.0,
+        priority: int = 0,
+        group: str | None = None,
+        now: float | None = None,
     ) -> None:
         """Queue `key` to be ready `after` seconds from now, or merge into its record
-        (earliest ready time and highest priority win; an in-flight key becomes dirty)."""
+        (earliest ready time and highest priority win; an in-flight key becomes dirty).
+
+        `group` is the key's fair group, set when the key gets its record (later adds keep
+        it until the record is dropped); None: no group."""
 
     def add_many(
         self,
@@ -150,6 +175,7 @@ class Scheduler:
         *,
         after: float = 0.0,
         priority: int = 0,
+        group: str | None = None,
         now: float | None = None,
     ) -> None:
         """`add` for each key, with one `now`; nothing is added if any key is not a str."""
@@ -172,6 +198,16 @@ class Scheduler:
     ) -> None:
         """End the in-flight state of `key` (KeyError if it is not in flight) and queue it
         again if it is dirty, `requeue_after` is given, or it `failed` (backoff)."""
+
+    def set_group_weight(self, group: str, weight: int) -> None:
+        """Serve fair group `group` up to `weight` keys in a row per turn among ready keys of
+        one priority (default 1; an int in [1, 2**32)). Kept for the group's later keys."""
+
+    def group_weight(self, group: str) -> int:
+        """The weight of fair group `group` (1 unless set)."""
+
+    def group_of(self, key: str) -> str | None:
+        """The fair group of `key`; None when it is absent or has no group."""
 
     def done_many(self, keys: Iterable[str], *, now: float | None = None) -> None:
         """`done` of each key in order with one `now` (no requeue, no failure): the batched

@@ -57,12 +57,18 @@ pub struct KeyInspection {
     pub ready_at: Option<f64>,
     /// Ready: since when. In flight: since when it runs. Otherwise `None`.
     pub since: Option<f64>,
-    /// Ready: the ready keys of its priority served before it (0: it is next at its level).
+    /// Ready: the ready keys of its priority served before it (0: it is next at its level),
+    /// the fair groups' turns included: the exact number of pops at its priority before it,
+    /// if nothing is added meanwhile.
     pub ahead_at_priority: Option<usize>,
+    /// Ready: the ready keys of its own group and priority served before it.
+    pub ahead_in_group: Option<usize>,
     /// Ready: the ready keys of higher priorities (all served first, `max_wait` aside).
     pub ahead_higher: Option<usize>,
     /// Dirty: the follow-up's priority.
     pub follow_up_priority: Option<i64>,
+    /// The key's fair group (`None`: no group), in every state.
+    pub group: Option<String>,
 }
 
 /// The ready key that has waited longest, of any priority.
@@ -71,6 +77,18 @@ pub struct OldestReady {
     pub key: String,
     pub priority: i64,
     pub since: f64,
+    pub group: Option<String>,
+}
+
+/// One named fair group's keys, in `QueueSummary::by_group`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupCounts {
+    pub group: String,
+    /// Records of any state: waiting, ready and in flight.
+    pub keys: usize,
+    pub ready: usize,
+    pub in_flight: usize,
+    pub weight: u32,
 }
 
 /// Counts by state and by priority, and the keys at the heads of the queues.
@@ -93,6 +111,8 @@ pub struct QueueSummary {
     pub next_ready_at: Option<f64>,
     /// The clock the answer was computed at (the latest `now` seen).
     pub now: f64,
+    /// Each named fair group with keys, by name (keys without a group are not listed).
+    pub by_group: Vec<GroupCounts>,
 }
 
 /// The backoff before jitter after `failures` consecutive failures (see `backoff::delay`).
@@ -122,17 +142,22 @@ impl Scheduler {
             ready_at: None,
             since: None,
             ahead_at_priority: None,
+            ahead_in_group: None,
             ahead_higher: None,
             follow_up_priority: None,
+            group: None,
         };
+        let gid = self.groups.of(idx);
+        out.group = self.groups.name(gid).map(str::to_owned);
         match rec.state {
             State::Waiting => out.ready_at = Some(rec.at),
             State::Ready => {
                 out.state = KeyState::Ready;
                 out.since = Some(rec.at);
-                let (at_priority, higher) = self.ready.ahead(rec.priority, rec.seq);
-                out.ahead_at_priority = Some(at_priority);
-                out.ahead_higher = Some(higher);
+                let ahead = self.ready.ahead(rec.priority, rec.seq, gid, &self.groups);
+                out.ahead_at_priority = Some(ahead.at_priority);
+                out.ahead_in_group = Some(ahead.in_group);
+                out.ahead_higher = Some(ahead.higher);
             }
             State::Running => {
                 out.state = KeyState::InFlight;
@@ -151,6 +176,41 @@ impl Scheduler {
         Ok(Some(out))
     }
 
+    /// Each named group's keys, ready keys, keys in flight and weight, by name
+    /// (O(groups × priority levels + keys in flight)).
+    fn group_counts(&self) -> Vec<GroupCounts> {
+        if self.groups.len() == 0 {
+            return Vec::new();
+        }
+        let mut counts: hashbrown::HashMap<u32, GroupCounts> = self
+            .groups
+            .named()
+            .map(|(gid, name, keys, weight)| {
+                let c = GroupCounts {
+                    group: name.to_owned(),
+                    keys: keys as usize,
+                    ready: 0,
+                    in_flight: 0,
+                    weight,
+                };
+                (gid, c)
+            })
+            .collect();
+        for (gid, n) in self.ready.by_group() {
+            if let Some(c) = counts.get_mut(&gid) {
+                c.ready += n;
+            }
+        }
+        for (idx, _, _) in self.running.entries() {
+            if let Some(c) = counts.get_mut(&self.groups.of(idx)) {
+                c.in_flight += 1;
+            }
+        }
+        let mut out: Vec<GroupCounts> = counts.into_values().collect();
+        out.sort_unstable_by(|a, b| a.group.cmp(&b.group));
+        out
+    }
+
     /// Counts by state and priority, the oldest ready key and the next waiting time, as of
     /// `now` (O(priority levels + keys in flight)).
     pub fn queue_summary(&mut self, now: f64) -> Result<QueueSummary, Error> {
@@ -161,6 +221,7 @@ impl Scheduler {
                 key: rec.key.to_string(),
                 priority,
                 since: rec.at,
+                group: self.groups.name(self.groups.of(idx)).map(str::to_owned),
             }
         });
         let mut in_flight: Vec<(i64, usize)> = Vec::new();
@@ -173,6 +234,7 @@ impl Scheduler {
         }
         in_flight.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
         Ok(QueueSummary {
+            by_group: self.group_counts(),
             ready: self.ready.len(),
             waiting: self.waiting.len(),
             in_flight: self.running.len(),
@@ -309,14 +371,101 @@ mod tests {
                 s.add(&format!("k{j}"), 0.0, 2, i as f64 * 1e-3).unwrap();
             }
         }
-        let order: Vec<(i64, u64, u32)> = s.ready.iter().collect();
-        for (pos, &(p, _, idx)) in order.iter().enumerate() {
+        let order: Vec<(i64, u64, u32, u32)> = s.ready.iter().collect();
+        for (pos, &(p, _, idx, _)) in order.iter().enumerate() {
             let key = s.records.get(idx).key.to_string();
             let i = s.inspect(&key, 1.0).unwrap().unwrap();
             assert_eq!(i.priority, p);
             let (at, higher) = (i.ahead_at_priority.unwrap(), i.ahead_higher.unwrap());
             assert_eq!(at + higher, pos, "{key}");
         }
+    }
+
+    /// With fair groups and weights, each ready key's position is the exact number of pops
+    /// before it: inspect every ready key, then pop them all and compare.
+    #[test]
+    fn position_on_a_fair_level_is_the_exact_number_of_pops_before_it() {
+        for seed in 0..20u64 {
+            let mut s = sched(0);
+            let mut rng = super::super::SplitMix64::new(seed);
+            s.set_group_weight("a", 3).unwrap();
+            s.set_group_weight("c", 2).unwrap();
+            let groups = [Some("a"), Some("b"), Some("c"), None];
+            for i in 0..120u64 {
+                let g = groups[(rng.next_u64() % 4) as usize];
+                let p = (rng.next_u64() % 2) as i64;
+                let now = i as f64 * 1e-3;
+                s.add_in(g, &format!("k{i}"), 0.0, p, now).unwrap();
+                // Some pops mid-way, so the front group is part-way through its turn.
+                if rng.next_u64() % 7 == 0 {
+                    s.pop(now).unwrap();
+                }
+                if rng.next_u64() % 9 == 0 {
+                    let j = rng.next_u64() % (i + 1);
+                    s.add(&format!("k{j}"), 0.0, 1, now).unwrap();
+                }
+            }
+            let keys: Vec<String> = s
+                .ready
+                .iter()
+                .map(|(_, _, idx, _)| s.records.get(idx).key.to_string())
+                .collect();
+            // (position, key, rank in its group, (priority, group)).
+            let mut want = Vec::new();
+            for key in &keys {
+                let i = s.inspect(key, 1.0).unwrap().unwrap();
+                let pos = i.ahead_at_priority.unwrap() + i.ahead_higher.unwrap();
+                let class = (i.priority, i.group);
+                want.push((pos, key.clone(), i.ahead_in_group.unwrap(), class));
+            }
+            want.sort();
+            assert!(
+                want.iter().enumerate().all(|(i, w)| w.0 == i),
+                "seed {seed}"
+            );
+            let popped: Vec<String> =
+                std::iter::from_fn(|| s.pop(1.0).unwrap().map(str::to_owned)).collect();
+            let order: Vec<&String> = want.iter().map(|w| &w.1).collect();
+            assert_eq!(popped.iter().collect::<Vec<_>>(), order, "seed {seed}");
+            for (pos, key, in_group, class) in &want {
+                let before = want[..*pos].iter().filter(|w| &w.3 == class).count();
+                assert_eq!(*in_group, before, "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_and_the_summary_name_the_groups() {
+        let mut s = sched(1);
+        s.set_group_weight("big", 4).unwrap();
+        for i in 0..5 {
+            s.add_in(Some("big"), &format!("big/{i}"), 0.0, 0, 0.0)
+                .unwrap();
+        }
+        s.add_in(Some("small"), "small/0", 0.0, 0, 1.0).unwrap();
+        s.add_in(None, "plain", 30.0, 0, 1.0).unwrap();
+        assert_eq!(s.pop(2.0).unwrap(), Some("big/0"));
+        let i = s.inspect("small/0", 2.0).unwrap().unwrap();
+        assert_eq!(i.group.as_deref(), Some("small"));
+        // big has 3 keys left of its turn of 4: they go first.
+        assert_eq!((i.ahead_at_priority, i.ahead_in_group), (Some(3), Some(0)));
+        let b = s.inspect("big/4", 2.0).unwrap().unwrap();
+        assert_eq!((b.ahead_at_priority, b.ahead_in_group), (Some(4), Some(3)));
+        let f = s.inspect("big/0", 2.0).unwrap().unwrap();
+        assert_eq!(
+            (f.state, f.group.as_deref()),
+            (KeyState::InFlight, Some("big"))
+        );
+        let w = s.inspect("plain", 2.0).unwrap().unwrap();
+        assert_eq!((w.state, w.group), (KeyState::Waiting, None));
+        let q = s.queue_summary(2.0).unwrap();
+        let counts = |g: &GroupCounts| (g.group.clone(), g.keys, g.ready, g.in_flight, g.weight);
+        assert_eq!(
+            q.by_group.iter().map(counts).collect::<Vec<_>>(),
+            [("big".into(), 5, 4, 1, 4), ("small".into(), 1, 1, 0, 1)]
+        );
+        assert_eq!(q.oldest_ready.unwrap().group.as_deref(), Some("big"));
+        assert!(sched(0).queue_summary(0.0).unwrap().by_group.is_empty());
     }
 
     #[test]
@@ -345,7 +494,8 @@ mod tests {
             Some(OldestReady {
                 key: "old".into(),
                 priority: -100,
-                since: 1.0
+                since: 1.0,
+                group: None,
             })
         );
         assert_eq!((q.next_ready_at, q.now), (Some(34.0), 7.0));

@@ -2,17 +2,23 @@
 //! (the Rust unit tests and the Python model comparison call it after every step) and
 //! debugging. It only reads.
 
+use super::groups::NO_GROUP;
 use super::record::State;
 use super::Scheduler;
+use hashbrown::HashMap;
 
 impl Scheduler {
     /// Check every internal invariant (O(n)); for tests and debugging.
     pub fn check_consistency(&self) -> Result<(), String> {
         let (mut waiting, mut ready, mut running, mut dirty) = (0, 0, 0, 0);
         let mut last_ready: Option<(i64, u64)> = None;
-        for (p, s, idx) in self.ready.iter() {
+        for (p, s, idx, gid) in self.ready.iter() {
             let rec = self.records.get(idx);
-            if rec.state != State::Ready || rec.priority != p || rec.seq != s {
+            if rec.state != State::Ready
+                || rec.priority != p
+                || rec.seq != s
+                || gid != self.groups.of(idx)
+            {
                 return Err(format!(
                     "ready entry {:?} does not match its record",
                     rec.key
@@ -61,8 +67,14 @@ impl Scheduler {
             }
         }
         self.running.check()?;
+        let mut per_group: HashMap<u32, u32> = HashMap::new();
         for idx in self.records.slots() {
             let rec = self.records.get(idx);
+            if rec.state != State::Free {
+                *per_group.entry(self.groups.of(idx)).or_default() += 1;
+            } else if self.groups.of(idx) != NO_GROUP {
+                return Err(format!("free slot {idx} is still in a group"));
+            }
             match rec.state {
                 State::Free => continue,
                 State::Waiting => waiting += 1,
@@ -89,7 +101,31 @@ impl Scheduler {
         if self.records.len() != waiting + ready + running + dirty {
             return Err("index length differs from live records".into());
         }
+        self.groups
+            .check(|gid| per_group.get(&gid).copied().unwrap_or(0))?;
+        self.check_rings()?;
         self.waiting.check()?;
         self.ready.check_heads()
+    }
+
+    /// Each level's ring lists exactly the groups with ready keys at that level.
+    fn check_rings(&self) -> Result<(), String> {
+        let mut ready: HashMap<i64, Vec<u32>> = HashMap::new();
+        for (p, _, _, gid) in self.ready.iter() {
+            ready.entry(p).or_default().push(gid);
+        }
+        for (p, mut ring, turn) in self.ready.rings() {
+            let mut want = ready.remove(&p).unwrap_or_default();
+            want.sort_unstable();
+            want.dedup();
+            ring.sort_unstable();
+            if ring != want {
+                return Err(format!("ready level {p}: the ring is not its groups"));
+            }
+            if turn == 0 {
+                return Err(format!("ready level {p}: the front group has no turn"));
+            }
+        }
+        Ok(())
     }
 }

@@ -45,6 +45,7 @@
 mod backoff;
 mod config;
 mod error;
+mod groups;
 mod index;
 mod inspect;
 mod invariants;
@@ -61,7 +62,9 @@ pub use backoff::SplitMix64;
 pub use config::Config;
 use config::Settings;
 pub use error::Error;
-pub use inspect::{KeyInspection, KeyState, OldestReady, QueueSummary};
+use groups::Groups;
+pub use groups::MAX_WEIGHT;
+pub use inspect::{GroupCounts, KeyInspection, KeyState, OldestReady, QueueSummary};
 use queues::{Ready, Waiting};
 use record::{Records, State};
 use running::Running;
@@ -70,6 +73,17 @@ use stats::Histogram;
 pub use stats::{Counters, HistogramSnapshot, Stats, BUCKETS};
 pub use time::{check_delay, check_now, MAX_DELAY};
 
+/// A group name must not be empty: `None` is the way to say "no group".
+fn check_group(group: Option<&str>) -> Result<Option<&str>, Error> {
+    match group {
+        Some("") => Err(Error::InvalidConfig {
+            name: "group",
+            message: "must be a non-empty str or None, got ''".into(),
+        }),
+        g => Ok(g),
+    }
+}
+
 /// The scheduler. Not synchronised: the binding wraps it in a mutex.
 #[derive(Debug)]
 pub struct Scheduler {
@@ -77,6 +91,8 @@ pub struct Scheduler {
     records: Records,
     waiting: Waiting,
     ready: Ready,
+    /// Each key's fair group, and the groups' weights.
+    groups: Groups,
     /// In-flight keys in pop order, with the follow-ups of dirty ones.
     running: Running<FollowUp>,
     dirty: usize,
@@ -97,6 +113,7 @@ impl Scheduler {
             records: Records::default(),
             waiting: Waiting::default(),
             ready: Ready::default(),
+            groups: Groups::default(),
             running: Running::default(),
             dirty: 0,
             next_seq: 0,
@@ -118,9 +135,25 @@ impl Scheduler {
     /// dirty (its follow-up starts after `done`). Debounce applies as described on
     /// `Schedule::merge_add`.
     pub fn add(&mut self, key: &str, after: f64, priority: i64, now: f64) -> Result<(), Error> {
+        self.add_in(None, key, after, priority, now)
+    }
+
+    /// `add`, for a key of fair group `group` (`None`: no group). The group is set when the
+    /// key gets its record (an absent key); adds to a key that has one leave its group as it
+    /// is, whatever group they name, until the record is dropped.
+    #[inline]
+    pub fn add_in(
+        &mut self,
+        group: Option<&str>,
+        key: &str,
+        after: f64,
+        priority: i64,
+        now: f64,
+    ) -> Result<(), Error> {
         let after = check_delay("after", after)?;
+        let group = check_group(group)?;
         let now = self.tick(check_now(now)?);
-        self.add_one(key, after, priority, now)
+        self.add_one(group, key, after, priority, now)
     }
 
     /// `add` for each key in order, with one `now`.
@@ -135,20 +168,45 @@ impl Scheduler {
         I: IntoIterator<Item = &'k str>,
         I::IntoIter: Clone,
     {
+        self.add_many_in(None, keys, after, priority, now)
+    }
+
+    /// `add_many`, every key of fair group `group` (as `add_in`).
+    pub fn add_many_in<'k, I>(
+        &mut self,
+        group: Option<&str>,
+        keys: I,
+        after: f64,
+        priority: i64,
+        now: f64,
+    ) -> Result<(), Error>
+    where
+        I: IntoIterator<Item = &'k str>,
+        I::IntoIter: Clone,
+    {
         let after = check_delay("after", after)?;
+        let group = check_group(group)?;
         let now = self.tick(check_now(now)?);
         let keys = keys.into_iter();
         self.records.warm(keys.clone());
         for key in keys {
-            self.add_one(key, after, priority, now)?;
+            self.add_one(group, key, after, priority, now)?;
         }
         Ok(())
     }
 
-    fn add_one(&mut self, key: &str, after: f64, priority: i64, now: f64) -> Result<(), Error> {
+    fn add_one(
+        &mut self,
+        group: Option<&str>,
+        key: &str,
+        after: f64,
+        priority: i64,
+        now: f64,
+    ) -> Result<(), Error> {
         self.counters.adds += 1;
         let Some(idx) = self.records.find(key) else {
             let idx = self.records.insert(key).map_err(|_| Error::TooManyKeys)?;
+            self.groups.join(idx, group);
             self.records.get_mut(idx).priority = priority;
             let schedule = Schedule::merge_add(None, after, now, &self.cfg);
             self.enqueue(idx, schedule, now);
@@ -162,8 +220,9 @@ impl Scheduler {
                     let (old, seq) = (rec.priority, rec.seq);
                     rec.priority = priority;
                     // Same sequence number: it keeps its place in the FIFO by ready time.
-                    self.ready.remove(old, seq, idx);
-                    self.ready.insert(priority, seq, idx);
+                    let gid = self.groups.of(idx);
+                    self.ready.remove(old, seq, idx, gid, &self.groups);
+                    self.ready.insert(priority, seq, idx, gid, &self.groups);
                 }
             }
             State::Waiting => {
@@ -241,13 +300,14 @@ impl Scheduler {
         if self.cfg.concurrency > 0 && self.running.len() >= self.cfg.concurrency {
             return None;
         }
-        // Anti-starvation: the oldest ready key goes first once it has waited past max_wait.
+        // Anti-starvation: once the oldest ready key has waited past max_wait its priority
+        // level goes first; within the level, groups keep their turns (with no named group
+        // here, that is the oldest key itself).
         let (_, _, idx) = match self.ready.oldest() {
-            Some(e) if now - self.records.get(e.2).at > self.cfg.max_wait => {
-                self.ready.remove(e.0, e.1, e.2);
-                e
+            Some((p, _, i)) if now - self.records.get(i).at > self.cfg.max_wait => {
+                self.ready.pop_at(p, &self.groups)?
             }
-            _ => self.ready.pop_first()?,
+            _ => self.ready.pop_first(&self.groups)?,
         };
         let seq = self.bump_seq();
         let rec = self.records.get_mut(idx);
@@ -345,9 +405,44 @@ impl Scheduler {
                 rec.priority = priority;
                 self.enqueue(idx, schedule, now);
             }
-            None => self.records.remove(idx),
+            None => {
+                self.groups.leave(idx);
+                self.records.remove(idx);
+            }
         }
         Ok(())
+    }
+
+    /// Set the weight of fair group `group`: among ready keys of one priority it is served up
+    /// to `weight` keys in a row per turn (default 1). Kept for the group's later keys too.
+    pub fn set_group_weight(&mut self, group: &str, weight: u32) -> Result<(), Error> {
+        let Some(group) = check_group(Some(group))? else {
+            unreachable!("a named group stays named");
+        };
+        if weight == 0 {
+            return Err(Error::InvalidConfig {
+                name: "weight",
+                message: format!("must be an int in [1, {MAX_WEIGHT}], got 0"),
+            });
+        }
+        self.groups.set_weight(group, weight);
+        Ok(())
+    }
+
+    /// The weight of fair group `group` (1 unless set).
+    pub fn group_weight(&self, group: &str) -> u32 {
+        self.groups.weight_of(group)
+    }
+
+    /// The fair group of `key` (`None` for an absent key or one without a group).
+    pub fn group_of(&self, key: &str) -> Option<&str> {
+        let idx = self.records.find(key)?;
+        self.groups.name(self.groups.of(idx))
+    }
+
+    /// Named groups with at least one key (queued or in flight).
+    pub fn groups(&self) -> usize {
+        self.groups.len()
     }
 
     /// `done` of each key in order, all with one `now` and no requeue, failure or priority:
@@ -485,7 +580,8 @@ impl Scheduler {
         rec.at = since;
         rec.seq = seq;
         rec.batch = false;
-        self.ready.insert(rec.priority, seq, idx);
+        let gid = self.groups.of(idx);
+        self.ready.insert(rec.priority, seq, idx, gid, &self.groups);
     }
 
     /// Put a key that is in no queue into the queue its schedule calls for. A key due now

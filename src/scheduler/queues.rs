@@ -6,9 +6,10 @@
 //! mostly have ready times later than all before them (a controller's requeue delay is
 //! usually one constant).
 
+use super::groups::{Groups, Level};
 use hashbrown::HashSet;
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{btree_map, BTreeMap, BTreeSet, VecDeque};
 use std::hash::{Hash, Hasher};
 
 /// A finite, non-NaN time (the scheduler validates every time it accepts), ordered totally.
@@ -44,7 +45,7 @@ impl Hash for Time {
 /// tombstone, listed in `removed`, until it reaches the front or tombstones outnumber the
 /// rest (then the deque is compacted), so every operation is O(log n) amortised.
 #[derive(Debug)]
-struct Sorted<K> {
+pub(super) struct Sorted<K> {
     /// Entries in increasing `K` order, tombstones included; the front is never a tombstone.
     fifo: VecDeque<(K, u32)>,
     /// The `K` of each tombstone in `fifo`.
@@ -52,7 +53,7 @@ struct Sorted<K> {
     /// Entries that arrived below the back of `fifo`.
     late: BTreeSet<(K, u32)>,
     /// Live entries.
-    len: usize,
+    pub(super) len: usize,
 }
 
 impl<K> Default for Sorted<K> {
@@ -67,7 +68,8 @@ impl<K> Default for Sorted<K> {
 }
 
 impl<K: Ord + Copy + Hash> Sorted<K> {
-    fn insert(&mut self, k: K, idx: u32) {
+    #[inline]
+    pub(super) fn insert(&mut self, k: K, idx: u32) {
         if self.fifo.back().is_none_or(|&(tail, _)| tail < k) {
             self.fifo.push_back((k, idx));
         } else {
@@ -76,7 +78,8 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
         self.len += 1;
     }
 
-    fn remove(&mut self, k: K, idx: u32) {
+    #[inline]
+    pub(super) fn remove(&mut self, k: K, idx: u32) {
         if !self.late.remove(&(k, idx)) {
             if self.fifo.front() == Some(&(k, idx)) {
                 self.fifo.pop_front();
@@ -88,13 +91,15 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
         self.len -= 1;
     }
 
-    fn first(&self) -> Option<(K, u32)> {
+    #[inline]
+    pub(super) fn first(&self) -> Option<(K, u32)> {
         match (self.fifo.front(), self.late.first()) {
             (Some(&f), Some(&l)) => Some(f.min(l)),
             (f, l) => f.or(l).copied(),
         }
     }
 
+    #[inline]
     fn drop_tombstones(&mut self) {
         while let Some(&(k, _)) = self.fifo.front() {
             if !self.removed.remove(&k) {
@@ -110,7 +115,7 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
 
     /// How many live entries are below `k`: a binary search of the deque, less its
     /// tombstones below `k`, plus the `late` entries below `k` (for `Ready::ahead`).
-    fn rank(&self, k: K) -> usize {
+    pub(super) fn rank(&self, k: K) -> usize {
         let in_fifo = self.fifo.partition_point(|&(x, _)| x < k);
         let tombstones = self.removed.iter().filter(|&&r| r < k).count();
         let late = self.late.range(..(k, 0)).count();
@@ -118,7 +123,7 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
     }
 
     /// Live entries in order (O(n log n); for checks).
-    fn entries(&self) -> Vec<(K, u32)> {
+    pub(super) fn entries(&self) -> Vec<(K, u32)> {
         let mut live: Vec<(K, u32)> = self
             .fifo
             .iter()
@@ -130,7 +135,7 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
         live
     }
 
-    fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), String> {
         if self.fifo.len() - self.removed.len() + self.late.len() != self.len {
             return Err("queue length is stale".into());
         }
@@ -160,10 +165,12 @@ pub struct Waiting {
 }
 
 impl Waiting {
+    #[inline]
     pub fn insert(&mut self, at: f64, seq: u64, idx: u32) {
         self.order.insert((Time(at), seq), idx);
     }
 
+    #[inline]
     pub fn remove(&mut self, at: f64, seq: u64, idx: u32) {
         self.order.remove((Time(at), seq), idx);
     }
@@ -201,20 +208,22 @@ impl Waiting {
     }
 }
 
-/// Ready keys in serving order: highest priority first, then by sequence number, which the
-/// scheduler hands out in the order keys become ready, so it is FIFO by ready time.
+/// Ready keys in serving order: highest priority first; within a priority, groups in turn
+/// (`super::groups`), and by sequence number inside a group, which the scheduler hands out in
+/// the order keys become ready, so it is FIFO by ready time. Without named groups a level is
+/// one FIFO.
 ///
-/// Each priority level is a `Sorted` queue by sequence number: a newly ready key always has
-/// the highest sequence number yet, so it is appended, and the next key is taken from the
-/// front, both O(1). The exception, a ready key raised from a lower priority (it keeps its
-/// older sequence number, and so its age), lands in the level's ordered `late` set.
+/// Each group's keys at a level are a `Sorted` queue by sequence number: a newly ready key
+/// always has the highest sequence number yet, so it is appended, and the next key is taken
+/// from the front, both O(1). The exception, a ready key raised from a lower priority (it
+/// keeps its older sequence number, and so its age), lands in the queue's ordered `late` set.
 ///
-/// For the `max_wait` rule `heads` orders the first (oldest) entry of each level by age: the
-/// oldest ready key overall is the first head. That costs one entry per distinct priority,
-/// not per key.
+/// For the `max_wait` rule `heads` orders the oldest entry of each level by age: the oldest
+/// ready key overall is the first head. That costs one entry per distinct priority, not per
+/// key.
 #[derive(Debug, Default)]
 pub struct Ready {
-    levels: BTreeMap<Reverse<i64>, Sorted<u64>>,
+    levels: BTreeMap<Reverse<i64>, Level>,
     heads: BTreeSet<(u64, i64)>,
     len: usize,
 }
@@ -222,64 +231,99 @@ pub struct Ready {
 /// A ready entry: (priority, sequence, slot).
 pub type Entry = (i64, u64, u32);
 
+/// A ready key's place in line (`Ready::ahead`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ahead {
+    /// Keys of its priority served before it.
+    pub at_priority: usize,
+    /// Keys of higher priorities (all served first).
+    pub higher: usize,
+    /// Keys of its own group and priority served before it.
+    pub in_group: usize,
+}
+
 impl Ready {
-    pub fn insert(&mut self, priority: i64, seq: u64, idx: u32) {
-        let level = self.levels.entry(Reverse(priority)).or_default();
-        let old_head = level.first();
-        level.insert(seq, idx);
+    #[inline]
+    pub fn insert(&mut self, priority: i64, seq: u64, idx: u32, gid: u32, groups: &Groups) {
         self.len += 1;
-        match old_head {
-            None => {
+        let level = match self.levels.entry(Reverse(priority)) {
+            btree_map::Entry::Vacant(v) => {
+                v.insert(Level::new(seq, idx, gid, groups));
                 self.heads.insert((seq, priority));
+                return;
             }
-            Some((head_seq, _)) if seq < head_seq => {
-                self.heads.remove(&(head_seq, priority));
-                self.heads.insert((seq, priority));
-            }
-            Some(_) => {}
+            btree_map::Entry::Occupied(o) => o.into_mut(),
+        };
+        let old_head = level.oldest_seq();
+        level.insert(seq, idx, gid, groups);
+        if let Some(head_seq) = old_head.filter(|&h| seq < h) {
+            self.heads.remove(&(head_seq, priority));
+            self.heads.insert((seq, priority));
         }
     }
 
-    pub fn remove(&mut self, priority: i64, seq: u64, idx: u32) {
+    #[inline]
+    pub fn remove(&mut self, priority: i64, seq: u64, idx: u32, gid: u32, groups: &Groups) {
         let Some(level) = self.levels.get_mut(&Reverse(priority)) else {
             debug_assert!(false, "ready level missing");
             return;
         };
-        let old_head = level.first();
-        level.remove(seq, idx);
+        let old_head = level.oldest_seq();
+        level.remove(seq, idx, gid, groups);
         self.len -= 1;
-        if old_head == Some((seq, idx)) {
-            self.heads.remove(&(seq, priority));
-            match level.first() {
-                Some((next, _)) => {
-                    self.heads.insert((next, priority));
-                }
-                None => {
-                    self.levels.remove(&Reverse(priority));
-                }
+        if old_head == Some(seq) {
+            self.new_head(priority, seq);
+        }
+    }
+
+    /// The oldest entry of level `priority`, `seq`, left it: file its next oldest, or drop
+    /// the level if it is empty.
+    #[inline]
+    fn new_head(&mut self, priority: i64, seq: u64) {
+        self.heads.remove(&(seq, priority));
+        match self.levels[&Reverse(priority)].oldest() {
+            Some((next, _)) => {
+                self.heads.insert((next, priority));
+            }
+            None => {
+                self.levels.remove(&Reverse(priority));
             }
         }
     }
 
-    /// Remove and return the next key in priority order.
-    pub fn pop_first(&mut self) -> Option<Entry> {
-        let (&Reverse(priority), level) = self.levels.iter().next()?;
-        let (seq, idx) = level.first()?;
-        self.remove(priority, seq, idx);
+    /// Remove and return the next key of level `priority` (its group's turn moves on).
+    #[inline]
+    pub fn pop_at(&mut self, priority: i64, groups: &Groups) -> Option<Entry> {
+        let level = self.levels.get_mut(&Reverse(priority))?;
+        let old_head = level.oldest_seq();
+        let (seq, idx, _) = level.pop(groups)?;
+        self.len -= 1;
+        if old_head == Some(seq) {
+            self.new_head(priority, seq);
+        }
         Some((priority, seq, idx))
+    }
+
+    /// Remove and return the next key in priority order.
+    #[inline]
+    pub fn pop_first(&mut self, groups: &Groups) -> Option<Entry> {
+        let &Reverse(priority) = self.levels.keys().next()?;
+        self.pop_at(priority, groups)
     }
 
     /// The next key in priority order.
     #[cfg(test)]
+    #[inline]
     pub fn first(&self) -> Option<Entry> {
         let (&Reverse(priority), level) = self.levels.iter().next()?;
-        level.first().map(|(s, i)| (priority, s, i))
+        level.next().map(|(s, i, _)| (priority, s, i))
     }
 
     /// The key that has been ready the longest, of any priority.
+    #[inline]
     pub fn oldest(&self) -> Option<Entry> {
         let &(seq, priority) = self.heads.first()?;
-        let (_, idx) = self.levels.get(&Reverse(priority))?.first()?;
+        let (_, idx) = self.levels.get(&Reverse(priority))?.oldest()?;
         Some((priority, seq, idx))
     }
 
@@ -287,32 +331,55 @@ impl Ready {
         self.len
     }
 
-    /// The ready keys served before the one at (`priority`, `seq`) in priority order: how
-    /// many at its priority, and how many at higher priorities (the `max_wait` rule aside).
-    pub fn ahead(&self, priority: i64, seq: u64) -> (usize, usize) {
-        let at_priority = self
+    /// The ready keys served before the one at (`priority`, `seq`) of group `gid`, the
+    /// `max_wait` rule aside: how many at its priority (exact, turns of the groups
+    /// included), how many at higher priorities, and how many of its own group at its
+    /// priority.
+    pub fn ahead(&self, priority: i64, seq: u64, gid: u32, groups: &Groups) -> Ahead {
+        let (at_priority, in_group) = self
             .levels
             .get(&Reverse(priority))
-            .map_or(0, |level| level.rank(seq));
+            .map_or((0, 0), |level| level.ahead(seq, gid, groups));
         let higher = self
             .levels
             .range(..Reverse(priority))
-            .map(|(_, level)| level.len)
+            .map(|(_, level)| level.len())
             .sum();
-        (at_priority, higher)
+        Ahead {
+            at_priority,
+            higher,
+            in_group,
+        }
     }
 
     /// Ready keys at each priority, from the highest.
     pub fn levels(&self) -> impl Iterator<Item = (i64, usize)> + '_ {
         self.levels
             .iter()
-            .map(|(&Reverse(p), level)| (p, level.len))
+            .map(|(&Reverse(p), level)| (p, level.len()))
     }
 
-    /// Live entries, level by level from the highest priority, each level in age order.
-    pub fn iter(&self) -> impl Iterator<Item = Entry> + '_ {
+    /// Ready keys of each group (`NO_GROUP` included), summed over the levels, in no order.
+    pub fn by_group(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        self.levels.values().flat_map(Level::counts)
+    }
+
+    /// Live entries as (priority, sequence, slot, group), level by level from the highest
+    /// priority, each level in age order.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, u64, u32, u32)> + '_ {
         self.levels.iter().flat_map(|(&Reverse(p), level)| {
-            level.entries().into_iter().map(move |(s, i)| (p, s, i))
+            level
+                .entries()
+                .into_iter()
+                .map(move |(s, i, g)| (p, s, i, g))
+        })
+    }
+
+    /// Each level's groups in ring order from the front, with the front's remaining turn.
+    pub fn rings(&self) -> impl Iterator<Item = (i64, Vec<u32>, u32)> + '_ {
+        self.levels.iter().map(|(&Reverse(p), level)| {
+            let (ring, turn) = level.ring();
+            (p, ring, turn)
         })
     }
 
@@ -322,11 +389,11 @@ impl Ready {
         let mut total = 0;
         for (&Reverse(p), level) in &self.levels {
             level.check().map_err(|e| format!("ready level {p}: {e}"))?;
-            match level.first() {
+            match level.oldest() {
                 Some((head, _)) => heads.insert((head, p)),
                 None => return Err(format!("ready level {p} is empty")),
             };
-            total += level.len;
+            total += level.len();
         }
         if heads != self.heads {
             return Err("ready level heads are stale".into());
@@ -341,24 +408,32 @@ impl Ready {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::groups::NO_GROUP;
+    use std::sync::OnceLock;
+
+    /// Groups with none named: every level stays plain.
+    fn g() -> &'static Groups {
+        static G: OnceLock<Groups> = OnceLock::new();
+        G.get_or_init(Groups::default)
+    }
 
     #[test]
     fn ready_orders_by_priority_then_sequence() {
         let mut r = Ready::default();
-        r.insert(0, 1, 10);
-        r.insert(5, 2, 11);
-        r.insert(0, 3, 12);
-        r.insert(-100, 4, 13);
+        r.insert(0, 1, 10, NO_GROUP, g());
+        r.insert(5, 2, 11, NO_GROUP, g());
+        r.insert(0, 3, 12, NO_GROUP, g());
+        r.insert(-100, 4, 13, NO_GROUP, g());
         assert_eq!(r.first(), Some((5, 2, 11)));
         assert_eq!(r.oldest(), Some((0, 1, 10)));
-        r.remove(5, 2, 11);
+        r.remove(5, 2, 11, NO_GROUP, g());
         assert_eq!(r.first(), Some((0, 1, 10)));
-        r.remove(0, 1, 10);
+        r.remove(0, 1, 10, NO_GROUP, g());
         assert_eq!(r.first(), Some((0, 3, 12)));
         assert_eq!(r.oldest(), Some((0, 3, 12)));
-        r.remove(0, 3, 12);
+        r.remove(0, 3, 12, NO_GROUP, g());
         assert_eq!(r.oldest(), Some((-100, 4, 13)));
-        r.remove(-100, 4, 13);
+        r.remove(-100, 4, 13, NO_GROUP, g());
         assert_eq!(r.first(), None);
         assert_eq!(r.oldest(), None);
         assert!(r.heads.is_empty() && r.levels.is_empty());
@@ -368,14 +443,14 @@ mod tests {
     #[test]
     fn heads_follow_an_older_entry_moved_into_a_level() {
         let mut r = Ready::default();
-        r.insert(1, 5, 1);
-        r.insert(1, 6, 2);
+        r.insert(1, 5, 1, NO_GROUP, g());
+        r.insert(1, 6, 2, NO_GROUP, g());
         // A key that became ready earlier (seq 3) is raised to priority 1.
-        r.insert(1, 3, 3);
+        r.insert(1, 3, 3, NO_GROUP, g());
         assert_eq!(r.oldest(), Some((1, 3, 3)));
-        r.remove(1, 3, 3);
+        r.remove(1, 3, 3, NO_GROUP, g());
         assert_eq!(r.oldest(), Some((1, 5, 1)));
-        r.remove(1, 6, 2);
+        r.remove(1, 6, 2, NO_GROUP, g());
         assert_eq!(r.oldest(), Some((1, 5, 1)));
         assert_eq!(r.heads.len(), 1);
         r.check_heads().unwrap();
@@ -385,10 +460,10 @@ mod tests {
     fn pop_first_serves_priority_order_and_keeps_heads() {
         let mut r = Ready::default();
         for (p, s) in [(0, 1), (2, 2), (0, 3), (2, 4), (1, 5)] {
-            r.insert(p, s, s as u32);
+            r.insert(p, s, s as u32, NO_GROUP, g());
         }
         let mut got = Vec::new();
-        while let Some((p, s, _)) = r.pop_first() {
+        while let Some((p, s, _)) = r.pop_first(g()) {
             r.check_heads().unwrap();
             got.push((p, s));
         }
@@ -400,17 +475,19 @@ mod tests {
     fn tombstones_are_skipped_and_compacted() {
         let mut r = Ready::default();
         for s in 0..1000u64 {
-            r.insert(0, s, s as u32);
+            r.insert(0, s, s as u32, NO_GROUP, g());
         }
         // Remove three of every four entries from the middle: tombstones.
         for s in (1..1000u64).filter(|s| s % 4 != 0) {
-            r.remove(0, s, s as u32);
+            r.remove(0, s, s as u32, NO_GROUP, g());
             r.check_heads().unwrap();
         }
         assert_eq!(r.len(), 250);
-        let level = &r.levels[&Reverse(0)];
+        let Level::Plain(level) = &r.levels[&Reverse(0)] else {
+            panic!("a level without named groups is plain");
+        };
         assert!(level.fifo.len() < 600, "compacted: {}", level.fifo.len());
-        let got: Vec<u64> = std::iter::from_fn(|| r.pop_first().map(|e| e.1)).collect();
+        let got: Vec<u64> = std::iter::from_fn(|| r.pop_first(g()).map(|e| e.1)).collect();
         assert_eq!(got, (0..1000).step_by(4).collect::<Vec<_>>());
         assert!(r.levels.is_empty() && r.heads.is_empty());
     }
@@ -524,13 +601,13 @@ mod tests {
     fn ready_lists_levels_from_the_highest_priority_each_in_age_order() {
         let mut r = Ready::default();
         for (p, s) in [(0, 4), (3, 5), (0, 6), (-1, 7), (3, 8)] {
-            r.insert(p, s, s as u32 + 100);
+            r.insert(p, s, s as u32 + 100, NO_GROUP, g());
         }
         // Raised from a lower level with its older sequence number: first in its new level.
-        r.insert(3, 2, 102);
+        r.insert(3, 2, 102, NO_GROUP, g());
         // Removed from the middle of a level: a tombstone, not listed.
-        r.remove(0, 6, 106);
-        let got: Vec<Entry> = r.iter().collect();
+        r.remove(0, 6, 106, NO_GROUP, g());
+        let got: Vec<Entry> = r.iter().map(|(p, s, i, _)| (p, s, i)).collect();
         assert_eq!(
             got,
             [
@@ -548,7 +625,7 @@ mod tests {
         let valid = || {
             let mut r = Ready::default();
             for (p, s) in [(0, 1), (2, 2), (0, 3)] {
-                r.insert(p, s, s as u32);
+                r.insert(p, s, s as u32, NO_GROUP, g());
             }
             r.check_heads().unwrap();
             r
@@ -566,10 +643,12 @@ mod tests {
         r.len += 1;
         assert!(r.check_heads().is_err(), "stale length");
         let mut r = valid();
-        r.levels.insert(Reverse(7), Sorted::default());
+        r.levels.insert(Reverse(7), Level::Plain(Sorted::default()));
         assert!(r.check_heads().is_err(), "an empty level");
         let mut r = valid();
-        r.levels.get_mut(&Reverse(0)).unwrap().len += 1;
+        if let Some(Level::Plain(q)) = r.levels.get_mut(&Reverse(0)) {
+            q.len += 1;
+        }
         r.len += 1;
         assert!(r.check_heads().is_err(), "a level that fails its own check");
     }

@@ -1,5 +1,7 @@
 """``fastctl inspect`` against an operator on the real API server: a failing object shows
-its attempts, next run and error; objects behind a slow reconcile show their place."""
+its attempts, next run and error; objects behind a slow reconcile show their place; with
+``fair_by="namespace"`` an object of a quiet namespace shows its group and its turn ahead of
+a flood in another."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl import Resource, Scheduler
 from fastctl.cli import main
 from fastctl.runtime import Controller, Manager
+from fastctl.testing import ControlPlane
+from fastctl.testing.pytest_plugin import namespace_name
 
 from .conftest import make_configmap
 
@@ -123,6 +127,82 @@ async def test_fastctl_inspect_shows_failures_and_the_line(
         release.set()
         manager.shutdown()
         await asyncio.wait_for(run, 30)
+
+
+async def test_fastctl_inspect_shows_the_fair_group_and_its_turn(
+    client: ApiClient, control_plane: ControlPlane, namespace: str
+) -> None:
+    quiet = namespace_name("fair-quiet")
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": quiet}}
+    status, response = control_plane.api_request("POST", "/api/v1/namespaces", body)
+    assert status == 201, response
+    release = asyncio.Event()
+    label = {"fastctl.dev/fair-test": quiet}
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        await release.wait()
+
+    ctl = Controller(
+        client,
+        Resource("v1", "ConfigMap"),
+        reconcile,
+        name="fair",
+        label_selector=f"fastctl.dev/fair-test={quiet}",
+        concurrency=1,
+        fair_by="namespace",
+    )
+    manager = Manager(client, metrics_port=None, probe_port=None, debug_queue_port=0)
+    manager.add(ctl)
+    run = asyncio.create_task(manager.run())
+    try:
+        await _eventually(lambda: _ready(manager), "the debug queue server")
+        assert manager.debug_queue is not None
+        url = f"http://127.0.0.1:{manager.debug_queue.port}"
+
+        async def ask(*argv: str) -> Any:
+            code, text = await asyncio.to_thread(_inspect, "--address", url, *argv)
+            assert code == 0
+            return json.loads(text) if "--json" in argv else text
+
+        # One reconcile holds the only slot; then a flood in one namespace, and one object
+        # in the quiet namespace after it.
+        await make_configmap(client, namespace, "slow", {"k": "v"}, labels=label)
+
+        async def running() -> Any:
+            return (await ask("--json", f"{namespace}/slow"))["state"] == "in_flight"
+
+        await _eventually(running, "slow to run")
+        for i in range(6):
+            await make_configmap(client, namespace, f"flood-{i}", {"k": "v"}, labels=label)
+
+        async def flood_queued() -> Any:
+            return (await ask("--json", "--controller", "fair"))["ready"] == 6
+
+        await _eventually(flood_queued, "the flood to be queued")
+        await make_configmap(client, quiet, "calm", {"k": "v"}, labels=label)
+
+        async def calm_ready() -> Any:
+            answer = await ask("--json", f"{quiet}/calm")
+            return answer if answer["state"] == "ready" else None
+
+        calm = await _eventually(calm_ready, "calm to be ready")
+        # Behind six in FIFO order; with fair shares only the flood's current turn is ahead.
+        assert calm["group"] == quiet
+        assert (calm["ahead"], calm["ahead_at_priority"], calm["ahead_in_group"]) == (1, 1, 0)
+        last = await ask("--json", f"{namespace}/flood-5")
+        assert (last["group"], last["ahead"], last["ahead_in_group"]) == (namespace, 6, 5)
+        text = await ask(f"{quiet}/calm")
+        assert f"group:     {quiet}" in text
+        assert "position:  1 ahead (1 at its priority, 0 of its group)" in text
+        summary = await ask("--json", "--controller", "fair")
+        assert summary["by_group"][quiet] == {"keys": 1, "ready": 1, "in_flight": 0, "weight": 1}
+        assert summary["by_group"][namespace]["in_flight"] == 1
+        assert summary["oldest_ready"]["group"] == namespace
+    finally:
+        release.set()
+        manager.shutdown()
+        await asyncio.wait_for(run, 30)
+        control_plane.api_request("DELETE", f"/api/v1/namespaces/{quiet}")
 
 
 async def _ready(manager: Manager) -> bool:

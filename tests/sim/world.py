@@ -139,10 +139,12 @@ class SimScheduler:
     def _now() -> float:
         return asyncio.get_running_loop().time()
 
-    def add(self, key: str, *, after: float = 0.0, priority: int = 0) -> None:
+    def add(
+        self, key: str, *, after: float = 0.0, priority: int = 0, group: str | None = None
+    ) -> None:
         self._events += 1
         self._record.sched_call(self._ctl, "add", key)
-        self._inner.add(key, after=after, priority=priority, now=self._now())
+        self._inner.add(key, after=after, priority=priority, group=group, now=self._now())
 
     def pop_many(self, max: int) -> list[str]:
         calls = self._record.pop_many_calls[self._ctl] = self._record.pop_many_calls[self._ctl] + 1

@@ -301,8 +301,10 @@ class CountingScheduler:
         self.pops = 0
         self.events: list[str] = []
 
-    def add(self, key: str, *, after: float = 0.0, priority: int = 0) -> None:
-        self.inner.add(key, after=after, priority=priority)
+    def add(
+        self, key: str, *, after: float = 0.0, priority: int = 0, group: str | None = None
+    ) -> None:
+        self.inner.add(key, after=after, priority=priority, group=group)
 
     def pop_many(self, max: int) -> list[str]:
         self.pops += 1

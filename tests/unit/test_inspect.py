@@ -21,6 +21,7 @@ from fastctl._applier import ApplierConfig, _Driver
 from fastctl._channel import Channel
 from fastctl._reasons import MAX_ERROR, MAX_REASONS, ReasonLog
 from fastctl.cli import main
+from fastctl.cli.inspect import render_object, render_summary
 from fastctl.runtime import Controller
 from fastctl.runtime._debug_queue import DebugQueueServer, is_loopback
 
@@ -268,7 +269,42 @@ def test_inspect_reports_state_position_reasons_and_backoff() -> None:
     assert (summary.ready, summary.in_flight, summary.cached) == (3, 0, 1)
     assert summary.oldest_ready is not None
     assert summary.oldest_ready["name"] == "y"
-    assert summary.by_group is None
+    assert summary.by_group == {}
+
+
+def test_inspect_names_the_fair_group_and_counts_its_turns() -> None:
+    ctl = _controller(concurrency=1, fair_by="namespace")
+    sched = ctl.scheduler
+    assert isinstance(sched, Scheduler)
+    sched.add_many([f"flood/{i}" for i in range(4)], group="flood")
+    sched.add_many(["calm/0", "calm/1"], group="calm")
+    sched.add("plain/0")
+    # Served in turn: flood/0, calm/0, plain/0, flood/1, calm/1, flood/2, flood/3.
+    answer = ctl.inspect("calm", "1")
+    assert (answer.state, answer.group) == ("ready", "calm")
+    assert (answer.ahead, answer.ahead_at_priority, answer.ahead_in_group) == (4, 4, 1)
+    assert "4 ready ahead of it (4 at its priority 0, 1 of group calm)" in answer.message
+    assert ctl.inspect("flood", "3").ahead == 6
+    plain = ctl.inspect("plain", "0")
+    assert (plain.group, plain.ahead) == (None, 2)
+    assert "of group" not in plain.message
+    assert sched.pop() == "flood/0"
+    running = ctl.inspect("flood", "0")
+    assert (running.state, running.group) == ("in_flight", "flood")
+    summary = ctl.queue_summary()
+    assert summary.by_group == {
+        "calm": {"keys": 2, "ready": 2, "in_flight": 0, "weight": 1},
+        "flood": {"keys": 4, "ready": 3, "in_flight": 1, "weight": 1},
+    }
+    assert summary.oldest_ready is not None
+    assert (summary.oldest_ready["name"], summary.oldest_ready["group"]) == ("1", "flood")
+    text = render_object(ctl.inspect("calm", "1").to_json())
+    assert "group:     calm" in text
+    assert "position:  3 ahead (3 at its priority, 1 of its group)" in text
+    summary_text = render_summary(summary.to_json())
+    assert "oldest ready: flood/1 for" in summary_text
+    assert "(group flood)" in summary_text
+    assert "group flood: 4 keys, 3 ready, 1 in flight (weight 1)" in summary_text
 
 
 # -- the /debug/queue server --------------------------------------------------------------

@@ -42,6 +42,10 @@ keys = st.sampled_from(KEYS)
 delays = st.sampled_from([0.0, 0.0, 0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 7.5, 40.0, math.inf])
 priorities = st.sampled_from([0, 0, 0, 1, 5, -1, -100])
 skews = st.sampled_from([0.0, 0.0, 0.0, 0.0, -0.25, -3.0])
+GROUPS = ["g1", "g2", "g3"]
+# Fair groups: mostly named, so rings of several groups form at one priority.
+groups = st.sampled_from([None, "g1", "g2", "g2", "g3", "g3"])
+weights = st.sampled_from([1, 1, 2, 3])
 
 
 class SchedulerAgreesWithModel(RuleBasedStateMachine):
@@ -65,6 +69,7 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         backoff_base=st.sampled_from([0.005, 0.5, 2.0]),
         backoff_max=st.sampled_from([1.0, 300.0]),
         seed=st.integers(0, 2**64 - 1),
+        group_weights=st.dictionaries(st.sampled_from(GROUPS), weights, max_size=3),
     )
     def create(
         self,
@@ -75,6 +80,7 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         backoff_base: float,
         backoff_max: float,
         seed: int,
+        group_weights: dict[str, int],
     ) -> None:
         config: dict[str, Any] = {
             "concurrency": concurrency,
@@ -84,6 +90,7 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
             "backoff_base": backoff_base,
             "backoff_max": backoff_max,
             "seed": seed,
+            "group_weights": group_weights,
         }
         self.rust = Scheduler(**config)
         self.model = ModelScheduler(**config)
@@ -120,18 +127,23 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
     def advance(self, dt: float) -> None:
         self.now += dt
 
-    @rule(key=keys, after=delays, priority=priorities, skew=skews)
-    def add(self, key: str, after: float, priority: int, skew: float) -> None:
+    @rule(key=keys, after=delays, priority=priorities, group=groups, skew=skews)
+    def add(self, key: str, after: float, priority: int, group: str | None, skew: float) -> None:
         now = self.at(skew)
-        self.rust.add(key, after=after, priority=priority, now=now)
-        self.model.add(key, after=after, priority=priority, now=now)
+        self.rust.add(key, after=after, priority=priority, group=group, now=now)
+        self.model.add(key, after=after, priority=priority, group=group, now=now)
         self.triggered([key], after)
 
-    @rule(batch=st.lists(keys, max_size=5), after=delays, priority=priorities)
-    def add_many(self, batch: list[str], after: float, priority: int) -> None:
-        self.rust.add_many(batch, after=after, priority=priority, now=self.now)
-        self.model.add_many(batch, after=after, priority=priority, now=self.now)
+    @rule(batch=st.lists(keys, max_size=5), after=delays, priority=priorities, group=groups)
+    def add_many(self, batch: list[str], after: float, priority: int, group: str | None) -> None:
+        self.rust.add_many(batch, after=after, priority=priority, group=group, now=self.now)
+        self.model.add_many(batch, after=after, priority=priority, group=group, now=self.now)
         self.triggered(batch, after)
+
+    @rule(group=st.sampled_from(GROUPS), weight=weights)
+    def set_group_weight(self, group: str, weight: int) -> None:
+        self.rust.set_group_weight(group, weight)
+        self.model.set_group_weight(group, weight)
 
     @rule(skew=skews)
     def pop(self, skew: float) -> None:
@@ -245,6 +257,9 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
             assert (key in rust) == (key in model), key
             assert rust.is_in_flight(key) == model.is_in_flight(key) == (key in self.running)
             assert rust.failures(key) == model.failures(key), key
+            assert rust.group_of(key) == model.group_of(key), key
+        for group in GROUPS:
+            assert rust.group_weight(group) == model.group_weight(group), group
         if rust.concurrency:
             assert rust.in_flight <= rust.concurrency
         rust._check_consistency()

@@ -109,6 +109,8 @@ def render_object(a: dict[str, Any]) -> str:
     if a["state"] in ("not_known", "idle"):
         return "\n".join(lines)
     lines.append(f"  priority:  {a['priority']}")
+    if a.get("group") is not None:
+        lines.append(f"  group:     {a['group']}")
     if a["attempts"]:
         lines.append(f"  attempts:  {a['attempts']} failed (backoff ~{a['backoff']:.3g}s)")
     if a["ready_at"] is not None:
@@ -116,7 +118,10 @@ def render_object(a: dict[str, Any]) -> str:
     if a["since"] is not None:
         lines.append(f"  since:     {a['since']} ({a['age']:.1f}s)")
     if a["ahead"] is not None:
-        lines.append(f"  position:  {a['ahead']} ahead ({a['ahead_at_priority']} at its priority)")
+        position = f"  position:  {a['ahead']} ahead ({a['ahead_at_priority']} at its priority"
+        if a.get("group") is not None:
+            position += f", {a['ahead_in_group']} of its group"
+        lines.append(position + ")")
     if a["last_error"]:
         lines.append(f"  error:     {a['last_error']}{_ago(a['last_error_ago'])}")
     for title, key in (("queued for", "reasons"), ("running for", "running_reasons")):
@@ -144,7 +149,13 @@ def render_summary(s: dict[str, Any]) -> str:
     oldest = s["oldest_ready"]
     if oldest is not None:
         ref = f"{oldest['namespace']}/{oldest['name']}" if oldest["namespace"] else oldest["name"]
-        lines.append(f"  oldest ready: {ref} for {oldest['age']:.1f}s")
+        group = f" (group {oldest['group']})" if oldest.get("group") is not None else ""
+        lines.append(f"  oldest ready: {ref} for {oldest['age']:.1f}s{group}")
     if s["next_ready_in"] is not None:
         lines.append(f"  next waiting ready in {s['next_ready_in']:.1f}s")
+    for name, c in sorted((s.get("by_group") or {}).items()):
+        lines.append(
+            f"  group {name}: {c['keys']} keys, {c['ready']} ready, {c['in_flight']} in flight"
+            f" (weight {c['weight']})"
+        )
     return "\n".join(lines)

@@ -35,6 +35,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike, _Driver
 from fastctl._channel import Channel, ChannelClosed
+from fastctl._fair import FairBy
 from fastctl._options import pick
 from fastctl._reasons import ReasonLog
 from fastctl.errors import InvalidObject
@@ -123,6 +124,7 @@ class Controller:
         label_selector: str | None = None,
         name: str | None = None,
         executor: Executor | None = None,
+        fair_by: FairBy | None = None,
         scheduler: SchedulerLike | None = None,
         strip_managed_fields: bool = True,
         config: ApplierConfig | None = None,
@@ -131,10 +133,12 @@ class Controller:
         event_filter: Predicate | None = None,
         ignore_own_writes: bool = False,
     ) -> None:
-        """`concurrency`, `debounce`, `timeout` and `executor` are the fields of
-        `ApplierConfig`, `label_selector` and `strip_managed_fields` those of `WatchConfig`
-        (for the primary resource; related resources are watched without the selector):
-        pass each group as keywords or as one object (`config`, `watch_config`), not both.
+        """`concurrency`, `debounce`, `timeout`, `executor` and `fair_by` are the fields of
+        `ApplierConfig` (`fair_by="namespace"`, or a function of the object returning its
+        group, serves tenants in turn instead of first come, first served);
+        `label_selector` and `strip_managed_fields` are those of `WatchConfig` (for the
+        primary resource; related resources are watched without the selector): pass each
+        group as keywords or as one object (`config`, `watch_config`), not both.
         `scheduler` replaces the default one built from `config` (for metrics or the model).
         `recorder` publishes Warning Events about objects a typed controller cannot parse.
         `event_filter` (a predicate ``(old, new) -> bool``, e.g. `generation_changed`)
@@ -166,7 +170,11 @@ class Controller:
         self.config = pick(
             config,
             ApplierConfig(
-                concurrency=concurrency, debounce=debounce, timeout=timeout, executor=executor
+                concurrency=concurrency,
+                debounce=debounce,
+                timeout=timeout,
+                executor=executor,
+                fair_by=fair_by,
             ),
             _DEFAULT_CONFIG,
         )

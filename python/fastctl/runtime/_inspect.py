@@ -69,6 +69,10 @@ class ObjectInspection:
     ahead: int | None = None
     """Ready: ready objects served before it (at its priority plus at higher ones)."""
     ahead_at_priority: int | None = None
+    """Ready: ready objects of its priority served before it, the fair groups' turns
+    included."""
+    ahead_in_group: int | None = None
+    """Ready: ready objects of its fair group and priority served before it."""
     reasons: tuple[ReasonCount, ...] = ()
     """Why its next run is queued."""
     running_reasons: tuple[ReasonCount, ...] = ()
@@ -79,7 +83,7 @@ class ObjectInspection:
     """The latest failed run's exception, ``Type: message`` (truncated)."""
     last_error_ago: float | None = None
     group: str | None = None
-    """Reserved for the object's fair-share group."""
+    """Its fair group (the controller's ``fair_by``), in any state; None without one."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,7 +108,8 @@ class QueueSummary:
     cached: int
     """Objects in the controller's cache."""
     by_group: dict[str, Any] | None = None
-    """Reserved for counts by fair-share group."""
+    """Each named fair group with keys: ``keys`` (any state), ``ready``, ``in_flight`` and
+    ``weight``, by group name (empty without fair groups)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -189,6 +194,7 @@ def inspect_key(
         "dropped_reasons": r.dropped if r else 0,
         "last_error": r.error if r else None,
         "last_error_ago": clocks.ago(r.error_at) if r and r.error_at is not None else None,
+        "group": record["group"],
     }
     ready_at, since = record["ready_at"], record["since"]
     if ready_at is not None:
@@ -201,6 +207,7 @@ def inspect_key(
         at_priority, higher = record["ahead_at_priority"] or 0, record["ahead_higher"] or 0
         info["ahead"] = at_priority + higher
         info["ahead_at_priority"] = at_priority
+        info["ahead_in_group"] = record["ahead_in_group"]
     message = _message(state, info, in_flight, concurrency)
     return ObjectInspection(**base, state=state, message=message, **info)
 
@@ -217,9 +224,11 @@ def _message(state: State, info: Mapping[str, Any], in_flight: int, concurrency:
         return f"waiting: ready in {_seconds(info['ready_in'])}{failed}"
     if state == "ready":
         slots = f"{in_flight} of {concurrency} slots busy" if concurrency else "no slot limit"
+        group = info["group"]
+        in_group = "" if group is None else f", {info['ahead_in_group']} of group {group}"
         return (
             f"ready for {_seconds(info['age'])}, {info['ahead']} ready ahead of it "
-            f"({info['ahead_at_priority']} at its priority {info['priority']}); "
+            f"({info['ahead_at_priority']} at its priority {info['priority']}{in_group}); "
             f"{slots}{failed}"
         )
     running = f"running for {_seconds(info['age'])}"
@@ -242,6 +251,7 @@ def summarize(
             "name": ref.name,
             "priority": oldest["priority"],
             "age": max(0.0, clocks.ago(oldest["since"])),
+            "group": oldest["group"],
         }
     next_at = summary["next_ready_at"]
     return QueueSummary(
@@ -256,4 +266,5 @@ def summarize(
         oldest_ready=oldest_out,
         next_ready_in=None if next_at is None else max(0.0, clocks.until(next_at)),
         cached=len(store),
+        by_group={g: dict(c) for g, c in summary["by_group"].items()},
     )

@@ -6,8 +6,10 @@ the Rust scheduler with the same operations and times and checks that they agree
 every step; and the benchmarks use it as "the scheduler you would write in Python" to
 measure what the Rust core buys.
 
-It orders ready keys by (priority, time they became ready, sequence) and finds the oldest one
-by (time, sequence), where the Rust core relies on sequence numbers alone; the two agree only
+It orders ready keys by priority, then serves each priority's fair groups in turn from a
+ring (a group's weight is how many keys it takes per turn), each group's keys by (time they
+became ready, sequence); it finds the oldest key by (time, sequence), where the Rust core
+relies on sequence numbers alone; the two agree only
 because keys enter the ready queue in the order they became ready, which is exactly what
 the comparison test checks. Its queues are binary heaps with lazy deletion: an entry is
 live only while it still matches its key's record. The jitter generator is the same
@@ -20,8 +22,9 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:  # TypedDicts that exist only in the stub of the extension
@@ -36,6 +39,7 @@ BUCKETS: Final = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1, 1e2,
 """Upper bounds of the duration histograms (controller-runtime's workqueue buckets)."""
 
 _MASK: Final = (1 << 64) - 1
+_MAX_WEIGHT: Final = (1 << 32) - 1
 
 
 class SplitMix64:
@@ -73,6 +77,22 @@ def _check_key(key: object, what: str = "key") -> str:
     if not isinstance(key, str):
         raise TypeError(f"{what} must be str, not {type(key).__name__}")
     return key
+
+
+def _check_group(group: object) -> str | None:
+    if group is not None and not isinstance(group, str):
+        raise TypeError(f"group must be str or None, not {type(group).__name__}")
+    if group == "":
+        raise ValueError("group must be a non-empty str or None, got ''")
+    return group
+
+
+def _check_weight(group: str, weight: object) -> int:
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= _MAX_WEIGHT:
+        raise ValueError(
+            f'weight of group "{group}" must be an int in [1, {_MAX_WEIGHT}], got {weight}'
+        )
+    return weight
 
 
 class _Histogram:
@@ -126,6 +146,19 @@ class _Record:
     failures: int = 0
     follow_up: _Schedule | None = None  # running and dirty: the queued follow-up
     follow_up_priority: int = 0
+    group: str | None = None  # its fair group, set when the record is made
+
+
+@dataclass(slots=True)
+class _Level:
+    """The ready keys of one priority: a heap of (since, seq, key) per fair group (entries
+    go stale like the others), the exact count of each group's live entries, and the ring
+    of groups with ready keys, the front served next for `turn` more keys."""
+
+    queues: dict[str | None, list[tuple[float, int, str]]] = field(default_factory=dict)
+    counts: dict[str | None, int] = field(default_factory=dict)
+    ring: deque[str | None] = field(default_factory=deque)
+    turn: int = 0
 
 
 class ModelScheduler:
@@ -146,6 +179,7 @@ class ModelScheduler:
         backoff_base: float = 0.005,
         backoff_max: float = 300.0,
         seed: int | None = None,
+        group_weights: Mapping[str, int] | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
             raise ValueError(f"concurrency must be an int >= 0, got {concurrency}")
@@ -171,7 +205,10 @@ class ModelScheduler:
             raise ValueError(f"seed must be an int in [0, 2**64) or None, got {seed!r}")
         self._rng = SplitMix64(seed)
         self._records: dict[str, _Record] = {}
-        self._ready: list[tuple[int, float, int, str]] = []  # (-priority, since, seq, key)
+        self._levels: dict[int, _Level] = {}  # ready keys by priority
+        self._weights: dict[str, int] = {}
+        for group, weight in (group_weights or {}).items():
+            self.set_group_weight(_check_key(group, "group_weights key"), weight)
         self._oldest: list[tuple[float, int, str]] = []  # (since, seq, key)
         self._waiting: list[tuple[float, int, str]] = []  # (ready time, seq, key)
         self._running: dict[str, _Record] = {}  # in pop order
@@ -216,9 +253,63 @@ class ModelScheduler:
 
     def _make_ready(self, rec: _Record, since: float) -> None:
         rec.state, rec.at, rec.seq, rec.deadline = "ready", since, self._next_seq(), None
-        heapq.heappush(self._ready, (-rec.priority, since, rec.seq, rec.key))
+        self._ready_insert(rec)
         heapq.heappush(self._oldest, (since, rec.seq, rec.key))
         self._counts["ready"] += 1
+
+    def _weight(self, group: str | None) -> int:
+        return 1 if group is None else self._weights.get(group, 1)
+
+    def _ready_insert(self, rec: _Record) -> None:
+        """File a ready key in its level's group; a group new to the level joins the ring at
+        the back (at the front, with a fresh turn, if the ring was empty)."""
+        level = self._levels.setdefault(rec.priority, _Level())
+        group = rec.group
+        if group not in level.counts:
+            level.counts[group] = 0
+            level.queues[group] = []
+            level.ring.append(group)
+            if len(level.ring) == 1:
+                level.turn = self._weight(group)
+        level.counts[group] += 1
+        heapq.heappush(level.queues[group], (rec.at, rec.seq, rec.key))
+
+    def _ready_remove(self, rec: _Record) -> None:
+        """Take a ready key out of its level (its heap entry goes stale); a group left with
+        no keys leaves the ring, and a front that leaves hands the turn to the next."""
+        level = self._levels[rec.priority]
+        group = rec.group
+        level.counts[group] -= 1
+        if level.counts[group]:
+            return
+        del level.counts[group], level.queues[group]
+        front = level.ring[0] == group
+        level.ring.remove(group)
+        if not level.ring:
+            del self._levels[rec.priority]
+        elif front:
+            level.turn = self._weight(level.ring[0])
+
+    def _pop_level(self, priority: int) -> _Record:
+        """The next key of a level: the front group's oldest; then its turn goes on, or the
+        ring moves on."""
+        level = self._levels[priority]
+        group = level.ring[0]
+        queue = level.queues[group]
+        while True:
+            _, seq, key = heapq.heappop(queue)
+            rec = self._records.get(key)
+            # Stale once popped, requeued, or raised to another level.
+            live = rec is not None and rec.state == "ready" and rec.seq == seq
+            if live and rec is not None and rec.priority == priority:
+                break
+        self._ready_remove(rec)
+        if level.counts.get(group):
+            level.turn -= 1
+            if level.turn == 0:
+                level.ring.rotate(-1)
+                level.turn = self._weight(level.ring[0])
+        return rec
 
     def _enqueue(self, rec: _Record, schedule: _Schedule, now: float) -> None:
         if schedule.at <= now:
@@ -249,11 +340,18 @@ class ModelScheduler:
     # ---- the API ------------------------------------------------------------------------
 
     def add(
-        self, key: str, *, after: float = 0.0, priority: int = 0, now: float | None = None
+        self,
+        key: str,
+        *,
+        after: float = 0.0,
+        priority: int = 0,
+        group: str | None = None,
+        now: float | None = None,
     ) -> None:
         _check_key(key)
         after = _check_delay("after", after)
-        self._add(key, after, priority, self._tick(now))
+        group = _check_group(group)
+        self._add(key, after, priority, group, self._tick(now))
 
     def add_many(
         self,
@@ -261,6 +359,7 @@ class ModelScheduler:
         *,
         after: float = 0.0,
         priority: int = 0,
+        group: str | None = None,
         now: float | None = None,
     ) -> None:
         if isinstance(keys, str):
@@ -269,15 +368,16 @@ class ModelScheduler:
         for i, key in enumerate(keys):
             _check_key(key, f"add_many() key at index {i}")
         after = _check_delay("after", after)
+        group = _check_group(group)
         now = self._tick(now)
         for key in keys:
-            self._add(key, after, priority, now)
+            self._add(key, after, priority, group, now)
 
-    def _add(self, key: str, after: float, priority: int, now: float) -> None:
+    def _add(self, key: str, after: float, priority: int, group: str | None, now: float) -> None:
         self._counters["adds"] += 1
         rec = self._records.get(key)
         if rec is None:
-            rec = _Record(key, "waiting", priority, 0, 0.0)
+            rec = _Record(key, "waiting", priority, 0, 0.0, group=group)
             self._records[key] = rec
             self._enqueue(rec, self._merge_add(None, after, now), now)
             return
@@ -294,8 +394,9 @@ class ModelScheduler:
         self._counters["merges"] += 1
         if rec.state == "ready":
             if priority > rec.priority:
+                self._ready_remove(rec)
                 rec.priority = priority  # the old heap entry goes stale
-                heapq.heappush(self._ready, (-priority, rec.at, rec.seq, key))
+                self._ready_insert(rec)
             return
         rec.priority = max(rec.priority, priority)
         schedule = self._merge_add(_Schedule(rec.at, rec.deadline), after, now)
@@ -306,15 +407,6 @@ class ModelScheduler:
             if schedule.at != rec.at:
                 heapq.heappush(self._waiting, (schedule.at, rec.seq, key))
             rec.at, rec.deadline = schedule.at, schedule.deadline
-
-    def _live_ready(self) -> _Record | None:
-        while self._ready:
-            neg, _, seq, key = self._ready[0]
-            rec = self._records.get(key)
-            if rec is not None and rec.state == "ready" and rec.seq == seq and -neg == rec.priority:
-                return rec
-            heapq.heappop(self._ready)
-        return None
 
     def _live_oldest(self) -> _Record | None:
         while self._oldest:
@@ -328,11 +420,14 @@ class ModelScheduler:
     def _pop(self, now: float) -> str | None:
         if self.concurrency and len(self._running) >= self.concurrency:
             return None
-        rec = self._live_oldest()
-        if rec is None or not now - rec.at > self.max_wait:
-            rec = self._live_ready()
-        if rec is None:
+        if not self._levels:
             return None
+        # An overdue oldest key puts its level first; the level's ring picks the group.
+        oldest = self._live_oldest()
+        if oldest is not None and now - oldest.at > self.max_wait:
+            rec = self._pop_level(oldest.priority)
+        else:
+            rec = self._pop_level(max(self._levels))
         self._counts["ready"] -= 1
         self._queue_duration.observe(now - rec.at)
         rec.state, rec.at, rec.seq = "running", now, self._next_seq()
@@ -399,6 +494,21 @@ class ModelScheduler:
         self._counters["requeues"] += 1
         rec.priority = prio
         self._enqueue(rec, schedule, now)
+
+    def set_group_weight(self, group: str, weight: int) -> None:
+        name = _check_group(_check_key(group, "group"))
+        assert name is not None
+        if _check_weight(name, weight) == 1:
+            self._weights.pop(name, None)
+        else:
+            self._weights[name] = weight
+
+    def group_weight(self, group: str) -> int:
+        return self._weights.get(_check_key(group, "group"), 1)
+
+    def group_of(self, key: str) -> str | None:
+        rec = self._records.get(_check_key(key))
+        return None if rec is None else rec.group
 
     def done_many(self, keys: Iterable[str], *, now: float | None = None) -> None:
         if isinstance(keys, str):
@@ -484,6 +594,16 @@ class ModelScheduler:
         assert states.count("running") == len(self._running), "in-flight count"
         assert dirty == self._counts["dirty"], "dirty count"
         assert all(self._records[k] is rec for k, rec in self._running.items()), "in flight"
+        ready: dict[int, dict[str | None, int]] = {}
+        for rec in self._records.values():
+            if rec.state == "ready":
+                per_group = ready.setdefault(rec.priority, {})
+                per_group[rec.group] = per_group.get(rec.group, 0) + 1
+        assert {p: level.counts for p, level in self._levels.items()} == ready, "group counts"
+        for level in self._levels.values():
+            assert len(level.ring) == len(set(level.ring)) == len(level.counts), "group ring"
+            assert set(level.ring) == set(level.counts), "group ring"
+            assert level.turn >= 1, "front group turn"
 
     def __repr__(self) -> str:
         return (

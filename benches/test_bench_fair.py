@@ -1,0 +1,190 @@
+"""Fair groups: what they buy (a small tenant's start delay behind a big tenant's flood) and
+what they cost (the scheduler's per-item time with groups against without, same run).
+
+Run (results in docs/benchmarks.md, "Fair groups")::
+
+    flock /tmp/fastctl-heavy.lock .venv/bin/python -m pytest benches/test_bench_fair.py -s -q \\
+        -p no:cacheprovider
+
+With ``FASTCTL_BASELINE_CORE=/path/to/_core.abi3.so`` (another build, e.g. main's) the cost
+test also runs the no-groups workload on that build, in the same alternating rounds.
+
+The start delay is simulated on a virtual clock (no sleeping, no wall time): 32 workers,
+every reconcile takes one unit `D`; tenant A adds 10,000 keys at t=0, tenant B adds 10 keys at
+t=0.5·D. B's delay is from its add to the start of its reconcile, in reconcile durations and
+in pops. Costs are CPU time (`time.process_time`) of alternating rounds, fairness off, on,
+off, on, ..., so a change in machine load hits both alike; the figures are medians per item.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastctl import Scheduler
+
+WORKERS = 32
+FLOOD = 10_000
+SMALL = 10
+
+
+def simulate(fair: bool) -> tuple[list[float], list[int]]:
+    """B's start delays, in reconcile durations and in pops after its add."""
+    s = Scheduler(concurrency=WORKERS, max_wait=float("inf"))
+    group_a, group_b = ("a", "b") if fair else (None, None)
+    s.add_many([f"a/{i}" for i in range(FLOOD)], group=group_a, now=0.0)
+    running: list[tuple[float, str]] = []  # (ends at, key)
+    added_at = 0.5
+    b_added, pops_since = False, 0
+    delays: list[float] = []
+    pops: list[int] = []
+    now = 0.0
+    while len(s) or running:
+        if not b_added and now >= added_at:
+            s.add_many([f"b/{i}" for i in range(SMALL)], group=group_b, now=added_at)
+            b_added = True
+        for key in s.pop_many(WORKERS - len(running), now=now):
+            if b_added:
+                pops_since += 1
+            if key.startswith("b/"):
+                delays.append(now - added_at)
+                pops.append(pops_since)
+            running.append((now + 1.0, key))
+        # Advance to the next event: a reconcile ending, or B's add.
+        ends = min(at for at, _ in running)
+        now = ends if b_added else min(ends, added_at)
+        for at, key in [r for r in running if r[0] <= now]:
+            s.done(key, now=now)
+            running.remove((at, key))
+    return delays, pops
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def test_small_tenant_start_delay_behind_a_flood() -> None:
+    on, on_pops = simulate(fair=True)
+    off, off_pops = simulate(fair=False)
+    assert len(on) == len(off) == SMALL
+    print(
+        f"\nB start delay p99: fair {p99(on):.2f} D ({p99([float(p) for p in on_pops]):.0f} pops)"
+        f", FIFO {p99(off):.2f} D ({p99([float(p) for p in off_pops]):.0f} pops)"
+    )
+    assert p99(on) <= 2.0, "B starts within a couple of reconcile durations"
+    assert p99(off) > 100 * max(p99(on), 0.5), "FIFO makes B wait behind the flood"
+
+
+KEYS = [f"namespace-{i % 97:02d}/object-{i:08d}" for i in range(200_000)]
+GROUPS = [f"namespace-{i:02d}" for i in range(97)]
+QUEUED = 100_000
+ITEMS = 10_000
+
+
+def _baseline() -> Any | None:
+    """The `Scheduler` of another build of the extension, to compare the no-groups path
+    against (``FASTCTL_BASELINE_CORE=/path/to/_core.abi3.so``, e.g. main's), or None."""
+    path = os.environ.get("FASTCTL_BASELINE_CORE")
+    if not path:
+        return None
+    loader = importlib.machinery.ExtensionFileLoader("fastctl._core", path)
+    spec = importlib.util.spec_from_file_location("fastctl._core", path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module.Scheduler
+
+
+def unbatched(cls: Any, fair: bool) -> Callable[[], None]:
+    s = cls()
+    for i in range(0, QUEUED, 1000):
+        for g in range(97):
+            chunk = KEYS[i : i + 1000][g::97]
+            if fair:
+                s.add_many(chunk, group=GROUPS[g])
+            else:
+                s.add_many(chunk)
+    state = {"i": QUEUED}
+
+    def run() -> None:
+        add, pop, done = s.add, s.pop, s.done
+        i = state["i"]
+        if fair:
+            for j in range(i, i + ITEMS):
+                add(KEYS[j % len(KEYS)], group=GROUPS[j % 97])
+                done(pop())
+        else:
+            for j in range(i, i + ITEMS):
+                add(KEYS[j % len(KEYS)])
+                done(pop())
+        state["i"] = i + ITEMS
+
+    return run
+
+
+def batched(cls: Any, fair: bool, batch: int = 1000) -> Callable[[], None]:
+    s = cls()
+    # One add_many per group (a watch event's namespace is one group).
+    per_group = [[k for k in KEYS[:QUEUED] if k.startswith(g + "/")] for g in GROUPS]
+    rest = [[k for k in KEYS[QUEUED:] if k.startswith(g + "/")] for g in GROUPS]
+    for g, chunk in zip(GROUPS, per_group, strict=True):
+        if fair:
+            s.add_many(chunk, group=g)
+        else:
+            s.add_many(chunk)
+    state = {"i": 0}
+
+    def run() -> None:
+        add_many, pop_many, done_many = s.add_many, s.pop_many, s.done_many
+        n = 0
+        while n < ITEMS:
+            g = state["i"] % 97
+            chunk = (rest if state["i"] // 97 % 2 == 0 else per_group)[g][: batch // 10]
+            state["i"] += 1
+            if fair:
+                add_many(chunk, group=GROUPS[g])
+            else:
+                add_many(chunk)
+            done_many(pop_many(len(chunk)))
+            n += len(chunk)
+
+    return run
+
+
+def paired(make: Callable[[Any, bool], Callable[[], None]], rounds: int = 15) -> dict[str, float]:
+    """Median seconds per item of each variant, in alternating rounds (so a change in the
+    machine's load hits all alike): groups off, groups on, and the baseline build if any."""
+    variants = {"off": make(Scheduler, False), "on": make(Scheduler, True)}
+    baseline = _baseline()
+    if baseline is not None:
+        variants["baseline"] = make(baseline, False)
+    for run in variants.values():
+        run()  # warm up
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, run in variants.items():
+            start = time.process_time()
+            run()
+            times[name].append((time.process_time() - start) / ITEMS)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def test_per_item_cost_with_groups_against_without() -> None:
+    for name, make in (("add+pop+done", unbatched), ("add_many+pop_many+done_many", batched)):
+        t = paired(make)
+        line = (
+            f"\n{name}, {QUEUED // 1000}k queued in 97 groups: off {t['off'] * 1e9:.0f} ns, "
+            f"on {t['on'] * 1e9:.0f} ns per item, on/off = {t['on'] / t['off']:.2f}"
+        )
+        if "baseline" in t:
+            line += (
+                f"; baseline {t['baseline'] * 1e9:.0f} ns, off/baseline = "
+                f"{t['off'] / t['baseline']:.2f}"
+            )
+        print(line)

@@ -1,0 +1,802 @@
+//! Fair groups: which group each key belongs to, and how one priority level of the ready
+//! queue serves its groups in turn.
+//!
+//! A key may belong to a named group (a tenant, a namespace); keys without one form the
+//! implicit group `NO_GROUP`. Among ready keys of one priority the scheduler serves groups by
+//! weighted round robin (deficit round robin where every key costs one): the group at the
+//! front of the level's ring is served up to its weight in a row, FIFO inside the group, then
+//! the ring moves on. A group is in a level's ring exactly while it has ready keys there, and
+//! joins at the back. A level that only ever sees `NO_GROUP` stays a plain FIFO (`Level::Plain`)
+//! and costs what it cost before groups existed.
+//!
+//! `Groups` interns group names as small numbers and counts each group's keys (records of
+//! any state), so a group with no keys left is forgotten at once: many short-lived groups
+//! cost no memory once their keys are gone. Weights set with `set_weight` are kept by name
+//! (they are configuration, and outlive the keys).
+
+use super::queues::Sorted;
+use hashbrown::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+
+/// The group number of keys without a group.
+pub const NO_GROUP: u32 = 0;
+
+/// The largest weight `set_weight` accepts.
+pub const MAX_WEIGHT: u32 = u32::MAX;
+
+#[derive(Debug)]
+struct Live {
+    name: Box<str>,
+    /// Records (of any state) in this group.
+    keys: u32,
+    weight: u32,
+}
+
+/// Group names ↔ numbers, each key's group, per-group key counts and weights.
+#[derive(Debug)]
+pub struct Groups {
+    by_name: HashMap<Box<str>, u32>,
+    /// By group number; `live[0]` is `NO_GROUP`, and freed numbers hold an empty name.
+    live: Vec<Live>,
+    free: Vec<u32>,
+    weights: HashMap<Box<str>, u32>,
+    /// The group of each record slot; empty until a named group is first used, and shorter
+    /// than the slab when the last slots never had a group (those are `NO_GROUP`).
+    of_slot: Vec<u32>,
+    /// The group `join` found last: consecutive keys of one group (an `add_many`, a watch
+    /// event's namespace) compare its name instead of hashing theirs. Never stale: a freed
+    /// number holds an empty name, which no group has, and a reused one holds its new name.
+    last: u32,
+}
+
+impl Default for Groups {
+    fn default() -> Self {
+        Self {
+            by_name: HashMap::new(),
+            live: vec![Live {
+                name: Box::default(),
+                keys: 0,
+                weight: 1,
+            }],
+            free: Vec::new(),
+            weights: HashMap::new(),
+            of_slot: Vec::new(),
+            last: NO_GROUP,
+        }
+    }
+}
+
+impl Groups {
+    /// Record that the new record in `idx` belongs to `name` (`None`: no group).
+    #[inline]
+    pub fn join(&mut self, idx: u32, name: Option<&str>) {
+        let i = idx as usize;
+        let Some(name) = name else {
+            if let Some(g) = self.of_slot.get_mut(i) {
+                *g = NO_GROUP;
+            }
+            return;
+        };
+        let gid = if *self.live[self.last as usize].name == *name {
+            self.last
+        } else {
+            let gid = match self.by_name.get(name) {
+                Some(&gid) => gid,
+                None => self.intern(name),
+            };
+            self.last = gid;
+            gid
+        };
+        self.live[gid as usize].keys += 1;
+        if self.of_slot.len() <= i {
+            self.of_slot.resize(i + 1, NO_GROUP);
+        }
+        self.of_slot[i] = gid;
+    }
+
+    fn intern(&mut self, name: &str) -> u32 {
+        let live = Live {
+            name: name.into(),
+            keys: 0,
+            weight: self.weights.get(name).copied().unwrap_or(1),
+        };
+        let gid = match self.free.pop() {
+            Some(gid) => {
+                self.live[gid as usize] = live;
+                gid
+            }
+            None => {
+                self.live.push(live);
+                (self.live.len() - 1) as u32
+            }
+        };
+        self.by_name.insert(name.into(), gid);
+        gid
+    }
+
+    /// The record in `idx` is dropped: its group loses a key, and is forgotten with its last.
+    #[inline]
+    pub fn leave(&mut self, idx: u32) {
+        let gid = self.of(idx);
+        if gid == NO_GROUP {
+            return;
+        }
+        self.of_slot[idx as usize] = NO_GROUP;
+        let live = &mut self.live[gid as usize];
+        live.keys -= 1;
+        if live.keys == 0 {
+            let name = std::mem::take(&mut live.name);
+            self.by_name.remove(&name);
+            self.free.push(gid);
+        }
+    }
+
+    /// The group of the record in `idx`.
+    #[inline]
+    pub fn of(&self, idx: u32) -> u32 {
+        self.of_slot.get(idx as usize).copied().unwrap_or(NO_GROUP)
+    }
+
+    /// The name of group `gid` (`None` for `NO_GROUP`).
+    pub fn name(&self, gid: u32) -> Option<&str> {
+        (gid != NO_GROUP).then(|| &*self.live[gid as usize].name)
+    }
+
+    /// The weight of group `gid` (1 for `NO_GROUP`).
+    pub fn weight(&self, gid: u32) -> u32 {
+        self.live[gid as usize].weight
+    }
+
+    /// Set the weight of the group called `name` (the caller checks `weight >= 1`), for its
+    /// live keys and any it gets later. A group in the middle of its turn finishes that turn
+    /// with the old weight.
+    pub fn set_weight(&mut self, name: &str, weight: u32) {
+        debug_assert!(weight >= 1);
+        if weight == 1 {
+            self.weights.remove(name);
+        } else {
+            self.weights.insert(name.into(), weight);
+        }
+        if let Some(&gid) = self.by_name.get(name) {
+            self.live[gid as usize].weight = weight;
+        }
+    }
+
+    /// The weight the group called `name` has or will have.
+    pub fn weight_of(&self, name: &str) -> u32 {
+        self.weights.get(name).copied().unwrap_or(1)
+    }
+
+    /// Named groups with at least one key.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// The named groups with keys: (number, name, records of any state, weight).
+    pub fn named(&self) -> impl Iterator<Item = (u32, &str, u32, u32)> + '_ {
+        self.by_name.values().map(|&gid| {
+            let live = &self.live[gid as usize];
+            (gid, &*live.name, live.keys, live.weight)
+        })
+    }
+
+    /// Memory held for groups, in entries (for the test that empty groups are dropped).
+    #[cfg(test)]
+    pub fn footprint(&self) -> usize {
+        self.by_name.len() + self.live.len() + self.free.len()
+    }
+
+    /// Check the key counts against `count(gid)` (records per group, from the slab) and the
+    /// name index against the live groups.
+    pub fn check(&self, count: impl Fn(u32) -> u32) -> Result<(), String> {
+        for (gid, live) in self.live.iter().enumerate().skip(1) {
+            let gid = gid as u32;
+            let named = self.by_name.get(&live.name) == Some(&gid);
+            if named != (live.keys > 0) || (named && live.name.is_empty()) {
+                return Err(format!("group {gid} is indexed wrongly"));
+            }
+            if live.keys != count(gid) {
+                return Err(format!("group {:?} key count is stale", live.name));
+            }
+            if named && live.weight != self.weight_of(&live.name) {
+                return Err(format!("group {:?} weight is stale", live.name));
+            }
+        }
+        if self.by_name.len() + self.free.len() + 1 != self.live.len() {
+            return Err("group free list is stale".into());
+        }
+        Ok(())
+    }
+}
+
+/// One group's ready keys at one level, and its neighbours in the level's ring.
+#[derive(Debug)]
+struct Member {
+    queue: Sorted<u64>,
+    prev: u32,
+    next: u32,
+}
+
+/// A priority level with named groups: a FIFO per group and a ring of the groups that have
+/// ready keys here.
+#[derive(Debug, Default)]
+pub struct Fair {
+    members: HashMap<u32, Member>,
+    /// The first (oldest) entry of each group here, as (sequence, slot, group), oldest on
+    /// top: the top is the level's oldest key. Former heads stay in as stale entries, which
+    /// is what makes a pop cheap (a push, which for a newer head does not climb, instead of
+    /// an ordered set's removal and insertion); the top is never stale (`settle_heads`), and
+    /// the heap is rebuilt from the groups once stale entries outnumber them.
+    heads: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    /// The group served next (`None`: no group has ready keys).
+    front: Option<u32>,
+    /// Keys the front group may still take in its current turn (at least 1).
+    turn: u32,
+}
+
+impl Fair {
+    fn insert(&mut self, seq: u64, idx: u32, gid: u32, groups: &Groups) {
+        match self.members.get_mut(&gid) {
+            Some(m) => {
+                let head = m.queue.first().map(|(s, _)| s);
+                m.queue.insert(seq, idx);
+                if head.is_some_and(|h| seq < h) {
+                    // A new head, older than the old one (now stale), so it is the valid top
+                    // if the old one was.
+                    self.heads.push(Reverse((seq, idx, gid)));
+                    self.bound_heads();
+                }
+            }
+            None => {
+                let mut queue = Sorted::default();
+                queue.insert(seq, idx);
+                self.join(gid, queue, groups);
+                self.heads.push(Reverse((seq, idx, gid)));
+                self.bound_heads();
+            }
+        }
+    }
+
+    /// Drop stale entries from the top of `heads`: an entry is live while it is still its
+    /// group's first.
+    fn settle_heads(&mut self) {
+        while let Some(&Reverse((seq, idx, gid))) = self.heads.peek() {
+            let first = self.members.get(&gid).and_then(|m| m.queue.first());
+            if first == Some((seq, idx)) {
+                break;
+            }
+            self.heads.pop();
+        }
+        self.bound_heads();
+    }
+
+    /// Rebuild `heads` from the groups once stale entries outnumber them (O(groups), after
+    /// at least as many operations: O(1) amortised, and memory bounded by the groups).
+    fn bound_heads(&mut self) {
+        if self.heads.len() > 2 * self.members.len() + 32 {
+            self.heads = self
+                .members
+                .iter()
+                .filter_map(|(&g, m)| m.queue.first().map(|(s, i)| Reverse((s, i, g))))
+                .collect();
+        }
+    }
+
+    /// Link `gid` in at the back of the ring (just before the front).
+    #[inline]
+    fn join(&mut self, gid: u32, queue: Sorted<u64>, groups: &Groups) {
+        let (prev, next) = match self.front {
+            None => {
+                self.front = Some(gid);
+                self.turn = groups.weight(gid);
+                (gid, gid)
+            }
+            Some(front) => {
+                let back = self.members[&front].prev;
+                self.link(back, |m| m.next = gid);
+                self.link(front, |m| m.prev = gid);
+                (back, front)
+            }
+        };
+        self.members.insert(gid, Member { queue, prev, next });
+    }
+
+    fn link(&mut self, gid: u32, f: impl FnOnce(&mut Member)) {
+        if let Some(m) = self.members.get_mut(&gid) {
+            f(m);
+        }
+    }
+
+    /// Unlink `gid` (its queue is empty); a front that leaves hands the turn to the next.
+    #[inline]
+    fn leave(&mut self, gid: u32, groups: &Groups) {
+        let Some(m) = self.members.remove(&gid) else {
+            return;
+        };
+        if m.next == gid {
+            self.front = None;
+            return;
+        }
+        self.link(m.prev, |p| p.next = m.next);
+        self.link(m.next, |n| n.prev = m.prev);
+        if self.front == Some(gid) {
+            self.front = Some(m.next);
+            self.turn = groups.weight(m.next);
+        }
+    }
+
+    fn remove(&mut self, seq: u64, idx: u32, gid: u32, groups: &Groups) {
+        let Some(m) = self.members.get_mut(&gid) else {
+            debug_assert!(false, "ready group missing");
+            return;
+        };
+        let head = m.queue.first();
+        m.queue.remove(seq, idx);
+        if head == Some((seq, idx)) {
+            match m.queue.first() {
+                Some((next, i)) => self.heads.push(Reverse((next, i, gid))),
+                None => self.leave(gid, groups),
+            }
+            self.settle_heads();
+        }
+    }
+
+    #[cfg(test)]
+    fn next(&self) -> Option<(u64, u32, u32)> {
+        let gid = self.front?;
+        let (seq, idx) = self.members.get(&gid)?.queue.first()?;
+        Some((seq, idx, gid))
+    }
+
+    #[inline]
+    fn pop(&mut self, groups: &Groups) -> Option<(u64, u32, u32)> {
+        let gid = self.front?;
+        let m = self.members.get_mut(&gid)?;
+        // The front group's first key, which is its head.
+        let (seq, idx) = m.queue.first()?;
+        m.queue.remove(seq, idx);
+        let (after, next) = (m.queue.first(), m.next);
+        match after {
+            Some((head, i)) => {
+                self.heads.push(Reverse((head, i, gid)));
+                // Its turn goes on, or the ring moves on (it is now the back).
+                self.turn -= 1;
+                if self.turn == 0 {
+                    self.front = Some(next);
+                    self.turn = groups.weight(next);
+                }
+            }
+            None => self.leave(gid, groups),
+        }
+        if self.heads.peek() == Some(&Reverse((seq, idx, gid))) {
+            self.settle_heads();
+        }
+        Some((seq, idx, gid))
+    }
+
+    #[inline]
+    fn oldest(&self) -> Option<(u64, u32)> {
+        self.heads.peek().map(|&Reverse((seq, idx, _))| (seq, idx))
+    }
+
+    #[inline]
+    fn oldest_seq(&self) -> Option<u64> {
+        self.heads.peek().map(|&Reverse((seq, _, _))| seq)
+    }
+
+    /// The groups here in ring order from the front.
+    fn ring(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        let Some(front) = self.front else {
+            return out;
+        };
+        let mut gid = front;
+        loop {
+            out.push(gid);
+            gid = self.members[&gid].next;
+            if gid == front || out.len() > self.members.len() {
+                return out;
+            }
+        }
+    }
+
+    /// The pops before the entry `seq` of group `gid` is served, if nothing is added or
+    /// removed meanwhile, and its rank inside its group: (at this level, in its group).
+    ///
+    /// Round robin makes this exact in O(groups here) after the rank: the key is served in
+    /// its group's turn `t` (counting the front's current turn as turn 0), so each group
+    /// before it in the ring gets `t + 1` turns first and each group after it `t`, each turn
+    /// as many keys as its weight (the front's current one: what is left of it), and no
+    /// group gives more than the keys it has.
+    fn ahead(&self, seq: u64, gid: u32, groups: &Groups) -> (usize, usize) {
+        let Some(m) = self.members.get(&gid) else {
+            return (0, 0);
+        };
+        let rank = m.queue.rank(seq) as u64;
+        let ring = self.ring();
+        // The keys a group at ring position `i` takes in its first `turns` turns.
+        let take = |i: usize, g: u32, turns: u64| -> u64 {
+            if turns == 0 {
+                return 0;
+            }
+            let weight = u64::from(groups.weight(g));
+            let first = if i == 0 { u64::from(self.turn) } else { weight };
+            first.saturating_add((turns - 1).saturating_mul(weight))
+        };
+        let Some(k) = ring.iter().position(|&g| g == gid) else {
+            debug_assert!(false, "ready group not in the ring");
+            return (0, 0);
+        };
+        let first = take(k, gid, 1);
+        let turn = if rank < first {
+            0
+        } else {
+            1 + (rank - first) / u64::from(groups.weight(gid))
+        };
+        let others: u64 = ring
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != k)
+            .map(|(i, &g)| {
+                let turns = if i < k { turn + 1 } else { turn };
+                take(i, g, turns).min(self.members[&g].queue.len as u64)
+            })
+            .sum();
+        ((rank + others) as usize, rank as usize)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let ring = self.ring();
+        let mut seen: Vec<u32> = ring.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != ring.len() || ring.len() != self.members.len() {
+            return Err("group ring does not list each group once".into());
+        }
+        if !ring.is_empty() && self.turn == 0 {
+            return Err("front group has no turn left".into());
+        }
+        let mut heads: BTreeSet<(u64, u32, u32)> = BTreeSet::new();
+        for (&gid, m) in &self.members {
+            m.queue.check().map_err(|e| format!("group {gid}: {e}"))?;
+            let Some((head, idx)) = m.queue.first() else {
+                return Err(format!("group {gid} is empty but in the ring"));
+            };
+            heads.insert((head, idx, gid));
+            if self.members[&m.next].prev != gid {
+                return Err(format!("group {gid} ring links are broken"));
+            }
+        }
+        // Every group's head is in the heap, the top is the oldest of them, and stale
+        // entries are bounded.
+        let listed: BTreeSet<(u64, u32, u32)> = self.heads.iter().map(|r| r.0).collect();
+        if !heads.is_subset(&listed) || self.heads.peek().map(|r| r.0) != heads.first().copied() {
+            return Err("group heads are stale".into());
+        }
+        if self.heads.len() > 2 * self.members.len() + 32 {
+            return Err("group heads hold too many stale entries".into());
+        }
+        Ok(())
+    }
+}
+
+/// One priority level of the ready queue: a plain FIFO while all its keys are in `NO_GROUP`,
+/// else a ring of groups.
+#[derive(Debug)]
+pub enum Level {
+    Plain(Sorted<u64>),
+    Fair(Box<Fair>),
+}
+
+impl Level {
+    /// A level holding one entry.
+    pub fn new(seq: u64, idx: u32, gid: u32, groups: &Groups) -> Self {
+        let mut level = Level::Plain(Sorted::default());
+        level.insert(seq, idx, gid, groups);
+        level
+    }
+
+    pub fn insert(&mut self, seq: u64, idx: u32, gid: u32, groups: &Groups) {
+        match self {
+            Level::Plain(q) if gid == NO_GROUP => q.insert(seq, idx),
+            Level::Plain(q) => {
+                let mut fair = Box::<Fair>::default();
+                if let Some((head, i)) = q.first() {
+                    fair.join(NO_GROUP, std::mem::take(q), groups);
+                    fair.heads.push(Reverse((head, i, NO_GROUP)));
+                }
+                fair.insert(seq, idx, gid, groups);
+                *self = Level::Fair(fair);
+            }
+            Level::Fair(f) => f.insert(seq, idx, gid, groups),
+        }
+    }
+
+    /// Remove one entry; a fair level left with only `NO_GROUP` becomes plain again.
+    pub fn remove(&mut self, seq: u64, idx: u32, gid: u32, groups: &Groups) {
+        match self {
+            Level::Plain(q) => q.remove(seq, idx),
+            Level::Fair(f) => {
+                f.remove(seq, idx, gid, groups);
+                self.settle();
+            }
+        }
+    }
+
+    /// Remove and return the entry `next` names, moving the ring on.
+    #[inline]
+    pub fn pop(&mut self, groups: &Groups) -> Option<(u64, u32, u32)> {
+        let got = match self {
+            Level::Plain(q) => {
+                let (seq, idx) = q.first()?;
+                q.remove(seq, idx);
+                Some((seq, idx, NO_GROUP))
+            }
+            Level::Fair(f) => f.pop(groups),
+        };
+        self.settle();
+        got
+    }
+
+    #[inline]
+    fn settle(&mut self) {
+        if let Level::Fair(f) = self {
+            if f.members.len() <= 1 && f.members.keys().all(|&g| g == NO_GROUP) {
+                let q = f
+                    .members
+                    .remove(&NO_GROUP)
+                    .map_or_else(Sorted::default, |m| m.queue);
+                *self = Level::Plain(q);
+            }
+        }
+    }
+
+    /// The entry served next: (sequence, slot, group).
+    #[cfg(test)]
+    pub fn next(&self) -> Option<(u64, u32, u32)> {
+        match self {
+            Level::Plain(q) => q.first().map(|(s, i)| (s, i, NO_GROUP)),
+            Level::Fair(f) => f.next(),
+        }
+    }
+
+    /// The sequence number of the oldest entry (cheaper than `oldest` for a fair level).
+    #[inline]
+    pub fn oldest_seq(&self) -> Option<u64> {
+        match self {
+            Level::Plain(q) => q.first().map(|(s, _)| s),
+            Level::Fair(f) => f.oldest_seq(),
+        }
+    }
+
+    /// The oldest entry: (sequence, slot).
+    #[inline]
+    pub fn oldest(&self) -> Option<(u64, u32)> {
+        match self {
+            Level::Plain(q) => q.first(),
+            Level::Fair(f) => f.oldest(),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.oldest().is_none()
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Level::Plain(q) => q.len,
+            Level::Fair(f) => f.members.values().map(|m| m.queue.len).sum(),
+        }
+    }
+
+    /// Live entries as (sequence, slot, group), in sequence order (for checks).
+    pub fn entries(&self) -> Vec<(u64, u32, u32)> {
+        let mut out: Vec<(u64, u32, u32)> = match self {
+            Level::Plain(q) => q
+                .entries()
+                .into_iter()
+                .map(|(s, i)| (s, i, NO_GROUP))
+                .collect(),
+            Level::Fair(f) => f
+                .members
+                .iter()
+                .flat_map(|(&g, m)| m.queue.entries().into_iter().map(move |(s, i)| (s, i, g)))
+                .collect(),
+        };
+        out.sort_unstable();
+        out
+    }
+
+    /// The pops before entry `seq` of group `gid` is served, and its rank in its group
+    /// (`Fair::ahead`; the same number twice on a plain level).
+    pub fn ahead(&self, seq: u64, gid: u32, groups: &Groups) -> (usize, usize) {
+        match self {
+            Level::Plain(q) => {
+                let rank = q.rank(seq);
+                (rank, rank)
+            }
+            Level::Fair(f) => f.ahead(seq, gid, groups),
+        }
+    }
+
+    /// Ready entries per group here.
+    pub fn counts(&self) -> Vec<(u32, usize)> {
+        match self {
+            Level::Plain(q) => vec![(NO_GROUP, q.len)],
+            Level::Fair(f) => f.members.iter().map(|(&g, m)| (g, m.queue.len)).collect(),
+        }
+    }
+
+    /// The groups in ring order from the front, and the front's remaining turn.
+    pub fn ring(&self) -> (Vec<u32>, u32) {
+        match self {
+            Level::Plain(q) if q.len > 0 => (vec![NO_GROUP], 1),
+            Level::Plain(_) => (Vec::new(), 0),
+            Level::Fair(f) => (f.ring(), f.turn),
+        }
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            Level::Plain(q) => q.check(),
+            Level::Fair(f) => {
+                if f.members.keys().all(|&g| g == NO_GROUP) {
+                    return Err("a fair level holds no named group".into());
+                }
+                f.check()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn groups(names: &[(&str, u32)]) -> (Groups, Vec<u32>) {
+        let mut g = Groups::default();
+        let mut ids = Vec::new();
+        for (slot, &(name, weight)) in names.iter().enumerate() {
+            g.set_weight(name, weight);
+            g.join(slot as u32, Some(name));
+            ids.push(g.of(slot as u32));
+        }
+        (g, ids)
+    }
+
+    fn drain(level: &mut Level, groups: &Groups) -> Vec<u32> {
+        let mut out = Vec::new();
+        while let Some((_, _, gid)) = level.pop(groups) {
+            level.check().unwrap();
+            out.push(gid);
+        }
+        out
+    }
+
+    #[test]
+    fn groups_take_turns_fifo_inside_each() {
+        let (g, ids) = groups(&[("a", 1), ("b", 1), ("c", 1)]);
+        let (a, b, c) = (ids[0], ids[1], ids[2]);
+        let mut level = Level::new(1, 1, a, &g);
+        // a floods first, then b and c arrive.
+        for seq in 2..=5 {
+            level.insert(seq, seq as u32, a, &g);
+        }
+        level.insert(6, 6, b, &g);
+        level.insert(7, 7, c, &g);
+        level.insert(8, 8, b, &g);
+        level.check().unwrap();
+        let mut seqs = Vec::new();
+        while let Some((seq, _, _)) = level.pop(&g) {
+            seqs.push(seq);
+        }
+        assert_eq!(seqs, [1, 6, 7, 2, 8, 3, 4, 5]);
+        assert!(level.is_empty());
+    }
+
+    #[test]
+    fn a_weight_is_that_many_keys_in_a_row() {
+        let (g, ids) = groups(&[("a", 3), ("b", 1)]);
+        let (a, b) = (ids[0], ids[1]);
+        let mut level = Level::new(1, 1, a, &g);
+        for seq in 2..=8 {
+            level.insert(seq, seq as u32, if seq % 2 == 0 { b } else { a }, &g);
+        }
+        // a: 1 3 5 7; b: 2 4 6 8.
+        assert_eq!(drain(&mut level, &g), [a, a, a, b, a, b, b, b]);
+    }
+
+    #[test]
+    fn the_implicit_group_takes_its_turn_and_the_level_turns_plain_again() {
+        let (g, ids) = groups(&[("a", 1)]);
+        let a = ids[0];
+        let mut level = Level::new(1, 1, NO_GROUP, &g);
+        level.insert(2, 2, NO_GROUP, &g);
+        assert!(matches!(level, Level::Plain(_)));
+        level.insert(3, 3, a, &g);
+        assert!(matches!(level, Level::Fair(_)));
+        assert_eq!(level.oldest(), Some((1, 1)));
+        assert_eq!(level.ring(), (vec![NO_GROUP, a], 1));
+        assert_eq!(level.pop(&g), Some((1, 1, NO_GROUP)));
+        assert_eq!(level.pop(&g), Some((3, 3, a)));
+        assert!(
+            matches!(level, Level::Plain(_)),
+            "only the implicit group is left"
+        );
+        assert_eq!(level.pop(&g), Some((2, 2, NO_GROUP)));
+        assert_eq!(level.pop(&g), None);
+    }
+
+    #[test]
+    fn removing_the_front_group_hands_the_turn_on() {
+        let (g, ids) = groups(&[("a", 2), ("b", 3), ("c", 1)]);
+        let (a, b, c) = (ids[0], ids[1], ids[2]);
+        let mut level = Level::new(1, 1, a, &g);
+        level.insert(2, 2, b, &g);
+        level.insert(3, 3, c, &g);
+        level.insert(4, 4, b, &g);
+        // a's only key leaves (raised to another priority): b is the front, with b's turn.
+        level.remove(1, 1, a, &g);
+        level.check().unwrap();
+        assert_eq!(level.ring(), (vec![b, c], 3));
+        assert_eq!(level.oldest(), Some((2, 2)));
+        // c leaves from the middle: the turn stays.
+        level.remove(3, 3, c, &g);
+        assert_eq!(level.ring(), (vec![b], 3));
+        assert_eq!(drain(&mut level, &g), [b, b]);
+    }
+
+    #[test]
+    fn a_group_that_empties_rejoins_at_the_back() {
+        let (g, ids) = groups(&[("a", 1), ("b", 1), ("c", 1)]);
+        let (a, b, c) = (ids[0], ids[1], ids[2]);
+        let mut level = Level::new(1, 1, a, &g);
+        level.insert(2, 2, b, &g);
+        level.insert(3, 3, c, &g);
+        assert_eq!(level.pop(&g), Some((1, 1, a)));
+        level.insert(4, 4, a, &g);
+        assert_eq!(level.ring(), (vec![b, c, a], 1));
+        assert_eq!(drain(&mut level, &g), [b, c, a]);
+    }
+
+    #[test]
+    fn a_group_is_forgotten_with_its_last_key() {
+        let mut g = Groups::default();
+        g.set_weight("t", 4);
+        for round in 0..10_000u32 {
+            let name = format!("tenant-{round}");
+            g.join(round % 7, Some(&name));
+            g.join(7 + round % 5, Some(&name));
+            g.leave(round % 7);
+            assert_eq!(g.len(), 1);
+            g.leave(7 + round % 5);
+            assert_eq!(g.len(), 0);
+        }
+        assert!(g.footprint() <= 3, "{}", g.footprint());
+        g.join(0, Some("t"));
+        assert_eq!(g.weight(g.of(0)), 4, "a weight outlives the group's keys");
+        assert_eq!(g.name(g.of(0)), Some("t"));
+        g.join(1, None);
+        assert_eq!((g.of(1), g.name(NO_GROUP)), (NO_GROUP, None));
+        g.check(|gid| u32::from(gid == g.of(0))).unwrap();
+        assert!(g.check(|_| 2).is_err());
+    }
+
+    #[test]
+    fn a_new_weight_applies_to_live_groups_from_their_next_turn() {
+        let (mut g, ids) = groups(&[("a", 1), ("b", 1)]);
+        let (a, b) = (ids[0], ids[1]);
+        let mut level = Level::new(1, 1, a, &g);
+        for seq in 2..=7 {
+            level.insert(seq, seq as u32, if seq <= 4 { a } else { b }, &g);
+        }
+        g.set_weight("a", 2);
+        assert_eq!(g.weight(a), 2);
+        // a's current turn was 1; its next is 2.
+        assert_eq!(drain(&mut level, &g), [a, b, a, a, b, a, b]);
+        g.set_weight("a", 1);
+        assert_eq!(g.weight_of("a"), 1);
+    }
+}
