@@ -218,11 +218,82 @@ struct Member {
     next: u32,
 }
 
+/// The groups of one fair level by group number: a vector indexed by the number (numbers
+/// are small and reused, `Groups` hands them out densely), so the lookups on every add and
+/// pop are an index, not a hash. Shaped like the map it replaces.
+#[derive(Debug, Default)]
+struct Members {
+    slots: Vec<Option<(u32, Member)>>,
+    len: usize,
+}
+
+impl Members {
+    #[inline]
+    fn get(&self, gid: &u32) -> Option<&Member> {
+        self.slots.get(*gid as usize)?.as_ref().map(|(_, m)| m)
+    }
+
+    #[inline]
+    fn get_mut(&mut self, gid: &u32) -> Option<&mut Member> {
+        self.slots.get_mut(*gid as usize)?.as_mut().map(|(_, m)| m)
+    }
+
+    fn insert(&mut self, gid: u32, member: Member) {
+        let i = gid as usize;
+        if self.slots.len() <= i {
+            self.slots.resize_with(i + 1, || None);
+        }
+        if self.slots[i].replace((gid, member)).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, gid: &u32) -> Option<Member> {
+        let (_, m) = self.slots.get_mut(*gid as usize)?.take()?;
+        self.len -= 1;
+        Some(m)
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&u32, &Member)> + '_ {
+        self.slots.iter().flatten().map(|(g, m)| (g, m))
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &u32> + '_ {
+        self.iter().map(|(g, _)| g)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Member> + '_ {
+        self.iter().map(|(_, m)| m)
+    }
+}
+
+impl std::ops::Index<&u32> for Members {
+    type Output = Member;
+
+    fn index(&self, gid: &u32) -> &Member {
+        self.get(gid).expect("group in the level")
+    }
+}
+
+impl<'a> IntoIterator for &'a Members {
+    type Item = (&'a u32, &'a Member);
+    type IntoIter = Box<dyn Iterator<Item = (&'a u32, &'a Member)> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
 /// A priority level with named groups: a FIFO per group and a ring of the groups that have
 /// ready keys here.
 #[derive(Debug, Default)]
 pub struct Fair {
-    members: HashMap<u32, Member>,
+    members: Members,
     /// The first (oldest) entry of each group here, as (sequence, slot, group), oldest on
     /// top: the top is the level's oldest key. Former heads stay in as stale entries, which
     /// is what makes a pop cheap (a push, which for a newer head does not climb, instead of
