@@ -10,7 +10,7 @@ import contextlib
 import io
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -45,6 +45,33 @@ async def _eventually(check: Callable[[], Any], what: str, limit: float = 30.0) 
         await asyncio.sleep(0.05)
 
 
+@contextlib.asynccontextmanager
+async def inspecting(
+    client: ApiClient, ctl: Controller, release: asyncio.Event
+) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    """`ctl` running in a Manager with its debug queue server, and ``ask(*argv)``: the
+    output of ``fastctl inspect --address <that server> *argv`` (parsed with ``--json``).
+    On the way out `release` is set (the tests' reconciles wait on it) and all stops."""
+    manager = Manager(client, metrics_port=None, probe_port=None, debug_queue_port=0)
+    manager.add(ctl)
+    run = asyncio.create_task(manager.run())
+    try:
+        await _eventually(lambda: _ready(manager), "the debug queue server")
+        assert manager.debug_queue is not None
+        url = f"http://127.0.0.1:{manager.debug_queue.port}"
+
+        async def ask(*argv: str) -> Any:
+            code, text = await asyncio.to_thread(_inspect, "--address", url, *argv)
+            assert code == 0
+            return json.loads(text) if "--json" in argv else text
+
+        yield ask
+    finally:
+        release.set()
+        manager.shutdown()
+        await asyncio.wait_for(run, 30)
+
+
 async def test_fastctl_inspect_shows_failures_and_the_line(
     client: ApiClient, namespace: str
 ) -> None:
@@ -66,19 +93,7 @@ async def test_fastctl_inspect_shows_failures_and_the_line(
         concurrency=1,
         scheduler=Scheduler(concurrency=1, backoff_base=60.0),
     )
-    manager = Manager(client, metrics_port=None, probe_port=None, debug_queue_port=0)
-    manager.add(ctl)
-    run = asyncio.create_task(manager.run())
-    try:
-        await _eventually(lambda: _ready(manager), "the debug queue server")
-        assert manager.debug_queue is not None
-        url = f"http://127.0.0.1:{manager.debug_queue.port}"
-
-        async def ask(*argv: str) -> Any:
-            code, text = await asyncio.to_thread(_inspect, "--address", url, *argv)
-            assert code == 0
-            return json.loads(text) if "--json" in argv else text
-
+    async with inspecting(client, ctl, release) as ask:
         await make_configmap(client, namespace, "bad", {"k": "v"})
 
         async def failed() -> Any:
@@ -123,10 +138,6 @@ async def test_fastctl_inspect_shows_failures_and_the_line(
         assert summary["oldest_ready"]["name"] == "w1"
         assert "not known to this controller" in await ask(f"{namespace}/nope")
         release.set()
-    finally:
-        release.set()
-        manager.shutdown()
-        await asyncio.wait_for(run, 30)
 
 
 async def test_fastctl_inspect_shows_the_fair_group_and_its_turn(
@@ -151,19 +162,7 @@ async def test_fastctl_inspect_shows_the_fair_group_and_its_turn(
         concurrency=1,
         fair_by="namespace",
     )
-    manager = Manager(client, metrics_port=None, probe_port=None, debug_queue_port=0)
-    manager.add(ctl)
-    run = asyncio.create_task(manager.run())
-    try:
-        await _eventually(lambda: _ready(manager), "the debug queue server")
-        assert manager.debug_queue is not None
-        url = f"http://127.0.0.1:{manager.debug_queue.port}"
-
-        async def ask(*argv: str) -> Any:
-            code, text = await asyncio.to_thread(_inspect, "--address", url, *argv)
-            assert code == 0
-            return json.loads(text) if "--json" in argv else text
-
+    async with inspecting(client, ctl, release) as ask:
         # One reconcile holds the only slot; then a flood in one namespace, and one object
         # in the quiet namespace after it.
         await make_configmap(client, namespace, "slow", {"k": "v"}, labels=label)
@@ -198,10 +197,6 @@ async def test_fastctl_inspect_shows_the_fair_group_and_its_turn(
         assert summary["by_group"][quiet] == {"keys": 1, "ready": 1, "in_flight": 0, "weight": 1}
         assert summary["by_group"][namespace]["in_flight"] == 1
         assert summary["oldest_ready"]["group"] == namespace
-    finally:
-        release.set()
-        manager.shutdown()
-        await asyncio.wait_for(run, 30)
         control_plane.api_request("DELETE", f"/api/v1/namespaces/{quiet}")
 
 
