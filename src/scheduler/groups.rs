@@ -14,10 +14,10 @@
 //! cost no memory once their keys are gone. Weights set with `set_weight` are kept by name
 //! (they are configuration, and outlive the keys).
 
+use super::names::Names;
 use super::queues::Sorted;
+use super::tournament::Tournament;
 use hashbrown::HashMap;
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
 
 /// The group number of keys without a group.
 pub const NO_GROUP: u32 = 0;
@@ -25,9 +25,8 @@ pub const NO_GROUP: u32 = 0;
 /// The largest weight `set_weight` accepts.
 pub const MAX_WEIGHT: u32 = u32::MAX;
 
-#[derive(Debug)]
+#[derive(Debug, Default, Clone, Copy)]
 struct Live {
-    name: Box<str>,
     /// Records (of any state) in this group.
     keys: u32,
     weight: u32,
@@ -36,33 +35,23 @@ struct Live {
 /// Group names ↔ numbers, each key's group, per-group key counts and weights.
 #[derive(Debug)]
 pub struct Groups {
-    by_name: HashMap<Box<str>, u32>,
-    /// By group number; `live[0]` is `NO_GROUP`, and freed numbers hold an empty name.
+    /// Group numbers are the names' numbers (`NO_GROUP`, 0, is never a name's).
+    names: Names,
+    /// By group number; `live[0]` is `NO_GROUP`, and numbers without a name hold zeros.
     live: Vec<Live>,
-    free: Vec<u32>,
     weights: HashMap<Box<str>, u32>,
     /// The group of each record slot; empty until a named group is first used, and shorter
     /// than the slab when the last slots never had a group (those are `NO_GROUP`).
     of_slot: Vec<u32>,
-    /// The group `join` found last: consecutive keys of one group (an `add_many`, a watch
-    /// event's namespace) compare its name instead of hashing theirs. Never stale: a freed
-    /// number holds an empty name, which no group has, and a reused one holds its new name.
-    last: u32,
 }
 
 impl Default for Groups {
     fn default() -> Self {
         Self {
-            by_name: HashMap::new(),
-            live: vec![Live {
-                name: Box::default(),
-                keys: 0,
-                weight: 1,
-            }],
-            free: Vec::new(),
+            names: Names::default(),
+            live: vec![Live { keys: 0, weight: 1 }],
             weights: HashMap::new(),
             of_slot: Vec::new(),
-            last: NO_GROUP,
         }
     }
 }
@@ -78,16 +67,10 @@ impl Groups {
             }
             return;
         };
-        let gid = if *self.live[self.last as usize].name == *name {
-            self.last
-        } else {
-            let gid = match self.by_name.get(name) {
-                Some(&gid) => gid,
-                None => self.intern(name),
-            };
-            self.last = gid;
-            gid
-        };
+        let (gid, new) = self.names.intern(name);
+        if new {
+            self.start(gid, name);
+        }
         self.live[gid as usize].keys += 1;
         if self.of_slot.len() <= i {
             self.of_slot.resize(i + 1, NO_GROUP);
@@ -95,24 +78,17 @@ impl Groups {
         self.of_slot[i] = gid;
     }
 
-    fn intern(&mut self, name: &str) -> u32 {
-        let live = Live {
-            name: name.into(),
+    /// A group numbered `gid` just got its name: no keys yet, and the weight set for it.
+    #[cold]
+    fn start(&mut self, gid: u32, name: &str) {
+        let i = gid as usize;
+        if self.live.len() <= i {
+            self.live.resize(i + 1, Live::default());
+        }
+        self.live[i] = Live {
             keys: 0,
             weight: self.weights.get(name).copied().unwrap_or(1),
         };
-        let gid = match self.free.pop() {
-            Some(gid) => {
-                self.live[gid as usize] = live;
-                gid
-            }
-            None => {
-                self.live.push(live);
-                (self.live.len() - 1) as u32
-            }
-        };
-        self.by_name.insert(name.into(), gid);
-        gid
     }
 
     /// The record in `idx` is dropped: its group loses a key, and is forgotten with its last.
@@ -126,9 +102,8 @@ impl Groups {
         let live = &mut self.live[gid as usize];
         live.keys -= 1;
         if live.keys == 0 {
-            let name = std::mem::take(&mut live.name);
-            self.by_name.remove(&name);
-            self.free.push(gid);
+            *live = Live::default();
+            self.names.remove(gid);
         }
     }
 
@@ -140,7 +115,7 @@ impl Groups {
 
     /// The name of group `gid` (`None` for `NO_GROUP`).
     pub fn name(&self, gid: u32) -> Option<&str> {
-        (gid != NO_GROUP).then(|| &*self.live[gid as usize].name)
+        self.names.get(gid)
     }
 
     /// The weight of group `gid` (1 for `NO_GROUP`).
@@ -158,7 +133,7 @@ impl Groups {
         } else {
             self.weights.insert(name.into(), weight);
         }
-        if let Some(&gid) = self.by_name.get(name) {
+        if let Some(gid) = self.names.find(name) {
             self.live[gid as usize].weight = weight;
         }
     }
@@ -170,41 +145,42 @@ impl Groups {
 
     /// Named groups with at least one key.
     pub fn len(&self) -> usize {
-        self.by_name.len()
+        self.names.len()
     }
 
     /// The named groups with keys: (number, name, records of any state, weight).
     pub fn named(&self) -> impl Iterator<Item = (u32, &str, u32, u32)> + '_ {
-        self.by_name.values().map(|&gid| {
+        self.names.ids().map(|gid| {
             let live = &self.live[gid as usize];
-            (gid, &*live.name, live.keys, live.weight)
+            let name = self.names.get(gid).unwrap_or_default();
+            (gid, name, live.keys, live.weight)
         })
     }
 
     /// Memory held for groups, in entries (for the test that empty groups are dropped).
     #[cfg(test)]
     pub fn footprint(&self) -> usize {
-        self.by_name.len() + self.live.len() + self.free.len()
+        self.names.footprint() + self.live.len()
     }
 
     /// Check the key counts against `count(gid)` (records per group, from the slab) and the
-    /// name index against the live groups.
+    /// names against the live groups.
     pub fn check(&self, count: impl Fn(u32) -> u32) -> Result<(), String> {
+        self.names.check()?;
         for (gid, live) in self.live.iter().enumerate().skip(1) {
             let gid = gid as u32;
-            let named = self.by_name.get(&live.name) == Some(&gid);
-            if named != (live.keys > 0) || (named && live.name.is_empty()) {
+            let name = self.names.get(gid);
+            if name.is_some() != (live.keys > 0) {
                 return Err(format!("group {gid} is indexed wrongly"));
             }
             if live.keys != count(gid) {
-                return Err(format!("group {:?} key count is stale", live.name));
+                return Err(format!("group {name:?} key count is stale"));
             }
-            if named && live.weight != self.weight_of(&live.name) {
-                return Err(format!("group {:?} weight is stale", live.name));
+            if let Some(name) = name {
+                if live.weight != self.weight_of(name) {
+                    return Err(format!("group {name:?} weight is stale"));
+                }
             }
-        }
-        if self.by_name.len() + self.free.len() + 1 != self.live.len() {
-            return Err("group free list is stale".into());
         }
         Ok(())
     }
@@ -294,12 +270,9 @@ impl<'a> IntoIterator for &'a Members {
 #[derive(Debug, Default)]
 pub struct Fair {
     members: Members,
-    /// The first (oldest) entry of each group here, as (sequence, slot, group), oldest on
-    /// top: the top is the level's oldest key. Former heads stay in as stale entries, which
-    /// is what makes a pop cheap (a push, which for a newer head does not climb, instead of
-    /// an ordered set's removal and insertion); the top is never stale (`settle_heads`), and
-    /// the heap is rebuilt from the groups once stale entries outnumber them.
-    heads: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    /// The sequence number of each group's first (oldest) entry here, by group number: the
+    /// winner is the group holding the level's oldest key.
+    heads: Tournament,
     /// The group served next (`None`: no group has ready keys).
     front: Option<u32>,
     /// Keys the front group may still take in its current turn (at least 1).
@@ -313,44 +286,16 @@ impl Fair {
                 let head = m.queue.first().map(|(s, _)| s);
                 m.queue.insert(seq, idx);
                 if head.is_some_and(|h| seq < h) {
-                    // A new head, older than the old one (now stale), so it is the valid top
-                    // if the old one was.
-                    self.heads.push(Reverse((seq, idx, gid)));
-                    self.bound_heads();
+                    // A raised key older than the group's first: the group's new head.
+                    self.heads.set(gid, seq, idx);
                 }
             }
             None => {
                 let mut queue = Sorted::default();
                 queue.insert(seq, idx);
                 self.join(gid, queue, groups);
-                self.heads.push(Reverse((seq, idx, gid)));
-                self.bound_heads();
+                self.heads.set(gid, seq, idx);
             }
-        }
-    }
-
-    /// Drop stale entries from the top of `heads`: an entry is live while it is still its
-    /// group's first.
-    fn settle_heads(&mut self) {
-        while let Some(&Reverse((seq, idx, gid))) = self.heads.peek() {
-            let first = self.members.get(&gid).and_then(|m| m.queue.first());
-            if first == Some((seq, idx)) {
-                break;
-            }
-            self.heads.pop();
-        }
-        self.bound_heads();
-    }
-
-    /// Rebuild `heads` from the groups once stale entries outnumber them (O(groups), after
-    /// at least as many operations: O(1) amortised, and memory bounded by the groups).
-    fn bound_heads(&mut self) {
-        if self.heads.len() > 2 * self.members.len() + 32 {
-            self.heads = self
-                .members
-                .iter()
-                .filter_map(|(&g, m)| m.queue.first().map(|(s, i)| Reverse((s, i, g))))
-                .collect();
         }
     }
 
@@ -385,6 +330,7 @@ impl Fair {
         let Some(m) = self.members.remove(&gid) else {
             return;
         };
+        self.heads.clear(gid);
         if m.next == gid {
             self.front = None;
             return;
@@ -406,10 +352,9 @@ impl Fair {
         m.queue.remove(seq, idx);
         if head == Some((seq, idx)) {
             match m.queue.first() {
-                Some((next, i)) => self.heads.push(Reverse((next, i, gid))),
+                Some((next, i)) => self.heads.set(gid, next, i),
                 None => self.leave(gid, groups),
             }
-            self.settle_heads();
         }
     }
 
@@ -430,7 +375,7 @@ impl Fair {
         let (after, next) = (m.queue.first(), m.next);
         match after {
             Some((head, i)) => {
-                self.heads.push(Reverse((head, i, gid)));
+                self.heads.set(gid, head, i);
                 // Its turn goes on, or the ring moves on (it is now the back).
                 self.turn -= 1;
                 if self.turn == 0 {
@@ -440,20 +385,17 @@ impl Fair {
             }
             None => self.leave(gid, groups),
         }
-        if self.heads.peek() == Some(&Reverse((seq, idx, gid))) {
-            self.settle_heads();
-        }
         Some((seq, idx, gid))
     }
 
     #[inline]
     fn oldest(&self) -> Option<(u64, u32)> {
-        self.heads.peek().map(|&Reverse((seq, idx, _))| (seq, idx))
+        self.heads.min().map(|(seq, _, idx)| (seq, idx))
     }
 
     #[inline]
     fn oldest_seq(&self) -> Option<u64> {
-        self.heads.peek().map(|&Reverse((seq, _, _))| seq)
+        self.heads.min().map(|(seq, _, _)| seq)
     }
 
     /// The groups here in ring order from the front.
@@ -528,25 +470,30 @@ impl Fair {
         if !ring.is_empty() && self.turn == 0 {
             return Err("front group has no turn left".into());
         }
-        let mut heads: BTreeSet<(u64, u32, u32)> = BTreeSet::new();
+        let mut oldest: Option<u64> = None;
         for (&gid, m) in &self.members {
             m.queue.check().map_err(|e| format!("group {gid}: {e}"))?;
-            let Some((head, idx)) = m.queue.first() else {
+            let Some((head, _)) = m.queue.first() else {
                 return Err(format!("group {gid} is empty but in the ring"));
             };
-            heads.insert((head, idx, gid));
+            if self.heads.get(gid) != m.queue.first() {
+                return Err(format!("group {gid} head is stale"));
+            }
+            oldest = Some(oldest.map_or(head, |o| o.min(head)));
             if self.members[&m.next].prev != gid {
                 return Err(format!("group {gid} ring links are broken"));
             }
         }
-        // Every group's head is in the heap, the top is the oldest of them, and stale
-        // entries are bounded.
-        let listed: BTreeSet<(u64, u32, u32)> = self.heads.iter().map(|r| r.0).collect();
-        if !heads.is_subset(&listed) || self.heads.peek().map(|r| r.0) != heads.first().copied() {
+        // Every group here has its head in the tournament and no other group has one (so
+        // the winner is the oldest of them).
+        self.heads.check()?;
+        if self
+            .heads
+            .entries()
+            .any(|(gid, _)| self.members.get(&gid).is_none())
+            || self.heads.min().map(|(seq, _, _)| seq) != oldest
+        {
             return Err("group heads are stale".into());
-        }
-        if self.heads.len() > 2 * self.members.len() + 32 {
-            return Err("group heads hold too many stale entries".into());
         }
         Ok(())
     }
@@ -575,7 +522,7 @@ impl Level {
                 let mut fair = Box::<Fair>::default();
                 if let Some((head, i)) = q.first() {
                     fair.join(NO_GROUP, std::mem::take(q), groups);
-                    fair.heads.push(Reverse((head, i, NO_GROUP)));
+                    fair.heads.set(NO_GROUP, head, i);
                 }
                 fair.insert(seq, idx, gid, groups);
                 *self = Level::Fair(fair);
@@ -845,7 +792,7 @@ mod tests {
             g.leave(7 + round % 5);
             assert_eq!(g.len(), 0);
         }
-        assert!(g.footprint() <= 3, "{}", g.footprint());
+        assert!(g.footprint() <= 6, "{}", g.footprint());
         g.join(0, Some("t"));
         assert_eq!(g.weight(g.of(0)), 4, "a weight outlives the group's keys");
         assert_eq!(g.name(g.of(0)), Some("t"));

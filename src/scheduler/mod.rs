@@ -49,6 +49,7 @@ mod groups;
 mod index;
 mod inspect;
 mod invariants;
+mod names;
 mod queues;
 mod record;
 mod running;
@@ -57,6 +58,7 @@ mod stats;
 #[cfg(test)]
 mod tests;
 mod time;
+mod tournament;
 
 pub use backoff::SplitMix64;
 pub use config::Config;

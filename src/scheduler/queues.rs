@@ -44,24 +44,33 @@ impl Hash for Time {
 /// that takes the others. An entry removed from the middle of the deque stays there as a
 /// tombstone, listed in `removed`, until it reaches the front or tombstones outnumber the
 /// rest (then the deque is compacted), so every operation is O(log n) amortised.
+///
+/// `removed` and `late` live behind one pointer allocated the first time either is needed:
+/// a fair level keeps one `Sorted` per group, most of which only ever append and pop, and a
+/// small queue is one cache line where the three inline would be two.
 #[derive(Debug)]
 pub(super) struct Sorted<K> {
     /// Entries in increasing `K` order, tombstones included; the front is never a tombstone.
     fifo: VecDeque<(K, u32)>,
+    /// Tombstones and late entries, once there have been any.
+    rare: Option<Box<Rare<K>>>,
+    /// Live entries.
+    pub(super) len: usize,
+}
+
+#[derive(Debug)]
+struct Rare<K> {
     /// The `K` of each tombstone in `fifo`.
     removed: HashSet<K>,
     /// Entries that arrived below the back of `fifo`.
     late: BTreeSet<(K, u32)>,
-    /// Live entries.
-    pub(super) len: usize,
 }
 
 impl<K> Default for Sorted<K> {
     fn default() -> Self {
         Self {
             fifo: VecDeque::new(),
-            removed: HashSet::default(),
-            late: BTreeSet::new(),
+            rare: None,
             len: 0,
         }
     }
@@ -73,18 +82,19 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
         if self.fifo.back().is_none_or(|&(tail, _)| tail < k) {
             self.fifo.push_back((k, idx));
         } else {
-            self.late.insert((k, idx));
+            self.rare_mut().late.insert((k, idx));
         }
         self.len += 1;
     }
 
     #[inline]
     pub(super) fn remove(&mut self, k: K, idx: u32) {
-        if !self.late.remove(&(k, idx)) {
+        let late = self.rare.as_mut().is_some_and(|r| r.late.remove(&(k, idx)));
+        if !late {
             if self.fifo.front() == Some(&(k, idx)) {
                 self.fifo.pop_front();
             } else {
-                self.removed.insert(k);
+                self.rare_mut().removed.insert(k);
             }
             self.drop_tombstones();
         }
@@ -93,32 +103,62 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
 
     #[inline]
     pub(super) fn first(&self) -> Option<(K, u32)> {
-        match (self.fifo.front(), self.late.first()) {
+        let late = self.rare.as_ref().and_then(|r| r.late.first());
+        match (self.fifo.front(), late) {
             (Some(&f), Some(&l)) => Some(f.min(l)),
             (f, l) => f.or(l).copied(),
         }
     }
 
+    #[cold]
+    fn rare_mut(&mut self) -> &mut Rare<K> {
+        self.rare.get_or_insert_with(|| {
+            Box::new(Rare {
+                removed: HashSet::default(),
+                late: BTreeSet::new(),
+            })
+        })
+    }
+
     #[inline]
     fn drop_tombstones(&mut self) {
+        let Some(rare) = self.rare.as_mut() else {
+            return;
+        };
+        let removed = &mut rare.removed;
+        if removed.is_empty() {
+            return;
+        }
         while let Some(&(k, _)) = self.fifo.front() {
-            if !self.removed.remove(&k) {
+            if !removed.remove(&k) {
                 break;
             }
             self.fifo.pop_front();
         }
-        if self.removed.len() > 32 && self.removed.len() * 2 > self.fifo.len() {
-            let removed = std::mem::take(&mut self.removed);
+        if removed.len() > 32 && removed.len() * 2 > self.fifo.len() {
+            let removed = std::mem::take(removed);
             self.fifo.retain(|(k, _)| !removed.contains(k));
         }
+    }
+
+    fn is_tombstone(&self, k: &K) -> bool {
+        self.rare.as_ref().is_some_and(|r| r.removed.contains(k))
+    }
+
+    fn late(&self) -> impl Iterator<Item = &(K, u32)> + '_ {
+        self.rare.iter().flat_map(|r| r.late.iter())
     }
 
     /// How many live entries are below `k`: a binary search of the deque, less its
     /// tombstones below `k`, plus the `late` entries below `k` (for `Ready::ahead`).
     pub(super) fn rank(&self, k: K) -> usize {
         let in_fifo = self.fifo.partition_point(|&(x, _)| x < k);
-        let tombstones = self.removed.iter().filter(|&&r| r < k).count();
-        let late = self.late.range(..(k, 0)).count();
+        let (tombstones, late) = self.rare.as_ref().map_or((0, 0), |r| {
+            (
+                r.removed.iter().filter(|&&x| x < k).count(),
+                r.late.range(..(k, 0)).count(),
+            )
+        });
         in_fifo - tombstones + late
     }
 
@@ -127,8 +167,8 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
         let mut live: Vec<(K, u32)> = self
             .fifo
             .iter()
-            .filter(|(k, _)| !self.removed.contains(k))
-            .chain(self.late.iter())
+            .filter(|(k, _)| !self.is_tombstone(k))
+            .chain(self.late())
             .copied()
             .collect();
         live.sort_unstable();
@@ -136,14 +176,14 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
     }
 
     pub(super) fn check(&self) -> Result<(), String> {
-        if self.fifo.len() - self.removed.len() + self.late.len() != self.len {
+        let (removed, late) = self
+            .rare
+            .as_ref()
+            .map_or((0, 0), |r| (r.removed.len(), r.late.len()));
+        if self.fifo.len() - removed + late != self.len {
             return Err("queue length is stale".into());
         }
-        if self
-            .fifo
-            .front()
-            .is_some_and(|(k, _)| self.removed.contains(k))
-        {
+        if self.fifo.front().is_some_and(|(k, _)| self.is_tombstone(k)) {
             return Err("queue starts with a tombstone".into());
         }
         if !self
@@ -583,7 +623,7 @@ mod tests {
         q.len += 1;
         assert!(q.check().is_err(), "stale length");
         let mut q = valid();
-        q.removed.insert(1);
+        q.rare_mut().removed.insert(1);
         q.len -= 1;
         assert!(q.check().is_err(), "tombstone at the front");
         let mut q = valid();
