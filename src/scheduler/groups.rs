@@ -32,7 +32,8 @@ struct Live {
     weight: u32,
 }
 
-/// Group names ↔ numbers, each key's group, per-group key counts and weights.
+/// Group names ↔ numbers, per-group key counts and weights. Each key's group number is kept
+/// in its record (`Record::group`), which every operation on the key reads anyway.
 #[derive(Debug)]
 pub struct Groups {
     /// Group numbers are the names' numbers (`NO_GROUP`, 0, is never a name's).
@@ -40,9 +41,6 @@ pub struct Groups {
     /// By group number; `live[0]` is `NO_GROUP`, and numbers without a name hold zeros.
     live: Vec<Live>,
     weights: HashMap<Box<str>, u32>,
-    /// The group of each record slot; empty until a named group is first used, and shorter
-    /// than the slab when the last slots never had a group (those are `NO_GROUP`).
-    of_slot: Vec<u32>,
 }
 
 impl Default for Groups {
@@ -51,31 +49,23 @@ impl Default for Groups {
             names: Names::default(),
             live: vec![Live { keys: 0, weight: 1 }],
             weights: HashMap::new(),
-            of_slot: Vec::new(),
         }
     }
 }
 
 impl Groups {
-    /// Record that the new record in `idx` belongs to `name` (`None`: no group).
+    /// A new record belongs to `name` (`None`: no group): its group number, for the record.
     #[inline]
-    pub fn join(&mut self, idx: u32, name: Option<&str>) {
-        let i = idx as usize;
+    pub fn join(&mut self, name: Option<&str>) -> u32 {
         let Some(name) = name else {
-            if let Some(g) = self.of_slot.get_mut(i) {
-                *g = NO_GROUP;
-            }
-            return;
+            return NO_GROUP;
         };
         let (gid, new) = self.names.intern(name);
         if new {
             self.start(gid, name);
         }
         self.live[gid as usize].keys += 1;
-        if self.of_slot.len() <= i {
-            self.of_slot.resize(i + 1, NO_GROUP);
-        }
-        self.of_slot[i] = gid;
+        gid
     }
 
     /// A group numbered `gid` just got its name: no keys yet, and the weight set for it.
@@ -91,26 +81,19 @@ impl Groups {
         };
     }
 
-    /// The record in `idx` is dropped: its group loses a key, and is forgotten with its last.
+    /// A record of group `gid` is dropped: the group loses a key, and is forgotten with its
+    /// last.
     #[inline]
-    pub fn leave(&mut self, idx: u32) {
-        let gid = self.of(idx);
+    pub fn leave(&mut self, gid: u32) {
         if gid == NO_GROUP {
             return;
         }
-        self.of_slot[idx as usize] = NO_GROUP;
         let live = &mut self.live[gid as usize];
         live.keys -= 1;
         if live.keys == 0 {
             *live = Live::default();
             self.names.remove(gid);
         }
-    }
-
-    /// The group of the record in `idx`.
-    #[inline]
-    pub fn of(&self, idx: u32) -> u32 {
-        self.of_slot.get(idx as usize).copied().unwrap_or(NO_GROUP)
     }
 
     /// The name of group `gid` (`None` for `NO_GROUP`).
@@ -283,10 +266,10 @@ impl Fair {
     fn insert(&mut self, seq: u64, idx: u32, gid: u32, groups: &Groups) {
         match self.members.get_mut(&gid) {
             Some(m) => {
-                let head = m.queue.first().map(|(s, _)| s);
-                m.queue.insert(seq, idx);
-                if head.is_some_and(|h| seq < h) {
-                    // A raised key older than the group's first: the group's new head.
+                // An entry at the back is not the group's first (the group has one already);
+                // one that went elsewhere (a raised key, with its older sequence number) may
+                // be.
+                if !m.queue.insert(seq, idx) && m.queue.first() == Some((seq, idx)) {
                     self.heads.set(gid, seq, idx);
                 }
             }
@@ -363,6 +346,24 @@ impl Fair {
         let gid = self.front?;
         let (seq, idx) = self.members.get(&gid)?.queue.first()?;
         Some((seq, idx, gid))
+    }
+
+    /// The slots of the next entry and, roughly, of the one after (a hint for prefetching:
+    /// the second ignores tombstones and late entries).
+    #[inline]
+    fn upcoming(&self) -> (Option<u32>, Option<u32>) {
+        let Some(m) = self.front.and_then(|gid| self.members.get(&gid)) else {
+            return (None, None);
+        };
+        let after = if self.turn > 1 || Some(m.next) == self.front {
+            m.queue.second_slot()
+        } else {
+            self.members
+                .get(&m.next)
+                .and_then(|n| n.queue.first())
+                .map(|(_, i)| i)
+        };
+        (m.queue.first().map(|(_, i)| i), after)
     }
 
     #[inline]
@@ -517,7 +518,9 @@ impl Level {
 
     pub fn insert(&mut self, seq: u64, idx: u32, gid: u32, groups: &Groups) {
         match self {
-            Level::Plain(q) if gid == NO_GROUP => q.insert(seq, idx),
+            Level::Plain(q) if gid == NO_GROUP => {
+                q.insert(seq, idx);
+            }
             Level::Plain(q) => {
                 let mut fair = Box::<Fair>::default();
                 if let Some((head, i)) = q.first() {
@@ -576,6 +579,15 @@ impl Level {
         match self {
             Level::Plain(q) => q.first().map(|(s, i)| (s, i, NO_GROUP)),
             Level::Fair(f) => f.next(),
+        }
+    }
+
+    /// The slots of the next entry and, roughly, the one after (`Fair::upcoming`).
+    #[inline]
+    pub fn upcoming(&self) -> (Option<u32>, Option<u32>) {
+        match self {
+            Level::Plain(q) => (q.first().map(|(_, i)| i), q.second_slot()),
+            Level::Fair(f) => f.upcoming(),
         }
     }
 
@@ -676,10 +688,9 @@ mod tests {
     fn groups(names: &[(&str, u32)]) -> (Groups, Vec<u32>) {
         let mut g = Groups::default();
         let mut ids = Vec::new();
-        for (slot, &(name, weight)) in names.iter().enumerate() {
+        for &(name, weight) in names {
             g.set_weight(name, weight);
-            g.join(slot as u32, Some(name));
-            ids.push(g.of(slot as u32));
+            ids.push(g.join(Some(name)));
         }
         (g, ids)
     }
@@ -785,20 +796,19 @@ mod tests {
         g.set_weight("t", 4);
         for round in 0..10_000u32 {
             let name = format!("tenant-{round}");
-            g.join(round % 7, Some(&name));
-            g.join(7 + round % 5, Some(&name));
-            g.leave(round % 7);
+            let first = g.join(Some(&name));
+            assert_eq!(g.join(Some(&name)), first);
+            g.leave(first);
             assert_eq!(g.len(), 1);
-            g.leave(7 + round % 5);
+            g.leave(first);
             assert_eq!(g.len(), 0);
         }
         assert!(g.footprint() <= 6, "{}", g.footprint());
-        g.join(0, Some("t"));
-        assert_eq!(g.weight(g.of(0)), 4, "a weight outlives the group's keys");
-        assert_eq!(g.name(g.of(0)), Some("t"));
-        g.join(1, None);
-        assert_eq!((g.of(1), g.name(NO_GROUP)), (NO_GROUP, None));
-        g.check(|gid| u32::from(gid == g.of(0))).unwrap();
+        let t = g.join(Some("t"));
+        assert_eq!(g.weight(t), 4, "a weight outlives the group's keys");
+        assert_eq!(g.name(t), Some("t"));
+        assert_eq!((g.join(None), g.name(NO_GROUP)), (NO_GROUP, None));
+        g.check(|gid| u32::from(gid == t)).unwrap();
         assert!(g.check(|_| 2).is_err());
     }
 

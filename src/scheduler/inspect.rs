@@ -147,7 +147,7 @@ impl Scheduler {
             follow_up_priority: None,
             group: None,
         };
-        let gid = self.groups.of(idx);
+        let gid = self.records.get(idx).group;
         out.group = self.groups.name(gid).map(str::to_owned);
         match rec.state {
             State::Waiting => out.ready_at = Some(rec.at),
@@ -202,7 +202,7 @@ impl Scheduler {
             }
         }
         for (idx, _, _) in self.running.entries() {
-            if let Some(c) = counts.get_mut(&self.groups.of(idx)) {
+            if let Some(c) = counts.get_mut(&self.records.get(idx).group) {
                 c.in_flight += 1;
             }
         }
@@ -221,7 +221,10 @@ impl Scheduler {
                 key: rec.key.to_string(),
                 priority,
                 since: rec.at,
-                group: self.groups.name(self.groups.of(idx)).map(str::to_owned),
+                group: self
+                    .groups
+                    .name(self.records.get(idx).group)
+                    .map(str::to_owned),
             }
         });
         let mut in_flight: Vec<(i64, usize)> = Vec::new();

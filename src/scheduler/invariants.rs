@@ -17,7 +17,7 @@ impl Scheduler {
             if rec.state != State::Ready
                 || rec.priority != p
                 || rec.seq != s
-                || gid != self.groups.of(idx)
+                || gid != self.records.get(idx).group
             {
                 return Err(format!(
                     "ready entry {:?} does not match its record",
@@ -71,8 +71,8 @@ impl Scheduler {
         for idx in self.records.slots() {
             let rec = self.records.get(idx);
             if rec.state != State::Free {
-                *per_group.entry(self.groups.of(idx)).or_default() += 1;
-            } else if self.groups.of(idx) != NO_GROUP {
+                *per_group.entry(rec.group).or_default() += 1;
+            } else if rec.group != NO_GROUP {
                 return Err(format!("free slot {idx} is still in a group"));
             }
             match rec.state {

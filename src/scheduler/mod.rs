@@ -105,6 +105,9 @@ pub struct Scheduler {
     counters: Counters,
     queue_duration: Histogram,
     work_duration: Histogram,
+    /// The slots `pop_many` takes from the ready queue before it starts them (kept to reuse
+    /// its allocation).
+    batch: Vec<u32>,
 }
 
 impl Scheduler {
@@ -124,6 +127,7 @@ impl Scheduler {
             counters: Counters::default(),
             queue_duration: Histogram::default(),
             work_duration: Histogram::default(),
+            batch: Vec::new(),
         })
     }
 
@@ -208,8 +212,9 @@ impl Scheduler {
         self.counters.adds += 1;
         let Some(idx) = self.records.find(key) else {
             let idx = self.records.insert(key).map_err(|_| Error::TooManyKeys)?;
-            self.groups.join(idx, group);
-            self.records.get_mut(idx).priority = priority;
+            let rec = self.records.get_mut(idx);
+            rec.group = self.groups.join(group);
+            rec.priority = priority;
             let schedule = Schedule::merge_add(None, after, now, &self.cfg);
             self.enqueue(idx, schedule, now);
             return Ok(());
@@ -222,7 +227,7 @@ impl Scheduler {
                     let (old, seq) = (rec.priority, rec.seq);
                     rec.priority = priority;
                     // Same sequence number: it keeps its place in the FIFO by ready time.
-                    let gid = self.groups.of(idx);
+                    let gid = rec.group;
                     self.ready.remove(old, seq, idx, gid, &self.groups);
                     self.ready.insert(priority, seq, idx, gid, &self.groups);
                 }
@@ -289,28 +294,72 @@ impl Scheduler {
         mut out: impl FnMut(&str),
     ) -> Result<usize, Error> {
         let now = self.tick(check_now(now)?);
-        let mut n = 0;
-        while n < max {
-            let Some(idx) = self.pop_one(now) else { break };
-            out(&self.records.get(idx).key);
-            n += 1;
+        // First take the keys from the ready queue, then start them: the records of keys
+        // taken in turn from many groups lie far apart, and looking them all up in one
+        // loop (`Records::warm_slots`) lets the CPU wait for their cache misses together.
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        while batch.len() < max {
+            let Some(idx) = self.take_ready(now, batch.len()) else {
+                break;
+            };
+            batch.push(idx);
         }
+        self.records.warm_slots(&batch);
+        for &idx in &batch {
+            self.start(idx, now);
+            out(&self.records.get(idx).key);
+        }
+        let n = batch.len();
+        self.batch = batch;
         Ok(n)
     }
 
     fn pop_one(&mut self, now: f64) -> Option<u32> {
-        if self.cfg.concurrency > 0 && self.running.len() >= self.cfg.concurrency {
+        let idx = self.take_ready(now, 0)?;
+        self.start(idx, now);
+        // While the caller works on this key, have the cache fetch what the next pops will
+        // read: fair groups take keys out of arrival order, so their records and key texts
+        // are seldom next to this one in memory, and with many keys not in cache. The next
+        // key's record was asked for on the last pop, so its text can be asked for now; the
+        // record of the key after it is asked for in turn.
+        let (next, after) = self.ready.upcoming();
+        if let Some(next) = next {
+            self.records.prefetch_key(next);
+        }
+        if let Some(after) = after {
+            self.records.prefetch(after);
+        }
+        Some(idx)
+    }
+
+    /// Take the next key from the ready queue, unless `concurrency` keys would be in flight
+    /// with the `taken` ones not yet started.
+    #[inline]
+    fn take_ready(&mut self, now: f64, taken: usize) -> Option<u32> {
+        if self.cfg.concurrency > 0 && self.running.len() + taken >= self.cfg.concurrency {
             return None;
         }
         // Anti-starvation: once the oldest ready key has waited past max_wait its priority
         // level goes first; within the level, groups keep their turns (with no named group
-        // here, that is the oldest key itself).
-        let (_, _, idx) = match self.ready.oldest() {
-            Some((p, _, i)) if now - self.records.get(i).at > self.cfg.max_wait => {
-                self.ready.pop_at(p, &self.groups)?
+        // here, that is the oldest key itself). With one priority level that is the level
+        // served anyway, so the oldest key's record is not read.
+        let (_, _, idx) = if self.ready.priorities() > 1 {
+            match self.ready.oldest() {
+                Some((p, _, i)) if now - self.records.get(i).at > self.cfg.max_wait => {
+                    self.ready.pop_at(p, &self.groups)?
+                }
+                _ => self.ready.pop_first(&self.groups)?,
             }
-            _ => self.ready.pop_first(&self.groups)?,
+        } else {
+            self.ready.pop_first(&self.groups)?
         };
+        Some(idx)
+    }
+
+    /// Hand out `idx`, just taken from the ready queue: it is in flight from `now`.
+    #[inline]
+    fn start(&mut self, idx: u32, now: f64) {
         let seq = self.bump_seq();
         let rec = self.records.get_mut(idx);
         self.queue_duration.observe(now - rec.at);
@@ -319,7 +368,6 @@ impl Scheduler {
         rec.seq = seq;
         self.running.insert(seq, idx);
         self.counters.pops += 1;
-        Some(idx)
     }
 
     /// End the in-flight state of `key`.
@@ -408,7 +456,7 @@ impl Scheduler {
                 self.enqueue(idx, schedule, now);
             }
             None => {
-                self.groups.leave(idx);
+                self.groups.leave(rec.group);
                 self.records.remove(idx);
             }
         }
@@ -439,7 +487,7 @@ impl Scheduler {
     /// The fair group of `key` (`None` for an absent key or one without a group).
     pub fn group_of(&self, key: &str) -> Option<&str> {
         let idx = self.records.find(key)?;
-        self.groups.name(self.groups.of(idx))
+        self.groups.name(self.records.get(idx).group)
     }
 
     /// Named groups with at least one key (queued or in flight).
@@ -582,8 +630,8 @@ impl Scheduler {
         rec.at = since;
         rec.seq = seq;
         rec.batch = false;
-        let gid = self.groups.of(idx);
-        self.ready.insert(rec.priority, seq, idx, gid, &self.groups);
+        self.ready
+            .insert(rec.priority, seq, idx, rec.group, &self.groups);
     }
 
     /// Put a key that is in no queue into the queue its schedule calls for. A key due now

@@ -84,10 +84,16 @@ impl Names {
     /// The number of `name`, and whether it is new (numbered by this call).
     #[inline]
     pub fn intern(&mut self, name: &str) -> (u32, bool) {
-        let hash = self.hasher.hash_one(name);
-        if self.matches(self.last, hash, name) {
+        // A run of one name compares the text it holds inline, without hashing.
+        let last = &self.entries[self.last as usize];
+        if last
+            .text
+            .as_ref()
+            .is_some_and(|t| t.as_bytes() == name.as_bytes())
+        {
             return (self.last, false);
         }
+        let hash = self.hasher.hash_one(name);
         let found = self
             .table
             .find(hash, |&id| self.matches(id, hash, name))

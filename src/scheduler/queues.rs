@@ -77,14 +77,17 @@ impl<K> Default for Sorted<K> {
 }
 
 impl<K: Ord + Copy + Hash> Sorted<K> {
+    /// Insert an entry; true if it went to the back (it is above every other entry).
     #[inline]
-    pub(super) fn insert(&mut self, k: K, idx: u32) {
+    pub(super) fn insert(&mut self, k: K, idx: u32) -> bool {
+        self.len += 1;
         if self.fifo.back().is_none_or(|&(tail, _)| tail < k) {
             self.fifo.push_back((k, idx));
+            true
         } else {
             self.rare_mut().late.insert((k, idx));
+            false
         }
-        self.len += 1;
     }
 
     #[inline]
@@ -108,6 +111,13 @@ impl<K: Ord + Copy + Hash> Sorted<K> {
             (Some(&f), Some(&l)) => Some(f.min(l)),
             (f, l) => f.or(l).copied(),
         }
+    }
+
+    /// The slot of the deque's second entry: roughly the entry after the first (it may be
+    /// a tombstone, and a late entry may come first), good enough for a prefetch hint.
+    #[inline]
+    pub(super) fn second_slot(&self) -> Option<u32> {
+        self.fifo.get(1).map(|&(_, i)| i)
     }
 
     #[cold]
@@ -359,6 +369,16 @@ impl Ready {
         level.next().map(|(s, i, _)| (priority, s, i))
     }
 
+    /// The slots of the next key in priority order and, roughly, of the one after (a
+    /// prefetch hint; the one after is looked for at the first priority only).
+    #[inline]
+    pub fn upcoming(&self) -> (Option<u32>, Option<u32>) {
+        self.levels
+            .values()
+            .next()
+            .map_or((None, None), Level::upcoming)
+    }
+
     /// The key that has been ready the longest, of any priority.
     #[inline]
     pub fn oldest(&self) -> Option<Entry> {
@@ -369,6 +389,12 @@ impl Ready {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// How many priorities have ready keys.
+    #[inline]
+    pub fn priorities(&self) -> usize {
+        self.levels.len()
     }
 
     /// The ready keys served before the one at (`priority`, `seq`) of group `gid`, the

@@ -25,8 +25,10 @@ pub enum State {
 }
 
 /// The per-key record. Its fields mean different things in different states, which keeps it
-/// small (56 bytes): see `at`, `seq` and `deadline`.
+/// to one cache line (64 bytes, aligned: an unaligned record straddles two lines, and with
+/// many keys every line is a miss): see `at`, `seq` and `deadline`.
 #[derive(Debug)]
+#[repr(align(64))]
 pub struct Record {
     pub key: Box<str>,
     pub state: State,
@@ -34,6 +36,8 @@ pub struct Record {
     pub batch: bool,
     /// Consecutive failures (reset by a success or `forget`).
     pub failures: u32,
+    /// The key's fair group number (`groups::NO_GROUP` for none), set with the record.
+    pub group: u32,
     /// Queued: the merged priority. In flight: the priority the key was popped with.
     pub priority: i64,
     /// A unique, increasing sequence number: the key's position in the waiting queue (ties of
@@ -66,27 +70,70 @@ impl Records {
         self.index.find(hash, |i| &*slots[i as usize].key == key)
     }
 
-    /// A new record for `key` (which must not have one), in state `Free` until the caller
-    /// sets it.
     /// Look every key up once and throw the answers away, so that the batch that follows
     /// finds their index entries and records in cache. With many keys each lookup is a cache
     /// miss or two; one after the other in this loop, the CPU overlaps the misses of
     /// different keys, where the batch's own loop (a lookup, then work that depends on it)
     /// waits for each in turn.
+    ///
+    /// New keys take their slots from the end of the free list, which after keys finished out
+    /// of arrival order (fair groups) point all over the slab: those records are read here
+    /// too, one per key.
     pub fn warm<'k>(&self, keys: impl Iterator<Item = &'k str>) {
         let mut found = 0u32;
+        let mut n = 0;
         for key in keys {
             found ^= self.find(key).unwrap_or(0);
+            n += 1;
+        }
+        for &i in self.free.iter().rev().take(n) {
+            found ^= self.slots[i as usize].failures;
         }
         std::hint::black_box(found);
     }
 
+    /// Read the record and key of every slot once and throw the values away, for the same
+    /// reason as `warm`: the loop that then works on each record finds them in cache.
+    pub fn warm_slots(&self, slots: &[u32]) {
+        let mut seen = 0u64;
+        for &i in slots {
+            let rec = &self.slots[i as usize];
+            seen ^= rec.at.to_bits() ^ u64::from(rec.key.as_bytes().first().copied().unwrap_or(0));
+        }
+        std::hint::black_box(seen);
+    }
+
+    /// Start loading the record in `idx` into cache without waiting for it (a hint: no
+    /// effect on what any operation returns).
+    #[inline]
+    pub fn prefetch(&self, idx: u32) {
+        if let Some(rec) = self.slots.get(idx as usize) {
+            prefetch_line(rec);
+        }
+    }
+
+    /// Start loading the text of the key in `idx` (reading its record, which should be in
+    /// cache by then: see `prefetch`).
+    #[inline]
+    pub fn prefetch_key(&self, idx: u32) {
+        if let Some(byte) = self
+            .slots
+            .get(idx as usize)
+            .and_then(|r| r.key.as_bytes().first())
+        {
+            prefetch_line(byte);
+        }
+    }
+
+    /// A new record for `key` (which must not have one), in state `Free` until the caller
+    /// sets it.
     pub fn insert(&mut self, key: &str) -> Result<u32, TooManyKeys> {
         let record = Record {
             key: key.into(),
             state: State::Free,
             batch: false,
             failures: 0,
+            group: 0,
             priority: 0,
             seq: 0,
             at: 0.0,
@@ -123,6 +170,7 @@ impl Records {
         self.index.remove(self.hasher.hash_one(&*slot.key), idx);
         slot.key = Box::default();
         slot.state = State::Free;
+        slot.group = 0;
         self.free.push(idx);
     }
 
@@ -145,13 +193,27 @@ impl Records {
     }
 }
 
+/// Ask the CPU to load the cache line holding `value`.
+#[inline]
+fn prefetch_line<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch only hints the cache; it never faults or writes, and `value` is a
+    // live reference in any case. SSE is part of the x86_64 baseline.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(value).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn record_stays_small() {
-        assert!(std::mem::size_of::<Record>() <= 56);
+        assert_eq!(std::mem::size_of::<Record>(), 64, "one cache line");
     }
 
     #[test]
