@@ -13,7 +13,9 @@ The start delay is simulated on a virtual clock (no sleeping, no wall time): 32 
 every reconcile takes one unit `D`; tenant A adds 10,000 keys at t=0, tenant B adds 10 keys at
 t=0.5·D. B's delay is from its add to the start of its reconcile, in reconcile durations and
 in pops. Costs are CPU time (`time.process_time`) of alternating rounds, fairness off, on,
-off, on, ..., so a change in machine load hits both alike; the figures are medians per item.
+off, on, ..., so a change in machine load hits both alike, after a warm-up to the steady
+state and with the GC off; the figures are medians per item, the ratios medians of the
+ratios of adjacent rounds.
 """
 
 from __future__ import annotations

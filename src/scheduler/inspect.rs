@@ -218,7 +218,7 @@ impl Scheduler {
         let oldest_ready = self.ready.oldest().map(|(priority, _, idx)| {
             let rec = self.records.get(idx);
             OldestReady {
-                key: rec.key.to_string(),
+                key: self.records.key(idx).to_string(),
                 priority,
                 since: rec.at,
                 group: self
@@ -376,7 +376,7 @@ mod tests {
         }
         let order: Vec<(i64, u64, u32, u32)> = s.ready.iter().collect();
         for (pos, &(p, _, idx, _)) in order.iter().enumerate() {
-            let key = s.records.get(idx).key.to_string();
+            let key = s.records.key(idx).to_string();
             let i = s.inspect(&key, 1.0).unwrap().unwrap();
             assert_eq!(i.priority, p);
             let (at, higher) = (i.ahead_at_priority.unwrap(), i.ahead_higher.unwrap());
@@ -411,7 +411,7 @@ mod tests {
             let keys: Vec<String> = s
                 .ready
                 .iter()
-                .map(|(_, _, idx, _)| s.records.get(idx).key.to_string())
+                .map(|(_, _, idx, _)| s.records.key(idx).to_string())
                 .collect();
             // (position, key, rank in its group, (priority, group)).
             let mut want = Vec::new();

@@ -21,11 +21,14 @@ impl Scheduler {
             {
                 return Err(format!(
                     "ready entry {:?} does not match its record",
-                    rec.key
+                    self.records.key(idx)
                 ));
             }
             if rec.at > self.clock {
-                return Err(format!("ready key {:?} is ready in the future", rec.key));
+                return Err(format!(
+                    "ready key {:?} is ready in the future",
+                    self.records.key(idx)
+                ));
             }
             if let Some((lp, ls)) = last_ready {
                 if lp == p && ls > s {
@@ -39,16 +42,19 @@ impl Scheduler {
             if rec.state != State::Waiting || rec.at != at || rec.seq != s {
                 return Err(format!(
                     "waiting entry {:?} does not match its record",
-                    rec.key
+                    self.records.key(idx)
                 ));
             }
             if at <= self.clock {
-                return Err(format!("waiting key {:?} is overdue", rec.key));
+                return Err(format!(
+                    "waiting key {:?} is overdue",
+                    self.records.key(idx)
+                ));
             }
             if rec.batch && rec.deadline < rec.at {
                 return Err(format!(
                     "waiting key {:?} is past its debounce cap",
-                    rec.key
+                    self.records.key(idx)
                 ));
             }
         }
@@ -62,7 +68,7 @@ impl Scheduler {
             if rec.state != expected || rec.seq != s {
                 return Err(format!(
                     "in-flight entry {:?} does not match its record",
-                    rec.key
+                    self.records.key(idx)
                 ));
             }
         }
@@ -82,8 +88,8 @@ impl Scheduler {
                 State::Running => running += 1,
                 State::RunningDirty => dirty += 1,
             }
-            if self.records.find(&rec.key) != Some(idx) {
-                return Err(format!("key {:?} is not indexed", rec.key));
+            if self.records.find(self.records.key(idx)) != Some(idx) {
+                return Err(format!("key {:?} is not indexed", self.records.key(idx)));
             }
         }
         let counts = (waiting, ready, running + dirty, dirty);

@@ -49,6 +49,7 @@ mod groups;
 mod index;
 mod inspect;
 mod invariants;
+mod keys;
 mod names;
 mod queues;
 mod record;
@@ -283,7 +284,7 @@ impl Scheduler {
     /// ready or `concurrency` keys are already in flight.
     pub fn pop(&mut self, now: f64) -> Result<Option<&str>, Error> {
         let now = self.tick(check_now(now)?);
-        Ok(self.pop_one(now).map(|idx| &*self.records.get(idx).key))
+        Ok(self.pop_one(now).map(|idx| self.records.key(idx)))
     }
 
     /// `pop` up to `max` times with one `now`, passing each key to `out`; returns the count.
@@ -308,7 +309,7 @@ impl Scheduler {
         self.records.warm_slots(&batch);
         for &idx in &batch {
             self.start(idx, now);
-            out(&self.records.get(idx).key);
+            out(self.records.key(idx));
         }
         let n = batch.len();
         self.batch = batch;

@@ -6,13 +6,15 @@
 //! by slot number too, which keeps their entries small and `Copy`.
 
 use super::index::{advise_huge_pages, Index, MAX_SLOT};
+use super::keys::{KeyRef, KeyTexts};
 use hashbrown::DefaultHashBuilder;
 use std::hash::BuildHasher;
 
 /// Where a key is in its life cycle. Absent keys have no record at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum State {
     /// A slot on the free list.
+    #[default]
     Free,
     /// Queued with a ready time in the future (in the waiting queue).
     Waiting,
@@ -27,10 +29,11 @@ pub enum State {
 /// The per-key record. Its fields mean different things in different states, which keeps it
 /// to one cache line (64 bytes, aligned: an unaligned record straddles two lines, and with
 /// many keys every line is a miss): see `at`, `seq` and `deadline`.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 #[repr(align(64))]
 pub struct Record {
-    pub key: Box<str>,
+    /// The key's text, in `Records`' slabs (`Records::key`).
+    pub key: KeyRef,
     pub state: State,
     /// Whether `deadline` is set: the ready time comes from a debounce batch.
     pub batch: bool,
@@ -55,6 +58,7 @@ pub struct Records {
     slots: Vec<Record>,
     free: Vec<u32>,
     index: Index,
+    texts: KeyTexts,
     hasher: DefaultHashBuilder,
 }
 
@@ -65,9 +69,17 @@ pub struct TooManyKeys;
 impl Records {
     /// The slot of `key`, if it has a record.
     pub fn find(&self, key: &str) -> Option<u32> {
-        let hash = self.hasher.hash_one(key);
-        let slots = &self.slots;
-        self.index.find(hash, |i| &*slots[i as usize].key == key)
+        let hash = self.hasher.hash_one(key.as_bytes());
+        let (slots, texts) = (&self.slots, &self.texts);
+        self.index.find(hash, |i| {
+            texts.bytes(slots[i as usize].key) == key.as_bytes()
+        })
+    }
+
+    /// The key of the record in `idx`.
+    #[inline]
+    pub fn key(&self, idx: u32) -> &str {
+        self.texts.get(self.slots[idx as usize].key)
     }
 
     /// Look every key up once and throw the answers away, so that the batch that follows
@@ -98,7 +110,10 @@ impl Records {
         let mut seen = 0u64;
         for &i in slots {
             let rec = &self.slots[i as usize];
-            seen ^= rec.at.to_bits() ^ u64::from(rec.key.as_bytes().first().copied().unwrap_or(0));
+            // A text may straddle two lines: read its first and last byte.
+            let key = self.texts.bytes(rec.key);
+            let ends = key.first().copied().unwrap_or(0) ^ key.last().copied().unwrap_or(0);
+            seen ^= rec.at.to_bits() ^ u64::from(ends);
         }
         std::hint::black_box(seen);
     }
@@ -119,7 +134,7 @@ impl Records {
         if let Some(byte) = self
             .slots
             .get(idx as usize)
-            .and_then(|r| r.key.as_bytes().first())
+            .and_then(|r| self.texts.bytes(r.key).first())
         {
             prefetch_line(byte);
         }
@@ -128,29 +143,16 @@ impl Records {
     /// A new record for `key` (which must not have one), in state `Free` until the caller
     /// sets it.
     pub fn insert(&mut self, key: &str) -> Result<u32, TooManyKeys> {
-        let record = Record {
-            key: key.into(),
-            state: State::Free,
-            batch: false,
-            failures: 0,
-            group: 0,
-            priority: 0,
-            seq: 0,
-            at: 0.0,
-            deadline: 0.0,
-        };
+        // The slot first: a refused key must not leave its text behind.
         let idx = match self.free.pop() {
-            Some(i) => {
-                self.slots[i as usize] = record;
-                i
-            }
+            Some(i) => i,
             None => {
                 let i = u32::try_from(self.slots.len())
                     .ok()
                     .filter(|&i| i <= MAX_SLOT)
                     .ok_or(TooManyKeys)?;
                 let capacity = self.slots.capacity();
-                self.slots.push(record);
+                self.slots.push(Record::default());
                 if self.slots.capacity() != capacity {
                     advise_huge_pages(
                         self.slots.as_ptr().cast(),
@@ -160,17 +162,21 @@ impl Records {
                 i
             }
         };
-        self.index.insert(self.hasher.hash_one(key), idx);
+        self.slots[idx as usize] = Record {
+            key: self.texts.insert(key),
+            ..Record::default()
+        };
+        self.index.insert(self.hasher.hash_one(key.as_bytes()), idx);
         Ok(idx)
     }
 
     /// Drop the record in `idx`: the key becomes absent and the slot is reused later.
     pub fn remove(&mut self, idx: u32) {
         let slot = &mut self.slots[idx as usize];
-        self.index.remove(self.hasher.hash_one(&*slot.key), idx);
-        slot.key = Box::default();
-        slot.state = State::Free;
-        slot.group = 0;
+        let hash = self.hasher.hash_one(self.texts.bytes(slot.key));
+        self.index.remove(hash, idx);
+        self.texts.remove(slot.key);
+        *slot = Record::default();
         self.free.push(idx);
     }
 
@@ -230,7 +236,18 @@ mod tests {
         let c = r.insert("c").unwrap();
         assert_eq!(c, a, "freed slot is reused");
         assert_eq!(r.find("c"), Some(c));
-        assert_eq!(&*r.get(b).key, "b");
+        assert_eq!(r.key(b), "b");
+    }
+
+    #[test]
+    fn a_removed_keys_text_is_freed() {
+        let mut r = Records::default();
+        for i in 0..10_000 {
+            let idx = r.insert(&format!("namespace/object-{i}")).unwrap();
+            assert_eq!(r.key(idx), format!("namespace/object-{i}"));
+            r.remove(idx);
+        }
+        assert!(r.texts.cells() <= 1, "{}", r.texts.cells());
     }
 
     #[test]

@@ -926,3 +926,22 @@ fn done_many_stops_at_the_first_key_not_in_flight() {
     assert!(s.done_many(["b", "b"], 1.0).is_err());
     assert_eq!(s.in_flight(), 0);
 }
+
+/// A key raised into a priority where its group already has ready keys keeps its age, so it
+/// becomes the group's first there: the level's oldest key must be it.
+#[test]
+fn a_raised_key_becomes_its_groups_first_at_the_new_priority() {
+    let mut s = default();
+    add_in(&mut s, Some("g"), "old", 0, 0.0);
+    add_in(&mut s, Some("h"), "other", 1, 1.0);
+    add_in(&mut s, Some("g"), "new", 1, 2.0);
+    add_in(&mut s, Some("g"), "old", 1, 3.0);
+    s.check_consistency().unwrap();
+    assert_eq!(
+        s.next_ready_at(),
+        Some(0.0),
+        "the raised key is the oldest ready key"
+    );
+    // h joined the level first, so it has the first turn; inside g the raised key is first.
+    assert_eq!(pop_all(&mut s, 3.0), ["other", "old", "new"]);
+}
