@@ -180,9 +180,42 @@ pub fn advise_huge_pages(start: *const u8, bytes: usize) {
 #[cfg(not(target_os = "linux"))]
 pub fn advise_huge_pages(_start: *const u8, _bytes: usize) {}
 
+/// Make room in `v` for `additional` more elements, as `Vec::reserve` does, except that a
+/// large new block is allocated fresh and offered to huge pages before the elements move in:
+/// a block the allocator grows in place or moves (`mremap`) keeps the 4 KiB pages it had, so
+/// advising after the growth left a slab of a million records almost all on small pages.
+pub fn reserve_huge<T>(v: &mut Vec<T>, additional: usize) {
+    let needed = v.len() + additional;
+    if needed <= v.capacity() {
+        return;
+    }
+    let capacity = needed.max(v.capacity() * 2).max(16);
+    let bytes = capacity.saturating_mul(std::mem::size_of::<T>());
+    if bytes < 4 << 20 {
+        v.reserve(additional);
+        return;
+    }
+    let mut fresh: Vec<T> = Vec::with_capacity(capacity);
+    advise_huge_pages(fresh.as_ptr().cast(), bytes);
+    fresh.append(v);
+    *v = fresh;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reserve_huge_keeps_the_elements_through_a_fresh_block() {
+        let mut v: Vec<u64> = (0..600_000).collect();
+        v.shrink_to_fit();
+        reserve_huge(&mut v, 1);
+        assert!(v.capacity() >= 1_200_000, "doubles, in a new block");
+        assert!(v.iter().copied().eq(0..600_000));
+        let mut small: Vec<u8> = vec![1, 2, 3];
+        reserve_huge(&mut small, 10);
+        assert!(small.capacity() >= 13 && small == [1, 2, 3]);
+    }
     use crate::scheduler::SplitMix64;
     use std::collections::HashMap;
 

@@ -11,6 +11,8 @@
 //! cell is usually smaller than a heap chunk (a 29-byte key: 32 bytes instead of 48). Longer
 //! texts, rare for Kubernetes keys, keep a heap allocation each.
 
+use super::index::reserve_huge;
+
 /// Cell widths step by this many bytes.
 const STEP: usize = 16;
 /// Texts up to this many bytes live in slabs.
@@ -74,6 +76,8 @@ impl KeyTexts {
                     Some(at) => at,
                     None => {
                         let at = slab.bytes.len() / width;
+                        // Texts are read in pop order, which fair groups make random.
+                        reserve_huge(&mut slab.bytes, width);
                         slab.bytes.resize(slab.bytes.len() + width, 0);
                         u32::try_from(at).expect("fewer than 4 billion keys per class")
                     }

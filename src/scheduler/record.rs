@@ -5,7 +5,7 @@
 //! kept in the record, so each key's text is stored once. The ordered queues refer to records
 //! by slot number too, which keeps their entries small and `Copy`.
 
-use super::index::{advise_huge_pages, Index, MAX_SLOT};
+use super::index::{reserve_huge, Index, MAX_SLOT};
 use super::keys::{KeyRef, KeyTexts};
 use hashbrown::DefaultHashBuilder;
 use std::hash::BuildHasher;
@@ -151,14 +151,8 @@ impl Records {
                     .ok()
                     .filter(|&i| i <= MAX_SLOT)
                     .ok_or(TooManyKeys)?;
-                let capacity = self.slots.capacity();
+                reserve_huge(&mut self.slots, 1);
                 self.slots.push(Record::default());
-                if self.slots.capacity() != capacity {
-                    advise_huge_pages(
-                        self.slots.as_ptr().cast(),
-                        self.slots.capacity() * std::mem::size_of::<Record>(),
-                    );
-                }
                 i
             }
         };
