@@ -21,8 +21,6 @@ ratios of adjacent rounds.
 from __future__ import annotations
 
 import gc
-import importlib.machinery
-import importlib.util
 import os
 import statistics
 import time
@@ -30,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastctl import Scheduler
+from test_bench_scheduler import load_scheduler
 
 WORKERS = 32
 FLOOD = 10_000
@@ -94,14 +93,7 @@ def _baseline() -> Any | None:
     """The `Scheduler` of another build of the extension, to compare the no-groups path
     against (``FASTCTL_BASELINE_CORE=/path/to/_core.abi3.so``, e.g. main's), or None."""
     path = os.environ.get("FASTCTL_BASELINE_CORE")
-    if not path:
-        return None
-    loader = importlib.machinery.ExtensionFileLoader("fastctl._core", path)
-    spec = importlib.util.spec_from_file_location("fastctl._core", path, loader=loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module.Scheduler
+    return load_scheduler(path) if path else None
 
 
 NO_GROUPS: list[str | None] = [None] * 97

@@ -20,6 +20,8 @@ keys are queued, and printed and kept in `extra_info`.
 from __future__ import annotations
 
 import heapq
+import importlib.machinery
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -54,9 +56,21 @@ def impl(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def cycle_runner(impl: str, size: int) -> Callable[[], None]:
-    """The `test_cycle` workload as a callable running BATCH cycles per call."""
-    s = IMPLS[impl]()
+def load_scheduler(path: str) -> Any:
+    """The `Scheduler` class of another build of the extension, loaded from `path` beside
+    the installed one (to compare two builds in one run)."""
+    loader = importlib.machinery.ExtensionFileLoader("fastctl._core", path)
+    spec = importlib.util.spec_from_file_location("fastctl._core", path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module.Scheduler
+
+
+def cycle_runner(impl: str | Callable[..., Any], size: int) -> Callable[[], None]:
+    """The `test_cycle` workload as a callable running BATCH cycles per call, on the
+    implementation named `impl` or on the scheduler class `impl`."""
+    s = IMPLS[impl]() if isinstance(impl, str) else impl()
     pool = keys(2 * size)
     s.add_many(pool[:size])
     state = {"i": 0}
@@ -82,16 +96,17 @@ def test_cycle(benchmark: Any, impl: str, size: int) -> None:
     benchmark.pedantic(run, rounds=rounds_for(impl, size), iterations=1, warmup_rounds=1)
 
 
-@pytest.mark.parametrize("order", ["sequential", "random"])
-def test_merge_add(benchmark: Any, impl: str, order: str) -> None:
-    """add of a key that is already queued (the de-duplication path), 100k keys queued,
-    touched in key order or in a scattered order (which is cache-miss bound)."""
-    size = 100_000
-    s = IMPLS[impl]()
-    pool = keys(size)
+MERGE_KEYS = 100_000
+
+
+def merge_runner(impl: str | Callable[..., Any], order: str) -> Callable[[], None]:
+    """The `test_merge_add` workload as a callable running BATCH adds per call (`impl` as
+    for `cycle_runner`)."""
+    s = IMPLS[impl]() if isinstance(impl, str) else impl()
+    pool = keys(MERGE_KEYS)
     s.add_many(pool)
     stride = 1 if order == "sequential" else 7919
-    touched = [pool[(j * stride) % size] for j in range(size)]
+    touched = [pool[(j * stride) % MERGE_KEYS] for j in range(MERGE_KEYS)]
     state = {"i": 0}
 
     def run() -> None:
@@ -99,12 +114,20 @@ def test_merge_add(benchmark: Any, impl: str, order: str) -> None:
         i = state["i"]
         for key in touched[i : i + BATCH]:
             add(key)
-        state["i"] = (i + BATCH) % size
+        state["i"] = (i + BATCH) % MERGE_KEYS
+        assert len(s) == MERGE_KEYS
 
+    return run
+
+
+@pytest.mark.parametrize("order", ["sequential", "random"])
+def test_merge_add(benchmark: Any, impl: str, order: str) -> None:
+    """add of a key that is already queued (the de-duplication path), 100k keys queued,
+    touched in key order or in a scattered order (which is cache-miss bound)."""
     benchmark.group = f"merge add, {order} (100k queued)"
     benchmark.extra_info["items"] = BATCH
-    benchmark.pedantic(run, rounds=rounds_for(impl, size), iterations=1, warmup_rounds=1)
-    assert len(s) == size
+    run = merge_runner(impl, order)
+    benchmark.pedantic(run, rounds=rounds_for(impl, MERGE_KEYS), iterations=1, warmup_rounds=1)
 
 
 def test_delayed_cycle(benchmark: Any, impl: str) -> None:
@@ -266,8 +289,9 @@ MEMORY_SCRIPT = textwrap.dedent(
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * 4096
 
-    impl, n, delayed = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-    keys = [f"namespace-{i % 97:02d}/object-{i:08d}" for i in range(n)]
+    impl, n, delayed, width = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
+    pad = "x" * max(0, width - 28)
+    keys = [f"namespace-{i % 97:02d}/object-{pad}{i:08d}" for i in range(n)]
     s = {"rust": Scheduler, "model": ModelScheduler}[impl]()
     gc.collect()
     before = rss()
@@ -281,9 +305,11 @@ MEMORY_SCRIPT = textwrap.dedent(
 )
 
 
-def measure_memory(impl: str, n: int, delayed: bool) -> dict[str, float]:
+def measure_memory(impl: str, n: int, delayed: bool, width: int = 28) -> dict[str, float]:
+    """RSS growth per key of `n` keys of `width` characters (28: the realistic keys of every
+    other workload here; wider keys are padded in the middle)."""
     out = subprocess.run(
-        [sys.executable, "-c", MEMORY_SCRIPT, impl, str(n), "1" if delayed else "0"],
+        [sys.executable, "-c", MEMORY_SCRIPT, impl, str(n), "1" if delayed else "0", str(width)],
         capture_output=True,
         text=True,
         check=True,
@@ -305,6 +331,21 @@ def test_memory_per_key_1m(benchmark: Any, impl: str, state: str) -> None:
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     if impl == "rust":
         assert result["bytes_per_key"] <= 200
+
+
+@pytest.mark.parametrize("width", [50, 70])
+@pytest.mark.parametrize("state", ["ready", "waiting"])
+def test_memory_per_key_by_key_length(benchmark: Any, state: str, width: int) -> None:
+    """As `test_memory_per_key_1m`, Rust only, with longer keys: a text of up to 76 bytes
+    lives inside its record, so the figure should barely move with the key's length."""
+    result = measure_memory("rust", 1_000_000, delayed=state == "waiting", width=width)
+    benchmark.group = "memory per key by key length (1M keys)"
+    benchmark.extra_info.update(result)
+    benchmark.extra_info["memory"] = True
+    print(f"\nrust {state}, {width}-char keys: {result['bytes_per_key']:.0f} bytes/key")
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    assert result["key_chars"] == width
+    assert result["bytes_per_key"] <= 200
 
 
 def summarize(path: str) -> str:
@@ -333,7 +374,7 @@ def summarize(path: str) -> str:
             continue
         params = {k: v for k, v in b["params"].items() if k != "impl"}
         case = name + "".join(f" {v}" for v in params.values())
-        rows.setdefault(case, {})[b["params"]["impl"]] = b
+        rows.setdefault(case, {})[b["params"].get("impl", "rust")] = b
     lines = [
         "| case | Rust median | model median | model / Rust |",
         "| --- | ---: | ---: | ---: |",

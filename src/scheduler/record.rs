@@ -6,7 +6,7 @@
 //! by slot number too, which keeps their entries small and `Copy`.
 
 use super::index::{reserve_huge, Index, MAX_SLOT};
-use super::keys::{KeyRef, KeyTexts};
+use super::keys::{KeyText, KeyTexts};
 use hashbrown::DefaultHashBuilder;
 use std::hash::BuildHasher;
 
@@ -26,14 +26,15 @@ pub enum State {
     RunningDirty,
 }
 
-/// The per-key record. Its fields mean different things in different states, which keeps it
-/// to one cache line (64 bytes, aligned: an unaligned record straddles two lines, and with
-/// many keys every line is a miss): see `at`, `seq` and `deadline`.
+/// The per-key record. Its fields mean different things in different states (see `at`,
+/// `seq` and `deadline`), which keeps it with the key's text, if short, to two cache lines,
+/// 128 bytes aligned: the pair the CPU fetches together, so with many keys a record costs
+/// one trip to memory (an unaligned one would straddle three lines).
 #[derive(Debug, Default)]
-#[repr(align(64))]
+#[repr(align(128))]
 pub struct Record {
-    /// The key's text, in `Records`' slabs (`Records::key`).
-    pub key: KeyRef,
+    /// The key's text, inline if short (`Records::key`).
+    pub key: KeyText,
     pub state: State,
     /// Whether `deadline` is set: the ready time comes from a debounce batch.
     pub batch: bool,
@@ -72,14 +73,14 @@ impl Records {
         let hash = self.hasher.hash_one(key.as_bytes());
         let (slots, texts) = (&self.slots, &self.texts);
         self.index.find(hash, |i| {
-            texts.bytes(slots[i as usize].key) == key.as_bytes()
+            texts.bytes(&slots[i as usize].key) == key.as_bytes()
         })
     }
 
     /// The key of the record in `idx`.
     #[inline]
     pub fn key(&self, idx: u32) -> &str {
-        self.texts.get(self.slots[idx as usize].key)
+        self.texts.get(&self.slots[idx as usize].key)
     }
 
     /// Look every key up once and throw the answers away, so that the batch that follows
@@ -110,8 +111,10 @@ impl Records {
         let mut seen = 0u64;
         for &i in slots {
             let rec = &self.slots[i as usize];
-            // A text may straddle two lines: read its first and last byte.
-            let key = self.texts.bytes(rec.key);
+            // Both of the record's lines, and a long text's first and last byte (it may
+            // straddle two lines).
+            prefetch_line(rec);
+            let key = self.texts.bytes(&rec.key);
             let ends = key.first().copied().unwrap_or(0) ^ key.last().copied().unwrap_or(0);
             seen ^= rec.at.to_bits() ^ u64::from(ends);
         }
@@ -134,7 +137,7 @@ impl Records {
         if let Some(byte) = self
             .slots
             .get(idx as usize)
-            .and_then(|r| self.texts.bytes(r.key).first())
+            .and_then(|r| self.texts.bytes(&r.key).first())
         {
             prefetch_line(byte);
         }
@@ -167,9 +170,9 @@ impl Records {
     /// Drop the record in `idx`: the key becomes absent and the slot is reused later.
     pub fn remove(&mut self, idx: u32) {
         let slot = &mut self.slots[idx as usize];
-        let hash = self.hasher.hash_one(self.texts.bytes(slot.key));
+        let hash = self.hasher.hash_one(self.texts.bytes(&slot.key));
         self.index.remove(hash, idx);
-        self.texts.remove(slot.key);
+        self.texts.remove(&slot.key);
         *slot = Record::default();
         self.free.push(idx);
     }
@@ -193,15 +196,18 @@ impl Records {
     }
 }
 
-/// Ask the CPU to load the cache line holding `value`.
+/// Ask the CPU to load the cache lines holding `value`.
 #[inline]
 fn prefetch_line<T>(value: &T) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch only hints the cache; it never faults or writes, and `value` is a
-    // live reference in any case. SSE is part of the x86_64 baseline.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(value).cast());
+    for offset in (0..std::mem::size_of::<T>()).step_by(64) {
+        let line = std::ptr::from_ref(value).cast::<i8>().wrapping_add(offset);
+        // SAFETY: a prefetch only hints the cache; it never faults or writes, and `line` is
+        // inside the live `value` in any case. SSE is part of the x86_64 baseline.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(line);
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = value;
@@ -212,8 +218,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn record_stays_small() {
-        assert_eq!(std::mem::size_of::<Record>(), 64, "one cache line");
+    fn record_fills_two_lines() {
+        assert_eq!(std::mem::size_of::<Record>(), 128, "two cache lines");
     }
 
     #[test]
