@@ -50,6 +50,7 @@ from fastctl.runtime._filters import EventFilter, Predicate, check_predicate
 from fastctl.runtime._inspect import ObjectInspection, QueueSummary, inspect_key, summarize
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._own_writes import OwnWrites
+from fastctl.runtime._settled_events import settled
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
 from fastctl.runtime._typed import is_model, typed_reconcile
@@ -637,11 +638,10 @@ class Controller:
             events = reflector(self.store, events)
         store = self.store
         event_filter = self._event_filter(self.event_filter, self.resource)
-        own_writes = self._own_writes
+        if self._own_writes is not None:
+            events = settled(self._own_writes, self.resource, events)
         try:
             async for event in events:
-                if own_writes is not None and event.obj is not None:
-                    await own_writes.settle(self.resource, event.obj)
                 for trigger in primary_triggers(event, store, event_filter):
                     await triggers.put(trigger)
         except ChannelClosed:
@@ -663,11 +663,10 @@ class Controller:
             rel.cache._bind(related)
             if use not in self._event_sources:  # a shared watch fills its own store
                 events = reflector(rel.cache.store, events)
-        own_writes = self._own_writes
+        if self._own_writes is not None:
+            events = settled(self._own_writes, rel.resource, events)
         try:
             async for event in events:
-                if own_writes is not None and event.obj is not None:
-                    await own_writes.settle(rel.resource, event.obj)
                 for trigger in related.on_event(event):
                     if self._shard is not None and not self._related_served(rel, event, trigger):
                         continue

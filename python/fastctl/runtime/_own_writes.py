@@ -9,8 +9,9 @@ carries exactly that version. A write by anyone else makes another version, and 
 
 The echo may come over the watch before the answer comes over the write's own
 connection. So the controller also knows which objects have a write of ours in flight,
-and an event for one of those waits (at most `SETTLE_TIMEOUT`; the watch's later events
-wait behind it, keeping their order) until the answer says which version was ours.
+and an event for one of those waits (at most `SETTLE_TIMEOUT`; that object's later events
+wait behind it, keeping their order, the other objects' pass: see
+`fastctl.runtime._settled_events`) until the answer says which version was ours.
 
 The note is small (a few versions per written object, of the watched kinds only: an
 Event the reconcile publishes is not remembered) and goes when its echo arrives, when a
@@ -97,13 +98,20 @@ class OwnWrites:
                 del self._pending[key]
                 pending.ended.set()
 
-    async def settle(self, resource: Resource, obj: Mapping[str, Any]) -> None:
-        """Wait until no write of ours to `obj` is in flight (so `is_echo` can tell)."""
+    def _writing(self, resource: Resource, obj: Mapping[str, Any]) -> _Pending | None:
         if not self._pending:
-            return
+            return None
         meta = obj.get("metadata") or {}
         key = (resource.group, resource.kind, meta.get("namespace") or "", meta.get("name"))
-        pending = self._pending.get(key)  # type: ignore[arg-type]
+        return self._pending.get(key)  # type: ignore[arg-type]
+
+    def in_flight(self, resource: Resource, obj: Mapping[str, Any]) -> bool:
+        """A write of ours to `obj` is under way: its events must `settle` first."""
+        return self._writing(resource, obj) is not None
+
+    async def settle(self, resource: Resource, obj: Mapping[str, Any]) -> None:
+        """Wait until no write of ours to `obj` is in flight (so `is_echo` can tell)."""
+        pending = self._writing(resource, obj)
         if pending is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(pending.ended.wait(), SETTLE_TIMEOUT)
