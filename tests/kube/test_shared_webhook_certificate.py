@@ -3,7 +3,9 @@ kube-apiserver: two replicas starting at once end with one Secret, install the s
 ``caBundle``, and each serves a certificate that bundle trusts for the Service's names; a
 certificate about to expire is renewed in the Secret and served by the replica that checks;
 a CA about to expire is replaced with a bundle trusting both, installed before the new
-certificate is served; a Secret that is not fastctl's is refused by name.
+certificate is served; a Secret that is not fastctl's is refused by name. Under nothing but
+the Secret rules of the deployment manifests' Role, replicas share and renew the Secret, and
+can read or change no other Secret.
 
 The installer is a stand-in that records each ``caBundle`` and dials the server with it
 (the API server cannot reach an in-cluster Service from here, and real configurations
@@ -16,6 +18,8 @@ import asyncio
 import base64
 import datetime
 import ssl
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +28,11 @@ from cryptography import x509
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._pki import CertificateAuthority
+from fastctl.deploy import DeployOptions, shared_secret_rules, webhook_service
+from fastctl.kube import Resource
 from fastctl.kube._http import ApiError
 from fastctl.kube._objects import create, get, patch
-from fastctl.webhook import ManagedWebhookServer, Service, SharedSecret, Webhooks
+from fastctl.webhook import ManagedWebhookServer, Service, SharedSecret, Webhooks, shared_secret_of
 from fastctl.webhook import _shared_certificate as shared_certificate
 from fastctl.webhook._shared_certificate import SECRET, ensure_shared_certificate
 
@@ -210,3 +216,80 @@ async def test_no_secret_rights_is_an_api_error(client: ApiClient, tmp_path: Pat
         await ensure_shared_certificate(
             client, SharedSecret("x", "no-such-namespace-here"), ["x.svc"], tmp_path
         )
+
+
+ROLE = Resource("rbac.authorization.k8s.io/v1", "Role")
+ROLE_BINDING = Resource("rbac.authorization.k8s.io/v1", "RoleBinding")
+ACCESS_REVIEW = Resource("authorization.k8s.io/v1", "SubjectAccessReview", namespaced=False)
+
+
+async def may(client: ApiClient, user: str, namespace: str, verb: str, name: str = "") -> bool:
+    review = {
+        "spec": {
+            "user": user,
+            "resourceAttributes": {
+                "namespace": namespace,
+                "resource": "secrets",
+                "verb": verb,
+                "name": name,
+            },
+        }
+    }
+    answer = await create(client, ACCESS_REVIEW, review)
+    return bool(answer["status"].get("allowed"))
+
+
+async def test_the_manifests_role_lets_replicas_share_and_renew_and_touch_no_other_secret(
+    client: ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    user_client: Callable[[str], Awaitable[ApiClient]],
+) -> None:
+    options = DeployOptions("m:make", "ops", "img", namespace, webhook_certificates="managed")
+    service = webhook_service(options)
+    secret = shared_secret_of(service)
+    user = "webhook-replica"
+    rules = [rule.as_policy_rule() for rule in shared_secret_rules(options)]
+    await create(client, ROLE, {"metadata": {"name": user}, "rules": rules}, namespace=namespace)
+    binding = {
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    await create(client, ROLE_BINDING, binding, namespace=namespace)
+    deadline = time.monotonic() + 30
+    while not await may(client, user, namespace, "get", secret.name):
+        assert time.monotonic() < deadline, "the binding never took effect"
+        await asyncio.sleep(0.05)
+    restricted = await user_client(user)
+
+    (a, install_a), (b, install_b) = (
+        replica(restricted, service, tmp_path / "a"),
+        replica(restricted, service, tmp_path / "b"),
+    )
+    await asyncio.gather(a.start(), b.start())  # the create race, the loser's read
+    try:
+        await asyncio.wait_for(asyncio.gather(a.installed(), b.installed()), 20)
+        stored = await secret_data(client, secret)
+        assert install_a.bundles == install_b.bundles == [stored["ca-bundle.crt"]]
+        ca = CertificateAuthority(tmp_path / "ca", pem=(stored["ca.crt"], stored["ca.key"]))
+        days = datetime.timedelta(days=2)
+        short = ca.issue("short", host_of(service), server_names=service.dns_names, validity=days)
+        await replace_in_secret(
+            client, secret, tls_crt=short.cert.read_bytes(), tls_key=short.key.read_bytes()
+        )
+        assert await a.check_certificate()  # renewed: a patch of the Secret
+        assert (await secret_data(client, secret))["tls.crt"] != short.cert.read_bytes()
+    finally:
+        await asyncio.gather(a.stop(), b.stop())
+
+    other = {"metadata": {"name": "someone-elses"}, "data": {"token": "eA=="}}
+    await create(client, SECRET, other, namespace=namespace)
+    for attempt in (
+        get(restricted, SECRET, "someone-elses", namespace=namespace),
+        patch(restricted, SECRET, "someone-elses", {"data": {}}, namespace=namespace),
+    ):
+        with pytest.raises(ApiError) as refused:
+            await attempt
+        assert refused.value.status == 403
+    assert not await may(client, user, namespace, "list")

@@ -77,8 +77,8 @@ DEPLOY_ALL = _names(
     BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions Rule
     collect_crds deployment derive describe manifests metrics_rbac needs needs_of rbac_objects
     resolve_offline resolve_resources service_account to_yaml
-    CA_NOTE CERT_DIR MANAGED_RULES SHARED_SECRET_RULE webhook_objects webhook_rules webhook_secret
-    webhook_service
+    CA_NOTE CERT_DIR MANAGED_RULES shared_secret_rules webhook_objects webhook_rules
+    webhook_secret webhook_service
     """
 )
 WEBHOOK_ALL = _names(

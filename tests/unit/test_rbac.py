@@ -8,6 +8,7 @@ Deployment runs a command line that ``fastctl run`` accepts).
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from collections.abc import AsyncIterator
@@ -180,6 +181,46 @@ class Model:
 def test_crds_are_dicts_or_anything_with_a_crd_method() -> None:
     names = [c["metadata"]["name"] for c in collect_crds([widgets.CRD, Model, widgets.CRD, 3])]
     assert names == ["widgets.demo.fastctl.dev", "models.x.dev"]
+
+
+async def test_a_rule_limited_to_names_stays_limited_when_merged(offline: ApiClient) -> None:
+    token = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    ctl = Controller(offline, widgets.WIDGET, _noop, namespace="n").owns(widgets.CONFIGMAP)
+    needs(
+        ctl,
+        rules=[
+            {**token, "resourceNames": ["token"]},
+            Rule("", ("secrets",), ("get", "update"), resource_names=("token",)),
+            Rule("", ("configmaps",), ("get",), resource_names=("settings",)),
+        ],
+    )
+    rules = (await permissions_of(ctl, widgets)).namespaced["n"]
+    policy = [r.as_policy_rule() for r in rules if r.resource_names]
+    # Merged with each other, never into the resource's rule for every object (which would
+    # grant them on every Secret); configmaps "get" by name is kept apart from the owned
+    # resource's verbs, as it is not among them.
+    assert policy == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
+         "resourceNames": ["settings"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "update"],
+         "resourceNames": ["token"]},
+    ]  # fmt: skip
+    assert ("", "secrets") not in by_resource(tuple(r for r in rules if not r.resource_names))
+    assert Rule.of({**token, "resourceNames": ["token"]})[0].grants() == set()
+    # A verb the resource's own rule grants on every object is not repeated by name.
+    owner = Controller(offline, widgets.WIDGET, _noop, namespace="n").owns(widgets.CONFIGMAP)
+    named = Rule("", ("configmaps",), ("get",), resource_names=("settings",))
+    needs(owner, owned=("create", "patch", "delete", "get"), rules=[named])
+    again = (await permissions_of(owner, widgets)).namespaced["n"]
+    assert [r for r in again if r.resource_names] == []
+
+
+def test_a_rule_limited_to_names_refuses_what_rbac_cannot_limit() -> None:
+    for verb in ("create", "deletecollection", "*"):
+        with pytest.raises(ValueError, match=f"cannot grant {re.escape(verb)}: RBAC"):
+            Rule("", ("secrets",), ("get", verb), resource_names=("a",))
+    with pytest.raises(TypeError, match="tuple of names, got the string 'abc'"):
+        Rule("", ("secrets",), ("get",), resource_names="abc")  # type: ignore[arg-type]
 
 
 def test_policy_rules_need_groups_resources_and_verbs() -> None:

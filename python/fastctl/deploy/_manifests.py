@@ -28,8 +28,8 @@ from typing import Any
 from fastctl.deploy._rbac import Permissions, Rule
 from fastctl.deploy._webhooks import (
     CERT_DIR,
-    SHARED_SECRET_RULE,
     CertificateMode,
+    shared_secret_rules,
     webhook_objects,
     webhook_rules,
     webhook_secret,
@@ -306,7 +306,7 @@ def manifests(
         if options.webhook_certificates == "managed":
             ns = options.operator_namespace
             namespaced = dict(permissions.namespaced)
-            namespaced[ns] = (*namespaced.get(ns, ()), SHARED_SECRET_RULE)
+            namespaced[ns] = (*namespaced.get(ns, ()), *shared_secret_rules(options))
             permissions = replace(permissions, namespaced=namespaced)
     out: list[Obj] = [dict(crd) for crd in crds]
     if options.create_namespace:

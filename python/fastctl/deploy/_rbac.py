@@ -55,20 +55,37 @@ __all__ = [
 @dataclass(frozen=True, slots=True, order=True)
 class Rule:
     """One RBAC policy rule: `verbs` on `resources` (``plural`` or ``plural/subresource``)
-    of `api_group` (``""``: the core group)."""
+    of `api_group` (``""``: the core group); with `resource_names`, on the objects of those
+    names only. RBAC cannot limit ``create`` or ``deletecollection`` by name (a new object's
+    name is not known when the request is authorized), so a rule with names refuses them;
+    a ``list`` or ``watch`` it allows must select its object with a ``metadata.name`` field
+    selector."""
 
     api_group: str
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
+    resource_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.resources or not self.verbs:
             raise ValueError(f"a Rule needs resources and verbs, got {self!r}")
+        if isinstance(self.resource_names, str):
+            raise TypeError(
+                f"a Rule's resource_names is a tuple of names, got the string "
+                f"{self.resource_names!r}"
+            )
+        unnamed = {"create", "deletecollection", "*"} & set(self.verbs)
+        if self.resource_names and unnamed:
+            raise ValueError(
+                f"a Rule limited to resource_names cannot grant {', '.join(sorted(unnamed))}: "
+                f"RBAC authorizes them before a name is known; give them a rule of their own, "
+                f"got {self!r}"
+            )
 
     @classmethod
     def of(cls, value: Rule | Mapping[str, Any]) -> list[Rule]:
         """A `Rule`, or rules from a Kubernetes ``PolicyRule`` dict (``apiGroups``,
-        ``resources``, ``verbs``; one `Rule` per group)."""
+        ``resources``, ``verbs``, optional ``resourceNames``; one `Rule` per group)."""
         if isinstance(value, Rule):
             return [value]
         groups = value.get("apiGroups")
@@ -76,18 +93,25 @@ class Rule:
         verbs = value.get("verbs")
         if not groups or not resources or not verbs:
             raise ValueError(f"an RBAC rule needs apiGroups, resources and verbs: {value!r}")
-        return [cls(g, tuple(resources), tuple(verbs)) for g in groups]
+        names = tuple(value.get("resourceNames") or ())
+        return [cls(g, tuple(resources), tuple(verbs), names) for g in groups]
 
     def as_policy_rule(self) -> dict[str, Any]:
         """The ``PolicyRule`` of a Role or ClusterRole."""
-        return {
+        rule: dict[str, Any] = {
             "apiGroups": [self.api_group],
             "resources": list(self.resources),
             "verbs": list(self.verbs),
         }
+        if self.resource_names:
+            rule["resourceNames"] = list(self.resource_names)
+        return rule
 
     def grants(self) -> set[tuple[str, str, str]]:
-        """Each (group, resource, verb) the rule allows."""
+        """Each (group, resource, verb) the rule allows on every object of the resource:
+        none for a rule limited to `resource_names`."""
+        if self.resource_names:
+            return set()
         return {(self.api_group, r, v) for r in self.resources for v in self.verbs}
 
 
@@ -229,18 +253,28 @@ class Permissions:
 
 
 class _Grants:
-    """(scope, group, resource) -> verbs, merged; scope ``None`` is cluster-wide."""
+    """(scope, group, resource, names) -> verbs, merged; scope ``None`` is cluster-wide,
+    names ``()`` every object. Verbs limited to some names stay in a rule of their own:
+    merged into the resource's rule they would apply to every object."""
 
     def __init__(self) -> None:
-        self._verbs: dict[tuple[str | None, str, str], set[str]] = {}
+        self._verbs: dict[tuple[str | None, str, str, tuple[str, ...]], set[str]] = {}
 
-    def add(self, scope: str | None, group: str, resource: str, verbs: Iterable[str]) -> None:
-        self._verbs.setdefault((scope, group, resource), set()).update(verbs)
+    def add(
+        self,
+        scope: str | None,
+        group: str,
+        resource: str,
+        verbs: Iterable[str],
+        names: tuple[str, ...] = (),
+    ) -> None:
+        key = (scope, group, resource, tuple(sorted(set(names))))
+        self._verbs.setdefault(key, set()).update(verbs)
 
     def add_rules(self, scope: str | None, rules: Iterable[Rule]) -> None:
         for rule in rules:
             for plural in rule.resources:
-                self.add(scope, rule.api_group, plural, rule.verbs)
+                self.add(scope, rule.api_group, plural, rule.verbs, rule.resource_names)
 
     def add_resource(
         self, scope: str | None, res: ResolvedResource, verbs: Iterable[str], sub: str = ""
@@ -251,12 +285,16 @@ class _Grants:
     def permissions(self) -> Permissions:
         cluster: list[Rule] = []
         namespaced: dict[str, list[Rule]] = {}
-        for (scope, group, resource), verbs in sorted(
+        for (scope, group, resource, names), verbs in sorted(
             self._verbs.items(), key=lambda item: (item[0][0] or "", *item[0][1:])
         ):
             if not verbs:
                 continue
-            rule = Rule(group, (resource,), tuple(sorted(verbs)))
+            if names:  # what the resource's own rule grants on every object is not repeated
+                verbs = verbs - self._verbs.get((scope, group, resource, ()), set())
+                if not verbs:
+                    continue
+            rule = Rule(group, (resource,), tuple(sorted(verbs)), names)
             (cluster if scope is None else namespaced.setdefault(scope, [])).append(rule)
         return Permissions(tuple(cluster), {ns: tuple(r) for ns, r in namespaced.items()})
 

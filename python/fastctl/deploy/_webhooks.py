@@ -22,8 +22,8 @@ trust its certificate. `webhook_objects` writes what that takes, beside the Depl
   ``"managed"``: no certificate objects; the operator makes its own CA at start and patches
   the ``caBundle`` into the configurations and CRDs (``fastctl.webhook.install``, run by a
   managed webhook server), so its ClusterRole also gets `MANAGED_RULES`; the replicas
-  share that CA through a Secret in the operator's namespace, which its Role grants
-  (`SHARED_SECRET_RULE`). The
+  share that CA through a Secret in the operator's namespace, which its Role lets it create,
+  and read and patch by name (`shared_secret_rules`). The
   configurations carry the annotation `CA_NOTE` that says so. Needs no cert-manager in the
   cluster, at the price of those cluster-wide rights.
 
@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fastctl.deploy._rbac import Rule
 from fastctl.webhook._configuration import Service, configurations, conversion
+from fastctl.webhook._managed import shared_secret_of
 from fastctl.webhook._registry import Webhooks
 
 if TYPE_CHECKING:
@@ -49,8 +50,8 @@ __all__ = [
     "CA_NOTE",
     "CERT_DIR",
     "MANAGED_RULES",
-    "SHARED_SECRET_RULE",
     "CertificateMode",
+    "shared_secret_rules",
     "webhook_objects",
     "webhook_rules",
     "webhook_secret",
@@ -78,10 +79,20 @@ MANAGED_RULES = (
 """What ``fastctl.webhook.install`` sends for the configurations: a server-side apply (a
 PATCH, authorized as a create when it creates one)."""
 
-SHARED_SECRET_RULE = Rule("", ("secrets",), ("get", "create", "patch"))
-"""Managed mode, in the operator's namespace: the Secret in which the replicas share one CA
-and serving certificate (`fastctl.webhook.shared_secret_of`), read, created by the first
-replica, renewed before it expires."""
+
+def shared_secret_rules(options: DeployOptions) -> tuple[Rule, Rule]:
+    """Managed mode, in the operator's namespace: the Secret in which the replicas share one
+    CA and serving certificate (`fastctl.webhook.shared_secret_of` of `webhook_service`),
+    created by the first replica, read and renewed by all. ``get`` and ``patch`` are limited
+    to that Secret's name; ``create`` cannot be (RBAC authorizes a create before the name
+    is known), so it has a rule of its own: the operator may create Secrets in its
+    namespace, but read or change no other."""
+    name = shared_secret_of(webhook_service(options)).name
+    return (
+        Rule("", ("secrets",), ("create",)),
+        Rule("", ("secrets",), ("get", "patch"), resource_names=(name,)),
+    )
+
 
 CRD_PATCH_RULE = Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("patch",))
 """And for each converter's CRD: a merge patch of ``spec.conversion``."""
