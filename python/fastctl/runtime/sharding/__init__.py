@@ -2,7 +2,7 @@
 two reconcile one object at once (docs/sharding.md).
 
 - `_slots`: FNV-1a-64 of the key field, the slots of the hash space, ``shardSelector``;
-- `_assignment`: rendezvous hashing of slots onto the live members;
+- `_assignment`: rendezvous hashing of slots onto the live members, with bounded loads;
 - `_rules`: the configuration, the published record, and the serve/claim/drain rules.
 """
 

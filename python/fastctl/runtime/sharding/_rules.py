@@ -65,8 +65,9 @@ class Sharding:
     Every replica holds its own Lease named ``<group>-<identity>`` in `namespace`; the live
     members are the unexpired Leases of the group. The hash space of `key` (``"uid"`` or
     ``"namespace"``) is cut into `slots` slots, assigned to the live members by rendezvous
-    hashing. `lease_duration`, `renew_deadline` and `retry_period` mean what they mean for
-    `fastctl.LeaderElection`, with the same defaults and the same checks.
+    hashing with bounded loads (no member more than ``ceil(slots / N)``). `lease_duration`,
+    `renew_deadline` and `retry_period` mean what they mean for `fastctl.LeaderElection`,
+    with the same defaults and the same checks.
     """
 
     group: str
