@@ -24,7 +24,7 @@ def cm(
     owner: str | None = None,
     rv: str = "1",
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "resourceVersion": rv}
+    meta: dict[str, Any] = {"name": name, "resourceVersion": rv, "uid": f"uid-{name}"}
     if ns is not None:
         meta["namespace"] = ns
     if labels:
@@ -159,6 +159,44 @@ def test_label_index_is_lazy_and_incremental() -> None:
     assert names(store.with_label("app", "x")) == ["d"]
     assert names(store.with_label("other", "1")) == ["d"]
     assert store.with_label("app", "y") == []
+
+
+def test_a_missing_init_is_tolerated() -> None:
+    """A list may come without its INIT (first or later): its objects still make the new
+    state, and an INIT_DONE alone is an empty list."""
+    store = Store()
+    assert feed(store, [WatchEvent(EventKind.INIT_APPLY, cm("a")), DONE]) == []
+    assert [r.name for r in store] == ["a"]
+    vanished = feed(store, [WatchEvent(EventKind.INIT_APPLY, cm("b")), DONE])
+    assert (names(vanished), [r.name for r in store]) == (["a"], ["b"])
+    empty = Store()
+    assert empty.apply(DONE) == []
+    assert empty.is_ready and len(empty) == 0
+
+
+def test_indexes_follow_objects_applied_before_any_list() -> None:
+    store = Store()
+    assert store.with_label("app", "x") == []  # the index exists before any object
+    store.apply(WatchEvent(EventKind.APPLY, cm("a", owner="u1", labels={"app": "x"})))
+    assert names(store.owned_by("u1")) == ["a"]
+    assert names(store.with_label("app", "x")) == ["a"]
+
+
+def test_the_label_index_stays_incremental_after_a_relist() -> None:
+    store = Store()
+    feed(store, listed(cm("a", labels={"app": "x"})))
+    assert names(store.with_label("app", "x")) == ["a"]
+    feed(store, listed(cm("a", labels={"app": "x"}), cm("b", labels={"app": "x"})))
+    store.apply(WatchEvent(EventKind.APPLY, cm("a", rv="2", labels={"app": "y"})))
+    assert names(store.with_label("app", "x")) == ["b"]
+    assert names(store.with_label("app", "y")) == ["a"]
+
+
+def test_repr_tells_size_and_readiness() -> None:
+    store = Store()
+    assert repr(store) == "<Store 0 objects, not ready>"
+    feed(store, listed(cm("a")))
+    assert repr(store) == "<Store 1 objects, ready>"
 
 
 def test_controller_uid() -> None:
