@@ -73,7 +73,16 @@ TARGETS: dict[str, Target] = {
     ),
     "watcher": Target(
         ("python/fastctl/kube/_watcher.py",),
-        ("tests/unit/test_watcher.py", "tests/unit/test_controller_relist.py"),
+        # The watch loop itself (`_Watcher.run`: list, watch, bookmarks, 410, backoff) is
+        # driven without a server by the fallback, sharded and fuzz tests (a scripted
+        # transport); test_watcher.py alone only reaches the config and event parsing.
+        (
+            "tests/unit/test_watcher.py",
+            "tests/unit/test_watcher_fallbacks.py",
+            "tests/unit/test_watcher_sharded.py",
+            "tests/unit/test_fuzz_watch.py",
+            "tests/unit/test_controller_relist.py",
+        ),
     ),
     "controller": Target(
         ("python/fastctl/runtime/_controller.py",),

@@ -157,3 +157,22 @@ async def test_own_writes_go_with_their_object() -> None:
     assert len(own) == 1  # "x"'s version; the failed write of "y" left nothing behind
     f.admits(WatchEvent(EventKind.DELETE, configmap("x", "4")))
     assert len(own) == 0
+
+
+async def test_the_echo_of_a_create_by_generate_name_is_held_back_and_a_dry_run_is_not_noted() -> (
+    None
+):
+    own = OwnWrites([CHILD])
+    f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
+    made = configmap("x-7f2q", "11")
+
+    async def reconcile(obj: Any, ctx: Any) -> None:
+        with observed_write(CONFIGMAPS, "default", None) as seen:  # the name comes back
+            seen(made)
+        with observed_write(CONFIGMAPS, "default", "y", dry_run=True) as seen:
+            seen(configmap("y", "4"))  # a dry run's answer: the version the object has
+
+    await observed(own, reconcile)
+    assert len(own) == 1  # the created object's version; nothing of the dry run
+    assert not f.admits(WatchEvent(EventKind.APPLY, made))  # its echo
+    assert f.admits(WatchEvent(EventKind.APPLY, configmap("y", "4")))

@@ -171,7 +171,8 @@ def test_a_missing_init_is_tolerated() -> None:
     assert (names(vanished), [r.name for r in store]) == (["a"], ["b"])
     empty = Store()
     assert empty.apply(DONE) == []
-    assert empty.is_ready and len(empty) == 0
+    assert empty.is_ready
+    assert len(empty) == 0
 
 
 def test_indexes_follow_objects_applied_before_any_list() -> None:

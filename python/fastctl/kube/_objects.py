@@ -151,7 +151,7 @@ async def apply(
     res = await resolved(client, resource)
     body = as_json(obj)
     name, ns = _name_and_namespace(res, body, namespace)
-    with observed_write(res, ns, None if dry_run else name) as seen:
+    with observed_write(res, ns, name, dry_run=dry_run) as seen:
         path = res.object_path(name, ns)
         result = await _apply(client, path, res, body, field_manager, force, dry_run)
         seen(result)
@@ -189,7 +189,7 @@ async def apply_status(
         }
     name, ns = _name_and_namespace(res, body, namespace)
     path = res.status_path(name, ns)
-    with observed_write(res, ns, None if dry_run else name) as seen:
+    with observed_write(res, ns, name, dry_run=dry_run) as seen:
         result = await _apply(client, path, res, body, field_manager, force, dry_run)
         seen(result)
     return result
