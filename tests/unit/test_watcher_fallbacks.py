@@ -203,17 +203,18 @@ def test_a_list_broken_half_way_starts_over_with_a_new_init(
 @pytest.mark.parametrize(
     "refusal",
     [
-        status(400, "BadRequest"),
-        stream(frame("ADDED", obj("a", 5)), end_of_initial_events(5, annotated=False)),
+        # Made anew for each run: a stream's lines are used up as they are read.
+        lambda: status(400, "BadRequest"),
+        lambda: stream(frame("ADDED", obj("a", 5)), end_of_initial_events(5, annotated=False)),
     ],
     ids=["4xx", "ignored"],
 )
 def test_a_forced_streaming_list_never_falls_back(
-    monkeypatch: pytest.MonkeyPatch, refusal: Response
+    monkeypatch: pytest.MonkeyPatch, refusal: Callable[[], Response]
 ) -> None:
     def script(q: Query) -> Response | None:
         if q.get("sendInitialEvents"):
-            return refusal
+            return refusal()
         return None if q.get("watch") else page(["a"])
 
     server = Server(script)

@@ -14,6 +14,10 @@ object's events in their order; every other event passes at once. The markers th
 a (re)list (``INIT``, ``INIT_DONE``, no object) wait for every held event before them, so
 a listed object stays inside its list (a filter or store that reads the list as a whole
 sees all of it before ``INIT_DONE``).
+
+Events are read ahead of the consumer (up to `_BUFFER`, plus the held ones), so a store
+that a reflector feeds before this point may be that far ahead of the triggers: a reconcile
+reads the latest cached state anyway, and a trigger is only ever later, never lost.
 """
 
 from __future__ import annotations
