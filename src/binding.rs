@@ -149,6 +149,7 @@ fn scheduler_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         backoff_base,
         backoff_max,
         seed: _,
+        group_concurrency,
     } = Config::default();
     let d = PyDict::new(py);
     d.set_item("concurrency", concurrency)?;
@@ -157,6 +158,7 @@ fn scheduler_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("max_wait", max_wait)?;
     d.set_item("backoff_base", backoff_base)?;
     d.set_item("backoff_max", backoff_max)?;
+    d.set_item("group_concurrency", group_concurrency)?;
     // Not `Config::default().seed`: from Python, no seed means a random one.
     d.set_item("seed", py.None())?;
     // No weights set: every fair group has weight 1.
@@ -309,6 +311,7 @@ impl PyScheduler {
             backoff_base: backoff_base.unwrap_or(default.backoff_base),
             backoff_max: backoff_max.unwrap_or(default.backoff_max),
             seed,
+            group_concurrency: default.group_concurrency,
         };
         let mut inner = Scheduler::new(config).map_err(|e| to_py_err(e, None))?;
         let weights = match group_weights {

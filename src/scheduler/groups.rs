@@ -13,6 +13,15 @@
 //! any state), so a group with no keys left is forgotten at once: many short-lived groups
 //! cost no memory once their keys are gone. Weights set with `set_weight` are kept by name
 //! (they are configuration, and outlive the keys).
+//!
+//! With a cap on keys in flight per group (`Config::group_concurrency`), `Groups` also
+//! counts each named group's keys in flight, and a group with the cap in flight is *held*:
+//! at every level where it has ready keys it is *parked*, a member of the level (its queue
+//! kept, in order) but out of the ring and out of the `heads` tournament, so `pop` and the
+//! level's oldest key (for `max_wait`) see the level as if the group had no ready keys
+//! there. A key of a held group that becomes ready joins its parked queue. When one of its
+//! keys ends and it drops below the cap it is released: it joins each such ring at the back,
+//! as a group that just got its first ready key there.
 
 use super::names::Names;
 use super::queues::Sorted;
@@ -30,6 +39,8 @@ struct Live {
     /// Records (of any state) in this group.
     keys: u32,
     weight: u32,
+    /// Keys in flight, counted only while there is a cap (`cap > 0`; else 0).
+    in_flight: u32,
 }
 
 /// Group names ↔ numbers, per-group key counts and weights. Each key's group number is kept
@@ -41,19 +52,64 @@ pub struct Groups {
     /// By group number; `live[0]` is `NO_GROUP`, and numbers without a name hold zeros.
     live: Vec<Live>,
     weights: HashMap<Box<str>, u32>,
+    /// The most keys of one named group in flight (0: no cap, and nothing counted).
+    cap: u32,
 }
 
 impl Default for Groups {
     fn default() -> Self {
-        Self {
-            names: Names::default(),
-            live: vec![Live { keys: 0, weight: 1 }],
-            weights: HashMap::new(),
-        }
+        Self::with_cap(0)
     }
 }
 
 impl Groups {
+    /// Groups whose keys in flight are capped at `cap` per named group (0: no cap).
+    pub fn with_cap(cap: u32) -> Self {
+        Self {
+            names: Names::default(),
+            live: vec![Live {
+                keys: 0,
+                weight: 1,
+                in_flight: 0,
+            }],
+            weights: HashMap::new(),
+            cap,
+        }
+    }
+
+    /// The cap on keys in flight per named group (0: none).
+    pub fn cap(&self) -> u32 {
+        self.cap
+    }
+
+    /// Whether group `gid` has the cap in flight: its ready keys are not served. Never true
+    /// without a cap, nor for `NO_GROUP` (its keys are not counted).
+    #[inline]
+    pub fn is_held(&self, gid: u32) -> bool {
+        self.cap != 0 && self.live[gid as usize].in_flight >= self.cap
+    }
+
+    /// A key of named group `gid` was handed out (only called with a cap): true when that
+    /// makes the group held.
+    #[inline]
+    pub fn flight_started(&mut self, gid: u32) -> bool {
+        debug_assert!(self.cap != 0 && gid != NO_GROUP);
+        let live = &mut self.live[gid as usize];
+        live.in_flight += 1;
+        live.in_flight == self.cap
+    }
+
+    /// A key of named group `gid` left flight (only called with a cap): true when that
+    /// releases the group (it was held).
+    #[inline]
+    pub fn flight_ended(&mut self, gid: u32) -> bool {
+        debug_assert!(self.cap != 0 && gid != NO_GROUP);
+        let live = &mut self.live[gid as usize];
+        let held = live.in_flight >= self.cap;
+        live.in_flight -= 1;
+        held
+    }
+
     /// A new record belongs to `name` (`None`: no group): its group number, for the record.
     #[inline]
     pub fn join(&mut self, name: Option<&str>) -> u32 {
@@ -78,6 +134,7 @@ impl Groups {
         self.live[i] = Live {
             keys: 0,
             weight: self.weights.get(name).copied().unwrap_or(1),
+            in_flight: 0,
         };
     }
 
@@ -91,6 +148,7 @@ impl Groups {
         let live = &mut self.live[gid as usize];
         live.keys -= 1;
         if live.keys == 0 {
+            debug_assert_eq!(live.in_flight, 0, "a key in flight keeps its record");
             *live = Live::default();
             self.names.remove(gid);
         }
@@ -146,9 +204,17 @@ impl Groups {
         self.names.footprint() + self.live.len()
     }
 
-    /// Check the key counts against `count(gid)` (records per group, from the slab) and the
-    /// names against the live groups.
-    pub fn check(&self, count: impl Fn(u32) -> u32) -> Result<(), String> {
+    /// Check the key counts against `count(gid)` (records per group, from the slab), the
+    /// counts of keys in flight against `flying(gid)` (in-flight records per group; all 0
+    /// without a cap, and never above the cap) and the names against the live groups.
+    pub fn check(
+        &self,
+        count: impl Fn(u32) -> u32,
+        flying: impl Fn(u32) -> u32,
+    ) -> Result<(), String> {
+        if self.live[NO_GROUP as usize].in_flight != 0 {
+            return Err("keys without a group are counted in flight".into());
+        }
         self.names.check()?;
         for (gid, live) in self.live.iter().enumerate().skip(1) {
             let gid = gid as u32;
@@ -158,6 +224,13 @@ impl Groups {
             }
             if live.keys != count(gid) {
                 return Err(format!("group {name:?} key count is stale"));
+            }
+            let want = if self.cap == 0 { 0 } else { flying(gid) };
+            if live.in_flight != want {
+                return Err(format!("group {name:?} in-flight count is stale"));
+            }
+            if live.in_flight > self.cap {
+                return Err(format!("group {name:?} has more than the cap in flight"));
             }
             if let Some(name) = name {
                 if live.weight != self.weight_of(name) {
@@ -175,6 +248,9 @@ struct Member {
     queue: Sorted<u64>,
     prev: u32,
     next: u32,
+    /// Its group is held (`Groups::is_held`): out of the ring and the tournament (`prev`
+    /// and `next` mean nothing), its keys kept in order until it is released.
+    parked: bool,
 }
 
 /// The groups of one fair level by group number: a vector indexed by the number (numbers
@@ -249,12 +325,12 @@ impl<'a> IntoIterator for &'a Members {
 }
 
 /// A priority level with named groups: a FIFO per group and a ring of the groups that have
-/// ready keys here.
+/// ready keys here and are not held (held ones are parked members: `Member::parked`).
 #[derive(Debug, Default)]
 pub struct Fair {
     members: Members,
-    /// The sequence number of each group's first (oldest) entry here, by group number: the
-    /// winner is the group holding the level's oldest key.
+    /// The sequence number of each ringed group's first (oldest) entry here, by group
+    /// number: the winner is the group holding the level's oldest key that can be served.
     heads: Tournament,
     /// The group served next (`None`: no group has ready keys).
     front: Option<u32>,
@@ -268,16 +344,26 @@ impl Fair {
             Some(m) => {
                 // An entry at the back is not the group's first (the group has one already);
                 // one that went elsewhere (a raised key, with its older sequence number) may
-                // be.
-                if !m.queue.insert(seq, idx) && m.queue.first() == Some((seq, idx)) {
+                // be. A parked group's first is not in the tournament.
+                if !m.queue.insert(seq, idx) && !m.parked && m.queue.first() == Some((seq, idx)) {
                     self.heads.set(gid, seq, idx);
                 }
             }
             None => {
                 let mut queue = Sorted::default();
                 queue.insert(seq, idx);
-                self.join(gid, queue, groups);
-                self.heads.set(gid, seq, idx);
+                if groups.is_held(gid) {
+                    let parked = Member {
+                        queue,
+                        prev: gid,
+                        next: gid,
+                        parked: true,
+                    };
+                    self.members.insert(gid, parked);
+                } else {
+                    self.join(gid, queue, groups);
+                    self.heads.set(gid, seq, idx);
+                }
             }
         }
     }
@@ -285,7 +371,21 @@ impl Fair {
     /// Link `gid` in at the back of the ring (just before the front).
     #[inline]
     fn join(&mut self, gid: u32, queue: Sorted<u64>, groups: &Groups) {
-        let (prev, next) = match self.front {
+        let (prev, next) = self.back_links(gid, groups);
+        let member = Member {
+            queue,
+            prev,
+            next,
+            parked: false,
+        };
+        self.members.insert(gid, member);
+    }
+
+    /// Make room for `gid` at the back of the ring (a group taking the first place gets the
+    /// front and a fresh turn): its neighbours point at it; returns its (prev, next).
+    #[inline]
+    fn back_links(&mut self, gid: u32, groups: &Groups) -> (u32, u32) {
+        match self.front {
             None => {
                 self.front = Some(gid);
                 self.turn = groups.weight(gid);
@@ -297,8 +397,65 @@ impl Fair {
                 self.link(front, |m| m.prev = gid);
                 (back, front)
             }
+        }
+    }
+
+    /// Take `gid`, a ringed member, out of the ring and the tournament; a front that goes
+    /// hands the turn to the next.
+    fn unlink(&mut self, gid: u32, prev: u32, next: u32, groups: &Groups) {
+        self.heads.clear(gid);
+        if next == gid {
+            self.front = None;
+            return;
+        }
+        self.link(prev, |p| p.next = next);
+        self.link(next, |n| n.prev = prev);
+        if self.front == Some(gid) {
+            self.front = Some(next);
+            self.turn = groups.weight(next);
+        }
+    }
+
+    /// Group `gid` is held: if it has ready keys here, they leave the ring and the
+    /// tournament (the group keeps its queue). True if it had.
+    fn park(&mut self, gid: u32, groups: &Groups) -> bool {
+        let Some(m) = self.members.get_mut(&gid).filter(|m| !m.parked) else {
+            return false;
         };
-        self.members.insert(gid, Member { queue, prev, next });
+        m.parked = true;
+        let (prev, next) = (m.prev, m.next);
+        self.unlink(gid, prev, next, groups);
+        true
+    }
+
+    /// Group `gid` is released: if it has ready keys here, it joins the ring at the back
+    /// and its first key the tournament. True if it had.
+    fn unpark(&mut self, gid: u32, groups: &Groups) -> bool {
+        let Some(first) = self
+            .members
+            .get(&gid)
+            .filter(|m| m.parked)
+            .map(|m| m.queue.first())
+        else {
+            return false;
+        };
+        let (prev, next) = self.back_links(gid, groups);
+        self.link(gid, |m| {
+            (m.prev, m.next, m.parked) = (prev, next, false);
+        });
+        if let Some((seq, idx)) = first {
+            self.heads.set(gid, seq, idx);
+        }
+        true
+    }
+
+    /// Ready entries of the groups in the ring (the ones that can be served).
+    fn servable_len(&self) -> usize {
+        self.members
+            .values()
+            .filter(|m| !m.parked)
+            .map(|m| m.queue.len)
+            .sum()
     }
 
     fn link(&mut self, gid: u32, f: impl FnOnce(&mut Member)) {
@@ -307,22 +464,15 @@ impl Fair {
         }
     }
 
-    /// Unlink `gid` (its queue is empty); a front that leaves hands the turn to the next.
+    /// Drop `gid` (its queue is empty): unlink it, unless parked; a front that leaves hands
+    /// the turn to the next.
     #[inline]
     fn leave(&mut self, gid: u32, groups: &Groups) {
         let Some(m) = self.members.remove(&gid) else {
             return;
         };
-        self.heads.clear(gid);
-        if m.next == gid {
-            self.front = None;
-            return;
-        }
-        self.link(m.prev, |p| p.next = m.next);
-        self.link(m.next, |n| n.prev = m.prev);
-        if self.front == Some(gid) {
-            self.front = Some(m.next);
-            self.turn = groups.weight(m.next);
+        if !m.parked {
+            self.unlink(gid, m.prev, m.next, groups);
         }
     }
 
@@ -335,7 +485,8 @@ impl Fair {
         m.queue.remove(seq, idx);
         if head == Some((seq, idx)) {
             match m.queue.first() {
-                Some((next, i)) => self.heads.set(gid, next, i),
+                Some((next, i)) if !m.parked => self.heads.set(gid, next, i),
+                Some(_) => {}
                 None => self.leave(gid, groups),
             }
         }
@@ -428,6 +579,10 @@ impl Fair {
             return (0, 0);
         };
         let rank = m.queue.rank(seq) as u64;
+        if m.parked {
+            // Not in line at all until released: only its rank in its group means anything.
+            return (rank as usize, rank as usize);
+        }
         let ring = self.ring();
         // The keys a group at ring position `i` takes in its first `turns` turns.
         let take = |i: usize, g: u32, turns: u64| -> u64 {
@@ -460,13 +615,17 @@ impl Fair {
         ((rank + others) as usize, rank as usize)
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self, groups: &Groups) -> Result<(), String> {
         let ring = self.ring();
         let mut seen: Vec<u32> = ring.clone();
         seen.sort_unstable();
         seen.dedup();
-        if seen.len() != ring.len() || ring.len() != self.members.len() {
-            return Err("group ring does not list each group once".into());
+        let ringed = self.members.values().filter(|m| !m.parked).count();
+        if seen.len() != ring.len()
+            || ring.len() != ringed
+            || ring.iter().any(|g| self.members[g].parked)
+        {
+            return Err("group ring does not list each group that is not held once".into());
         }
         if !ring.is_empty() && self.turn == 0 {
             return Err("front group has no turn left".into());
@@ -475,8 +634,17 @@ impl Fair {
         for (&gid, m) in &self.members {
             m.queue.check().map_err(|e| format!("group {gid}: {e}"))?;
             let Some((head, _)) = m.queue.first() else {
-                return Err(format!("group {gid} is empty but in the ring"));
+                return Err(format!("group {gid} is empty but in the level"));
             };
+            if m.parked != groups.is_held(gid) {
+                return Err(format!("group {gid} is parked iff held: not so"));
+            }
+            if m.parked {
+                if self.heads.get(gid).is_some() {
+                    return Err(format!("held group {gid} has a head in the tournament"));
+                }
+                continue;
+            }
             if self.heads.get(gid) != m.queue.first() {
                 return Err(format!("group {gid} head is stale"));
             }
@@ -491,7 +659,7 @@ impl Fair {
         if self
             .heads
             .entries()
-            .any(|(gid, _)| self.members.get(&gid).is_none())
+            .any(|(gid, _)| self.members.get(&gid).is_none_or(|m| m.parked))
             || self.heads.min().map(|(seq, _, _)| seq) != oldest
         {
             return Err("group heads are stale".into());
@@ -609,9 +777,37 @@ impl Level {
         }
     }
 
-    #[cfg(test)]
+    /// No ready entries at all (held groups' included).
+    #[inline]
     pub fn is_empty(&self) -> bool {
-        self.oldest().is_none()
+        match self {
+            Level::Plain(q) => q.len == 0,
+            Level::Fair(f) => f.members.len() == 0,
+        }
+    }
+
+    /// Group `gid` is held: its ready keys here, if any, leave the ring. True if it had any.
+    pub fn park(&mut self, gid: u32, groups: &Groups) -> bool {
+        match self {
+            Level::Plain(_) => false,
+            Level::Fair(f) => f.park(gid, groups),
+        }
+    }
+
+    /// Group `gid` is released: it rejoins the ring at the back if it has ready keys here.
+    pub fn unpark(&mut self, gid: u32, groups: &Groups) -> bool {
+        match self {
+            Level::Plain(_) => false,
+            Level::Fair(f) => f.unpark(gid, groups),
+        }
+    }
+
+    /// Ready entries that can be served: those of groups that are not held.
+    pub fn servable_len(&self) -> usize {
+        match self {
+            Level::Plain(q) => q.len,
+            Level::Fair(f) => f.servable_len(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -668,14 +864,14 @@ impl Level {
         }
     }
 
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self, groups: &Groups) -> Result<(), String> {
         match self {
             Level::Plain(q) => q.check(),
             Level::Fair(f) => {
                 if f.members.keys().all(|&g| g == NO_GROUP) {
                     return Err("a fair level holds no named group".into());
                 }
-                f.check()
+                f.check(groups)
             }
         }
     }
@@ -698,7 +894,7 @@ mod tests {
     fn drain(level: &mut Level, groups: &Groups) -> Vec<u32> {
         let mut out = Vec::new();
         while let Some((_, _, gid)) = level.pop(groups) {
-            level.check().unwrap();
+            level.check(groups).unwrap();
             out.push(gid);
         }
         out
@@ -716,7 +912,7 @@ mod tests {
         level.insert(6, 6, b, &g);
         level.insert(7, 7, c, &g);
         level.insert(8, 8, b, &g);
-        level.check().unwrap();
+        level.check(&g).unwrap();
         let mut seqs = Vec::new();
         while let Some((seq, _, _)) = level.pop(&g) {
             seqs.push(seq);
@@ -768,7 +964,7 @@ mod tests {
         level.insert(4, 4, b, &g);
         // a's only key leaves (raised to another priority): b is the front, with b's turn.
         level.remove(1, 1, a, &g);
-        level.check().unwrap();
+        level.check(&g).unwrap();
         assert_eq!(level.ring(), (vec![b, c], 3));
         assert_eq!(level.oldest(), Some((2, 2)));
         // c leaves from the middle: the turn stays.
@@ -808,8 +1004,8 @@ mod tests {
         assert_eq!(g.weight(t), 4, "a weight outlives the group's keys");
         assert_eq!(g.name(t), Some("t"));
         assert_eq!((g.join(None), g.name(NO_GROUP)), (NO_GROUP, None));
-        g.check(|gid| u32::from(gid == t)).unwrap();
-        assert!(g.check(|_| 2).is_err());
+        g.check(|gid| u32::from(gid == t), |_| 0).unwrap();
+        assert!(g.check(|_| 2, |_| 0).is_err());
     }
 
     #[test]
