@@ -17,7 +17,8 @@ use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
 
 use crate::clock;
 use crate::scheduler::{
-    Config, Error, HistogramSnapshot, KeyInspection, QueueSummary, Scheduler, MAX_DELAY, MAX_WEIGHT,
+    Config, Error, HistogramSnapshot, KeyInspection, QueueSummary, Scheduler, MAX_DELAY,
+    MAX_GROUP_CONCURRENCY, MAX_WEIGHT,
 };
 
 /// A keyed priority/delay scheduler: one record per key, never two hand-outs of a key at once.
@@ -133,6 +134,29 @@ fn not_in_flight(call: &str, k: &str, key: Option<&Bound<'_, PyAny>>) -> PyErr {
     PyKeyError::new_err(format!("{call}(): key {shown} is not in flight"))
 }
 
+/// `group_concurrency`: an int in [0, MAX_GROUP_CONCURRENCY] (not a bool: `True` would read
+/// as a cap of 1), else a `ValueError` naming the parameter.
+fn group_cap(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let refuse = || {
+        let shown = obj
+            .repr()
+            .map_or_else(|_| "?".to_owned(), |r| r.to_string());
+        PyValueError::new_err(format!(
+            "group_concurrency must be an int in [0, {MAX_GROUP_CONCURRENCY}] or None \
+             (0 or None: no cap), got {shown}"
+        ))
+    };
+    if obj.is_instance_of::<pyo3::types::PyBool>() || !obj.is_instance_of::<pyo3::types::PyInt>()
+    {
+        return Err(refuse());
+    }
+    obj.extract::<u64>()
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n <= MAX_GROUP_CONCURRENCY)
+        .ok_or_else(refuse)
+}
+
 fn non_negative_int(name: &str, value: i64) -> PyResult<usize> {
     usize::try_from(value)
         .map_err(|_| PyValueError::new_err(format!("{name} must be an int >= 0, got {value}")))
@@ -201,6 +225,7 @@ fn inspection<'py>(py: Python<'py>, i: &KeyInspection) -> PyResult<Bound<'py, Py
     d.set_item("follow_up_priority", i.follow_up_priority)?;
     d.set_item("ahead_in_group", i.ahead_in_group)?;
     d.set_item("group", &i.group)?;
+    d.set_item("held", i.held)?;
     Ok(d)
 }
 
@@ -219,6 +244,7 @@ fn summary<'py>(py: Python<'py>, q: &QueueSummary) -> PyResult<Bound<'py, PyDict
     d.set_item("in_flight", q.in_flight)?;
     d.set_item("dirty", q.dirty)?;
     d.set_item("concurrency", q.concurrency)?;
+    d.set_item("group_concurrency", q.group_concurrency)?;
     d.set_item("ready_by_priority", by_priority(&q.ready_by_priority)?)?;
     d.set_item(
         "in_flight_by_priority",
@@ -245,6 +271,7 @@ fn summary<'py>(py: Python<'py>, q: &QueueSummary) -> PyResult<Bound<'py, PyDict
         e.set_item("ready", g.ready)?;
         e.set_item("in_flight", g.in_flight)?;
         e.set_item("weight", g.weight)?;
+        e.set_item("held", g.held)?;
         by_group.set_item(&g.group, e)?;
     }
     d.set_item("by_group", by_group)?;
@@ -276,6 +303,7 @@ impl PyScheduler {
         backoff_max = None,
         seed = None,
         group_weights = None,
+        group_concurrency = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -287,6 +315,7 @@ impl PyScheduler {
         backoff_max: Option<f64>,
         seed: Option<&Bound<'_, PyAny>>,
         group_weights: Option<&Bound<'_, PyMapping>>,
+        group_concurrency: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let seed = match seed {
             None => RandomState::new().hash_one(clock::monotonic().unwrap_or(0.0).to_bits()),
@@ -311,7 +340,10 @@ impl PyScheduler {
             backoff_base: backoff_base.unwrap_or(default.backoff_base),
             backoff_max: backoff_max.unwrap_or(default.backoff_max),
             seed,
-            group_concurrency: default.group_concurrency,
+            group_concurrency: match group_concurrency {
+                Some(obj) if !obj.is_none() => group_cap(obj)?,
+                _ => default.group_concurrency,
+            },
         };
         let mut inner = Scheduler::new(config).map_err(|e| to_py_err(e, None))?;
         let weights = match group_weights {
@@ -604,6 +636,11 @@ impl PyScheduler {
     #[getter]
     fn concurrency(&self, py: Python<'_>) -> PyResult<usize> {
         Ok(self.lock(py)?.config().concurrency)
+    }
+
+    #[getter]
+    fn group_concurrency(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.lock(py)?.config().group_concurrency)
     }
 
     #[getter]

@@ -255,22 +255,23 @@ struct Member {
 
 /// The groups of one fair level by group number: a vector indexed by the number (numbers
 /// are small and reused, `Groups` hands them out densely), so the lookups on every add and
-/// pop are an index, not a hash. Shaped like the map it replaces.
+/// pop are an index, not a hash. Shaped like the map it replaces. A slot is the member
+/// alone, its number being its index: with the number in it too, a slot outgrew a cache line.
 #[derive(Debug, Default)]
 struct Members {
-    slots: Vec<Option<(u32, Member)>>,
+    slots: Vec<Option<Member>>,
     len: usize,
 }
 
 impl Members {
     #[inline]
     fn get(&self, gid: &u32) -> Option<&Member> {
-        self.slots.get(*gid as usize)?.as_ref().map(|(_, m)| m)
+        self.slots.get(*gid as usize)?.as_ref()
     }
 
     #[inline]
     fn get_mut(&mut self, gid: &u32) -> Option<&mut Member> {
-        self.slots.get_mut(*gid as usize)?.as_mut().map(|(_, m)| m)
+        self.slots.get_mut(*gid as usize)?.as_mut()
     }
 
     fn insert(&mut self, gid: u32, member: Member) {
@@ -278,13 +279,13 @@ impl Members {
         if self.slots.len() <= i {
             self.slots.resize_with(i + 1, || None);
         }
-        if self.slots[i].replace((gid, member)).is_none() {
+        if self.slots[i].replace(member).is_none() {
             self.len += 1;
         }
     }
 
     fn remove(&mut self, gid: &u32) -> Option<Member> {
-        let (_, m) = self.slots.get_mut(*gid as usize)?.take()?;
+        let m = self.slots.get_mut(*gid as usize)?.take()?;
         self.len -= 1;
         Some(m)
     }
@@ -294,11 +295,14 @@ impl Members {
         self.len
     }
 
-    fn iter(&self) -> impl Iterator<Item = (&u32, &Member)> + '_ {
-        self.slots.iter().flatten().map(|(g, m)| (g, m))
+    fn iter(&self) -> impl Iterator<Item = (u32, &Member)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(g, m)| Some((g as u32, m.as_ref()?)))
     }
 
-    fn keys(&self) -> impl Iterator<Item = &u32> + '_ {
+    fn keys(&self) -> impl Iterator<Item = u32> + '_ {
         self.iter().map(|(g, _)| g)
     }
 
@@ -316,8 +320,8 @@ impl std::ops::Index<&u32> for Members {
 }
 
 impl<'a> IntoIterator for &'a Members {
-    type Item = (&'a u32, &'a Member);
-    type IntoIter = Box<dyn Iterator<Item = (&'a u32, &'a Member)> + 'a>;
+    type Item = (u32, &'a Member);
+    type IntoIter = Box<dyn Iterator<Item = (u32, &'a Member)> + 'a>;
 
     fn into_iter(self) -> Self::IntoIter {
         Box::new(self.iter())
@@ -631,7 +635,7 @@ impl Fair {
             return Err("front group has no turn left".into());
         }
         let mut oldest: Option<u64> = None;
-        for (&gid, m) in &self.members {
+        for (gid, m) in &self.members {
             m.queue.check().map_err(|e| format!("group {gid}: {e}"))?;
             let Some((head, _)) = m.queue.first() else {
                 return Err(format!("group {gid} is empty but in the level"));
@@ -731,7 +735,7 @@ impl Level {
     #[inline]
     fn settle(&mut self) {
         if let Level::Fair(f) = self {
-            if f.members.len() <= 1 && f.members.keys().all(|&g| g == NO_GROUP) {
+            if f.members.len() <= 1 && f.members.keys().all(|g| g == NO_GROUP) {
                 let q = f
                     .members
                     .remove(&NO_GROUP)
@@ -828,7 +832,7 @@ impl Level {
             Level::Fair(f) => f
                 .members
                 .iter()
-                .flat_map(|(&g, m)| m.queue.entries().into_iter().map(move |(s, i)| (s, i, g)))
+                .flat_map(|(g, m)| m.queue.entries().into_iter().map(move |(s, i)| (s, i, g)))
                 .collect(),
         };
         out.sort_unstable();
@@ -851,7 +855,7 @@ impl Level {
     pub fn counts(&self) -> Vec<(u32, usize)> {
         match self {
             Level::Plain(q) => vec![(NO_GROUP, q.len)],
-            Level::Fair(f) => f.members.iter().map(|(&g, m)| (g, m.queue.len)).collect(),
+            Level::Fair(f) => f.members.iter().map(|(g, m)| (g, m.queue.len)).collect(),
         }
     }
 
@@ -868,7 +872,7 @@ impl Level {
         match self {
             Level::Plain(q) => q.check(),
             Level::Fair(f) => {
-                if f.members.keys().all(|&g| g == NO_GROUP) {
+                if f.members.keys().all(|g| g == NO_GROUP) {
                     return Err("a fair level holds no named group".into());
                 }
                 f.check(groups)

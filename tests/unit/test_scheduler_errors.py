@@ -131,6 +131,11 @@ def test_an_iterator_that_raises_adds_nothing() -> None:
         ({"seed": -1}, ValueError, "seed must be an int in"),
         ({"seed": 2**64}, ValueError, "seed must be an int in"),
         ({"seed": "x"}, ValueError, "seed must be an int in"),
+        ({"group_concurrency": -1}, ValueError, r"group_concurrency must be an int in \[0, "),
+        ({"group_concurrency": True}, ValueError, "group_concurrency must be .* got True"),
+        ({"group_concurrency": 1.5}, ValueError, "group_concurrency must be .* got 1.5"),
+        ({"group_concurrency": "2"}, ValueError, "group_concurrency must be .* got '2'"),
+        ({"group_concurrency": 2**32}, ValueError, "group_concurrency must be .* got 4294967296"),
     ],
 )
 @pytest.mark.parametrize("cls", [Scheduler, ModelScheduler])
