@@ -5,6 +5,10 @@ groups with ready keys at one priority in turn (docs/scheduler.md, "Fair groups"
 namespace creating 10,000 objects no longer makes every other namespace's changes wait
 behind them. ``"namespace"`` groups by the object's namespace; a function gets the cached
 object and returns its group (``None`` or ``""``: no group), e.g. a tenant label.
+
+``group_concurrency`` caps the reconciles of one group running at once (the scheduler's
+``group_concurrency``): turns share the order of service, the cap shares the slots, so a
+group whose reconciles are slow cannot hold every one of them.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from typing import Any, Literal, TypeAlias
 
 from fastctl.types import ObjectRef
 
-__all__ = ["FairBy", "group_function"]
+__all__ = ["FairBy", "check_group_concurrency", "group_function"]
+
+_MAX_GROUP_CONCURRENCY = (1 << 32) - 1
 
 FairBy: TypeAlias = Literal["namespace"] | Callable[[Any], str | None]
 """``"namespace"``, or a function of the cached object returning its fair group."""
@@ -24,6 +30,26 @@ GroupOf: TypeAlias = Callable[[ObjectRef, Mapping[ObjectRef, Any]], str | None]
 
 def _by_namespace(ref: ObjectRef, store: Mapping[ObjectRef, Any]) -> str | None:
     return ref.namespace or None
+
+
+def check_group_concurrency(group_concurrency: object, fair_by: FairBy | None) -> None:
+    """Refuse a cap that is not an int in [0, 2**32) (a bool is not one), and a cap set
+    without `fair_by`: with no groups nothing would be capped, and silently ignoring the
+    setting would leave the one slow tenant it was meant for free to take every slot."""
+    if (
+        isinstance(group_concurrency, bool)
+        or not isinstance(group_concurrency, int)
+        or not 0 <= group_concurrency <= _MAX_GROUP_CONCURRENCY
+    ):
+        raise ValueError(
+            f"group_concurrency must be an int in [0, {_MAX_GROUP_CONCURRENCY}] "
+            f"(0: no cap), got {group_concurrency!r}"
+        )
+    if group_concurrency and fair_by is None:
+        raise ValueError(
+            f"group_concurrency={group_concurrency} needs fair_by: it caps the reconciles of "
+            'one fair group (fair_by="namespace", or a function of the object)'
+        )
 
 
 def group_function(fair_by: FairBy | None) -> GroupOf | None:

@@ -67,10 +67,11 @@ class ObjectInspection:
     """Seconds it has been ready, or running."""
     since: str | None = None
     ahead: int | None = None
-    """Ready: ready objects served before it (at its priority plus at higher ones)."""
+    """Ready: ready objects served before it (at its priority plus at higher ones); None
+    when held."""
     ahead_at_priority: int | None = None
     """Ready: ready objects of its priority served before it, the fair groups' turns
-    included."""
+    included; None when held."""
     ahead_in_group: int | None = None
     """Ready: ready objects of its fair group and priority served before it."""
     reasons: tuple[ReasonCount, ...] = ()
@@ -84,6 +85,9 @@ class ObjectInspection:
     last_error_ago: float | None = None
     group: str | None = None
     """Its fair group (the controller's ``fair_by``), in any state; None without one."""
+    held: bool = False
+    """Ready, but its fair group has ``group_concurrency`` reconciles running: it is not
+    in line until one of them ends (so it has no ``ahead``)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,8 +112,11 @@ class QueueSummary:
     cached: int
     """Objects in the controller's cache."""
     by_group: dict[str, Any] | None = None
-    """Each named fair group with keys: ``keys`` (any state), ``ready``, ``in_flight`` and
-    ``weight``, by group name (empty without fair groups)."""
+    """Each named fair group with keys: ``keys`` (any state), ``ready``, ``in_flight``,
+    ``weight`` and ``held`` (it has ``group_concurrency`` in flight), by group name (empty
+    without fair groups)."""
+    group_concurrency: int = 0
+    """The most reconciles of one fair group at once (0: no cap)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -162,8 +169,10 @@ def inspect_key(
     *,
     in_flight: int = 0,
     concurrency: int = 0,
+    group_concurrency: int = 0,
 ) -> ObjectInspection:
-    """Join the scheduler's `record` of `ref`, its `reasons` and whether it is `cached`."""
+    """Join the scheduler's `record` of `ref`, its `reasons` and whether it is `cached`
+    (`in_flight`, `concurrency` and `group_concurrency` are for the message)."""
     clocks = _Clocks()
     base: dict[str, Any] = {
         "controller": controller,
@@ -203,16 +212,26 @@ def inspect_key(
     if since is not None:
         info["age"] = max(0.0, clocks.ago(since))
         info["since"] = clocks.iso(since)
-    if state == "ready":
+    if state == "ready" and record.get("held"):
+        # Not in line at all until its group is released: no position but its group's.
+        info["held"] = True
+        info["ahead_in_group"] = record["ahead_in_group"]
+    elif state == "ready":
         at_priority, higher = record["ahead_at_priority"] or 0, record["ahead_higher"] or 0
         info["ahead"] = at_priority + higher
         info["ahead_at_priority"] = at_priority
         info["ahead_in_group"] = record["ahead_in_group"]
-    message = _message(state, info, in_flight, concurrency)
+    message = _message(state, info, in_flight, concurrency, group_concurrency)
     return ObjectInspection(**base, state=state, message=message, **info)
 
 
-def _message(state: State, info: Mapping[str, Any], in_flight: int, concurrency: int) -> str:
+def _message(
+    state: State,
+    info: Mapping[str, Any],
+    in_flight: int,
+    concurrency: int,
+    group_concurrency: int,
+) -> str:
     attempts = info["attempts"]
     failed = ""
     if attempts:
@@ -222,6 +241,13 @@ def _message(state: State, info: Mapping[str, Any], in_flight: int, concurrency:
         failed += ")"
     if state == "waiting":
         return f"waiting: ready in {_seconds(info['ready_in'])}{failed}"
+    if state == "ready" and info.get("held"):
+        cap = group_concurrency
+        return (
+            f"held: its group {info['group']} has {cap} of {cap} reconciles running "
+            f"(group_concurrency); ready for {_seconds(info['age'])}, it runs after one of "
+            f"them ends ({info['ahead_in_group']} of its group ahead of it){failed}"
+        )
     if state == "ready":
         slots = f"{in_flight} of {concurrency} slots busy" if concurrency else "no slot limit"
         group = info["group"]
@@ -267,4 +293,5 @@ def summarize(
         next_ready_in=None if next_at is None else max(0.0, clocks.until(next_at)),
         cached=len(store),
         by_group={g: dict(c) for g, c in summary["by_group"].items()},
+        group_concurrency=summary.get("group_concurrency", 0),
     )
