@@ -146,8 +146,7 @@ fn group_cap(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
              (0 or None: no cap), got {shown}"
         ))
     };
-    if obj.is_instance_of::<pyo3::types::PyBool>() || !obj.is_instance_of::<pyo3::types::PyInt>()
-    {
+    if obj.is_instance_of::<pyo3::types::PyBool>() || !obj.is_instance_of::<pyo3::types::PyInt>() {
         return Err(refuse());
     }
     obj.extract::<u64>()
