@@ -225,6 +225,7 @@ fn inspection<'py>(py: Python<'py>, i: &KeyInspection) -> PyResult<Bound<'py, Py
     d.set_item("ahead_in_group", i.ahead_in_group)?;
     d.set_item("group", &i.group)?;
     d.set_item("held", i.held)?;
+    d.set_item("group_concurrency", i.group_concurrency)?;
     Ok(d)
 }
 
@@ -270,6 +271,7 @@ fn summary<'py>(py: Python<'py>, q: &QueueSummary) -> PyResult<Bound<'py, PyDict
         e.set_item("ready", g.ready)?;
         e.set_item("in_flight", g.in_flight)?;
         e.set_item("weight", g.weight)?;
+        e.set_item("group_concurrency", g.group_concurrency)?;
         e.set_item("held", g.held)?;
         by_group.set_item(&g.group, e)?;
     }
@@ -484,6 +486,30 @@ impl PyScheduler {
         let weight = weight_u32(name, weight)?;
         let result = self.lock(py)?.set_group_weight(name, weight);
         result.map_err(|e| to_py_err(e, None))
+    }
+
+    /// Give fair group `group` its own cap on keys in flight (0: none; None: the default
+    /// `group_concurrency` again).
+    fn set_group_concurrency(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyAny>,
+        cap: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let name = key_str(group, "group")?;
+        let cap = if cap.is_none() {
+            None
+        } else {
+            Some(group_cap(cap)?)
+        };
+        let result = self.lock(py)?.set_group_concurrency(name, cap);
+        result.map_err(|e| to_py_err(e, None))
+    }
+
+    /// The cap on keys in flight of fair group `group` (its own, else the default; 0: none).
+    fn group_concurrency_of(&self, py: Python<'_>, group: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let name = key_str(group, "group")?;
+        Ok(self.lock(py)?.group_concurrency_of(name))
     }
 
     /// The weight of fair group `group` (1 unless set).

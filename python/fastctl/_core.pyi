@@ -92,8 +92,10 @@ class KeyInspection(TypedDict):
     group: str | None
     """The key's fair group (None: added without one)."""
     held: bool
-    """Ready, and its group has `group_concurrency` keys in flight: it is not served until
-    one of them ends."""
+    """Ready, and its group has its cap of keys in flight: it is not served until one of
+    them ends."""
+    group_concurrency: int | None
+    """Its group's cap on keys in flight (None: no group, or no cap)."""
 
 class OldestReady(TypedDict):
     key: str
@@ -109,8 +111,10 @@ class GroupCounts(TypedDict):
     ready: int
     in_flight: int
     weight: int
+    group_concurrency: int
+    """Its cap on keys in flight (its own, else the default; 0: none)."""
     held: bool
-    """It has `group_concurrency` keys in flight: its ready keys wait for one to end."""
+    """It has its cap of keys in flight: its ready keys wait for one to end."""
 
 class QueueSummary(TypedDict):
     """What `Scheduler.queue_summary` returns."""
@@ -121,7 +125,7 @@ class QueueSummary(TypedDict):
     dirty: int
     concurrency: int
     group_concurrency: int
-    """The cap on keys in flight per named fair group (0: none)."""
+    """The cap on keys in flight per named fair group without its own (0: none)."""
     ready_by_priority: dict[int, int]
     """Ready keys by priority (held groups' included), highest first."""
     in_flight_by_priority: dict[int, int]
@@ -216,6 +220,15 @@ class Scheduler:
     def set_group_weight(self, group: str, weight: int) -> None:
         """Serve fair group `group` up to `weight` keys in a row per turn among ready keys of
         one priority (default 1; an int in [1, 2**32)). Kept for the group's later keys."""
+
+    def set_group_concurrency(self, group: str, cap: int | None) -> None:
+        """Give fair group `group` its own cap on keys in flight (0: none; None: the default
+        `group_concurrency` again), kept by name like a weight. Takes effect at once: a group
+        that now has its cap in flight is held, one that no longer has it is released."""
+
+    def group_concurrency_of(self, group: str) -> int:
+        """The cap on keys in flight of fair group `group` (its own, else the default; 0:
+        none)."""
 
     def group_weight(self, group: str) -> int:
         """The weight of fair group `group` (1 unless set)."""

@@ -14,8 +14,9 @@
 //! cost no memory once their keys are gone. Weights set with `set_weight` are kept by name
 //! (they are configuration, and outlive the keys).
 //!
-//! With a cap on keys in flight per group (`Config::group_concurrency`), `Groups` also
-//! counts each named group's keys in flight, and a group with the cap in flight is *held*:
+//! With a cap on keys in flight per group (`Config::group_concurrency`, or one group's own
+//! set with `set_cap`), `Groups` also counts each named group's keys in flight, and a group
+//! with its cap in flight is *held*:
 //! at every level where it has ready keys it is *parked*, a member of the level (its queue
 //! kept, in order) but out of the ring and out of the `heads` tournament, so `pop` and the
 //! level's oldest key (for `max_wait`) see the level as if the group had no ready keys
@@ -39,8 +40,10 @@ struct Live {
     /// Records (of any state) in this group.
     keys: u32,
     weight: u32,
-    /// Keys in flight, counted only while there is a cap (`cap > 0`; else 0).
+    /// Keys in flight, counted once any cap is set (`Groups::counting`; else 0).
     in_flight: u32,
+    /// Its cap on keys in flight (0: none): its own if set, else the default.
+    cap: u32,
 }
 
 /// Group names ↔ numbers, per-group key counts and weights. Each key's group number is kept
@@ -52,8 +55,12 @@ pub struct Groups {
     /// By group number; `live[0]` is `NO_GROUP`, and numbers without a name hold zeros.
     live: Vec<Live>,
     weights: HashMap<Box<str>, u32>,
-    /// The most keys of one named group in flight (0: no cap, and nothing counted).
+    /// The most keys of one named group in flight, for groups without their own (0: no cap).
     cap: u32,
+    /// Groups' own caps by name (0: no cap for that group), kept like weights.
+    caps: HashMap<Box<str>, u32>,
+    /// Keys in flight are counted: a cap is or was set (with none, nothing is counted).
+    counting: bool,
 }
 
 impl Default for Groups {
@@ -71,43 +78,92 @@ impl Groups {
                 keys: 0,
                 weight: 1,
                 in_flight: 0,
+                cap: 0,
             }],
             weights: HashMap::new(),
             cap,
+            caps: HashMap::new(),
+            counting: cap != 0,
         }
     }
 
-    /// The cap on keys in flight per named group (0: none).
+    /// The default cap on keys in flight per named group (0: none).
     pub fn cap(&self) -> u32 {
         self.cap
     }
 
-    /// Whether group `gid` has the cap in flight: its ready keys are not served. Never true
+    /// Whether keys in flight are counted (a cap is or was set): the one check `pop` and
+    /// `done` pay when there is none.
+    #[inline]
+    pub fn counting(&self) -> bool {
+        self.counting
+    }
+
+    /// Whether group `gid` has its cap in flight: its ready keys are not served. Never true
     /// without a cap, nor for `NO_GROUP` (its keys are not counted).
     #[inline]
     pub fn is_held(&self, gid: u32) -> bool {
-        self.cap != 0 && self.live[gid as usize].in_flight >= self.cap
+        self.counting && {
+            let live = &self.live[gid as usize];
+            live.cap != 0 && live.in_flight >= live.cap
+        }
     }
 
-    /// A key of named group `gid` was handed out (only called with a cap): true when that
-    /// makes the group held.
+    /// A key of named group `gid` was handed out (only called while counting): true when
+    /// that makes the group held.
     #[inline]
     pub fn flight_started(&mut self, gid: u32) -> bool {
-        debug_assert!(self.cap != 0 && gid != NO_GROUP);
+        debug_assert!(self.counting && gid != NO_GROUP);
         let live = &mut self.live[gid as usize];
         live.in_flight += 1;
-        live.in_flight == self.cap
+        live.in_flight == live.cap
     }
 
-    /// A key of named group `gid` left flight (only called with a cap): true when that
-    /// releases the group (it was held).
+    /// A key of named group `gid` left flight (only called while counting): true when that
+    /// releases the group (it was held, and is now below its cap).
     #[inline]
     pub fn flight_ended(&mut self, gid: u32) -> bool {
-        debug_assert!(self.cap != 0 && gid != NO_GROUP);
+        debug_assert!(self.counting && gid != NO_GROUP);
         let live = &mut self.live[gid as usize];
-        let held = live.in_flight >= self.cap;
         live.in_flight -= 1;
-        held
+        live.cap != 0 && live.in_flight + 1 == live.cap
+    }
+
+    /// Start counting keys in flight: `in_flight` lists the group of each key in flight
+    /// (called once, when the first cap is set on a scheduler created without one).
+    pub fn start_counting(&mut self, in_flight: impl Iterator<Item = u32>) {
+        if self.counting {
+            return;
+        }
+        self.counting = true;
+        for gid in in_flight.filter(|&g| g != NO_GROUP) {
+            self.live[gid as usize].in_flight += 1;
+        }
+    }
+
+    /// Give the group called `name` its own cap (`None`: the default again; 0: none), for
+    /// its live keys and any it gets later. Returns its number and whether it was and is
+    /// held, if it has keys (the caller parks or releases it). Counting must be on.
+    pub fn set_cap(&mut self, name: &str, cap: Option<u32>) -> Option<(u32, bool, bool)> {
+        debug_assert!(self.counting);
+        match cap {
+            Some(cap) => self.caps.insert(name.into(), cap),
+            None => self.caps.remove(name),
+        };
+        let gid = self.names.find(name)?;
+        let was = self.is_held(gid);
+        self.live[gid as usize].cap = self.cap_of(name);
+        Some((gid, was, self.is_held(gid)))
+    }
+
+    /// The cap the group called `name` has or will have (0: none).
+    pub fn cap_of(&self, name: &str) -> u32 {
+        self.caps.get(name).copied().unwrap_or(self.cap)
+    }
+
+    /// The cap of group `gid` (0: none; always 0 for `NO_GROUP`).
+    pub fn cap_of_group(&self, gid: u32) -> u32 {
+        self.live[gid as usize].cap
     }
 
     /// A new record belongs to `name` (`None`: no group): its group number, for the record.
@@ -135,6 +191,7 @@ impl Groups {
             keys: 0,
             weight: self.weights.get(name).copied().unwrap_or(1),
             in_flight: 0,
+            cap: self.cap_of(name),
         };
     }
 
@@ -206,7 +263,8 @@ impl Groups {
 
     /// Check the key counts against `count(gid)` (records per group, from the slab), the
     /// counts of keys in flight against `flying(gid)` (in-flight records per group; all 0
-    /// without a cap, and never above the cap) and the names against the live groups.
+    /// until a cap is set), the caps and the names against the live groups. (A group may
+    /// have more than its cap in flight: a cap lowered below its count.)
     pub fn check(
         &self,
         count: impl Fn(u32) -> u32,
@@ -225,16 +283,16 @@ impl Groups {
             if live.keys != count(gid) {
                 return Err(format!("group {name:?} key count is stale"));
             }
-            let want = if self.cap == 0 { 0 } else { flying(gid) };
+            let want = if self.counting { flying(gid) } else { 0 };
             if live.in_flight != want {
                 return Err(format!("group {name:?} in-flight count is stale"));
-            }
-            if live.in_flight > self.cap {
-                return Err(format!("group {name:?} has more than the cap in flight"));
             }
             if let Some(name) = name {
                 if live.weight != self.weight_of(name) {
                     return Err(format!("group {name:?} weight is stale"));
+                }
+                if live.cap != self.cap_of(name) {
+                    return Err(format!("group {name:?} cap is stale"));
                 }
             }
         }

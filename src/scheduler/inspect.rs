@@ -67,9 +67,11 @@ pub struct KeyInspection {
     /// Ready: the ready keys of higher priorities that can be served (all served first,
     /// `max_wait` aside); held groups' keys are not counted. `None` for a held key.
     pub ahead_higher: Option<usize>,
-    /// Ready, and its group has `group_concurrency` keys in flight: it is not served until
-    /// one of them ends.
+    /// Ready, and its group has its cap of keys in flight: it is not served until one of
+    /// them ends.
     pub held: bool,
+    /// Its group's cap on keys in flight (`None`: no group, or no cap).
+    pub group_concurrency: Option<u32>,
     /// Dirty: the follow-up's priority.
     pub follow_up_priority: Option<i64>,
     /// The key's fair group (`None`: no group), in every state.
@@ -94,7 +96,9 @@ pub struct GroupCounts {
     pub ready: usize,
     pub in_flight: usize,
     pub weight: u32,
-    /// It has `group_concurrency` keys in flight: its ready keys wait for one to end.
+    /// Its cap on keys in flight (0: none).
+    pub group_concurrency: u32,
+    /// It has its cap of keys in flight: its ready keys wait for one to end.
     pub held: bool,
 }
 
@@ -109,7 +113,7 @@ pub struct QueueSummary {
     pub dirty: usize,
     /// The concurrency limit (0: none).
     pub concurrency: usize,
-    /// The cap on keys in flight per named group (0: none).
+    /// The cap on keys in flight per named group, for groups without their own (0: none).
     pub group_concurrency: usize,
     /// Ready keys by priority, from the highest.
     pub ready_by_priority: Vec<(i64, usize)>,
@@ -157,9 +161,11 @@ impl Scheduler {
             follow_up_priority: None,
             group: None,
             held: false,
+            group_concurrency: None,
         };
         let gid = self.records.get(idx).group;
         out.group = self.groups.name(gid).map(str::to_owned);
+        out.group_concurrency = Some(self.groups.cap_of_group(gid)).filter(|&c| c != 0);
         match rec.state {
             State::Waiting => out.ready_at = Some(rec.at),
             State::Ready => {
@@ -207,6 +213,7 @@ impl Scheduler {
                     ready: 0,
                     in_flight: 0,
                     weight,
+                    group_concurrency: self.groups.cap_of_group(gid),
                     held: self.groups.is_held(gid),
                 };
                 (gid, c)

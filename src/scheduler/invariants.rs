@@ -111,7 +111,9 @@ impl Scheduler {
         if self.records.len() != waiting + ready + running + dirty {
             return Err("index length differs from live records".into());
         }
-        if self.groups.cap() as usize != self.cfg.group_concurrency {
+        if self.groups.cap() as usize != self.cfg.group_concurrency
+            || (self.cfg.group_concurrency != 0 && !self.groups.counting())
+        {
             return Err("the group cap differs from the settings".into());
         }
         self.groups.check(

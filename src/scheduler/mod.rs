@@ -360,23 +360,24 @@ impl Scheduler {
         } else {
             self.ready.pop_first(&self.groups)?
         };
-        // The one branch a pop pays for the cap when there is none.
-        if self.cfg.group_concurrency != 0 {
+        // The one branch a pop pays for the caps when there is none.
+        if self.groups.counting() {
             self.count_start(gid);
         }
         Some(idx)
     }
 
-    /// A key of group `gid` goes in flight under a group cap: count it, and hold the group
-    /// if that reaches the cap.
+    /// A key of group `gid` goes in flight while keys are counted: count it, and hold the
+    /// group if that reaches its cap.
     fn count_start(&mut self, gid: u32) {
         if gid != NO_GROUP && self.groups.flight_started(gid) {
             self.ready.hold(gid, &self.groups);
         }
     }
 
-    /// A key of group `gid` leaves flight under a group cap: count it, and release the group
-    /// if it was held (before the key itself is queued again, if it is).
+    /// A key of group `gid` leaves flight while keys are counted: count it, and release the
+    /// group if that takes it below its cap (before the key itself is queued again, if it
+    /// is).
     fn count_end(&mut self, gid: u32) {
         if gid != NO_GROUP && self.groups.flight_ended(gid) {
             self.ready.release(gid, &self.groups);
@@ -428,7 +429,7 @@ impl Scheduler {
             _ => return Err(Error::NotInFlight(key.to_owned())),
         };
         let now = self.tick(now);
-        if self.cfg.group_concurrency != 0 {
+        if self.groups.counting() {
             self.count_end(self.records.get(idx).group);
         }
         let rec = self.records.get_mut(idx);
@@ -511,6 +512,47 @@ impl Scheduler {
     /// The weight of fair group `group` (1 unless set).
     pub fn group_weight(&self, group: &str) -> u32 {
         self.groups.weight_of(group)
+    }
+
+    /// Give fair group `group` its own cap on keys in flight (`Some(0)`: none for it; `None`:
+    /// the scheduler's `group_concurrency` again). Kept by name, like a weight. A group that
+    /// now has its cap in flight is held at once; one that no longer has it is released
+    /// (rejoining its rings at the back). On a scheduler created without a cap the first
+    /// call starts counting keys in flight: O(keys in flight), once.
+    pub fn set_group_concurrency(&mut self, group: &str, cap: Option<usize>) -> Result<(), Error> {
+        let Some(group) = check_group(Some(group))? else {
+            unreachable!("a named group stays named");
+        };
+        let cap = match cap.map(u32::try_from) {
+            None => None,
+            Some(Ok(cap)) => Some(cap),
+            Some(Err(_)) => {
+                return Err(Error::InvalidConfig {
+                    name: "group_concurrency",
+                    message: format!(
+                        "must be an int in [0, {MAX_GROUP_CONCURRENCY}] or None, got {}",
+                        cap.unwrap_or_default()
+                    ),
+                })
+            }
+        };
+        if !self.groups.counting() {
+            let records = &self.records;
+            let in_flight = self.running.iter().map(|(_, idx)| records.get(idx).group);
+            self.groups.start_counting(in_flight);
+        }
+        match self.groups.set_cap(group, cap) {
+            Some((gid, false, true)) => self.ready.hold(gid, &self.groups),
+            Some((gid, true, false)) => self.ready.release(gid, &self.groups),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The cap on keys in flight of fair group `group` (its own if set, else
+    /// `group_concurrency`; 0: none).
+    pub fn group_concurrency_of(&self, group: &str) -> u32 {
+        self.groups.cap_of(group)
     }
 
     /// The fair group of `key` (`None` for an absent key or one without a group).

@@ -1223,3 +1223,86 @@ fn a_cap_above_u32_is_refused() {
         3
     );
 }
+
+/// A group's own cap, kept by name like a weight: set on a scheduler without a default cap
+/// it starts the counting (keys already in flight count), lowering it below the keys in
+/// flight holds the group until enough of them end, raising it releases the group to the
+/// back of its rings, 0 lifts the cap for that group, `None` returns to the default.
+#[test]
+fn a_groups_own_cap_holds_and_releases_it_at_once() {
+    let mut s = default();
+    add_group(&mut s, "a", 6, 0, 0.0);
+    add_group(&mut s, "b", 3, 0, 0.0);
+    assert_eq!(pop_all(&mut s, 0.0).len(), 9, "no cap yet");
+    add_group(&mut s, "a", 6, 0, 1.0); // a/0..a/5 dirty: they come back after done
+    s.set_group_concurrency("a", Some(1)).unwrap();
+    s.check_consistency().unwrap();
+    assert_eq!(s.group_concurrency_of("a"), 1);
+    add_in(&mut s, Some("a"), "a/new", 0, 1.0);
+    add_in(&mut s, Some("b"), "b/new", 0, 1.0);
+    assert_eq!(
+        pop_all(&mut s, 1.0),
+        ["b/new"],
+        "a has 6 in flight, its cap is 1"
+    );
+    for i in 0..5 {
+        done(&mut s, &format!("a/{i}"), 2.0);
+        assert_eq!(
+            pop_all(&mut s, 2.0),
+            Vec::<String>::new(),
+            "still 1 or more"
+        );
+    }
+    done(&mut s, "a/5", 2.0);
+    assert_eq!(
+        pop_all(&mut s, 2.0),
+        ["a/new"],
+        "below the cap after the sixth"
+    );
+    // Raised: released at once (a/new and two more in flight).
+    s.set_group_concurrency("a", Some(3)).unwrap();
+    s.check_consistency().unwrap();
+    assert_eq!(pop_all(&mut s, 3.0), ["a/0", "a/1"]);
+    // No cap for a: the rest of its keys.
+    s.set_group_concurrency("a", Some(0)).unwrap();
+    assert_eq!(pop_all(&mut s, 3.0), ["a/2", "a/3", "a/4", "a/5"]);
+    s.set_group_concurrency("a", None).unwrap();
+    assert_eq!(s.group_concurrency_of("a"), 0, "the default: no cap");
+    assert!(s.set_group_concurrency("", Some(1)).is_err());
+    assert!(s
+        .set_group_concurrency("a", Some(MAX_GROUP_CONCURRENCY + 1))
+        .is_err());
+}
+
+/// With a default cap, a group's own cap overrides it, in both directions, and outlives
+/// the group's keys.
+#[test]
+fn a_groups_own_cap_overrides_the_default_and_is_kept_by_name() {
+    let mut s = capped(1);
+    s.set_group_concurrency("wide", Some(3)).unwrap();
+    s.set_group_concurrency("free", Some(0)).unwrap();
+    add_group(&mut s, "wide", 5, 0, 0.0);
+    add_group(&mut s, "free", 4, 0, 0.0);
+    add_group(&mut s, "one", 4, 0, 0.0);
+    let got = pop_all(&mut s, 0.0);
+    let of = |g: &str| got.iter().filter(|k| k.starts_with(g)).count();
+    assert_eq!((of("wide"), of("free"), of("one")), (3, 4, 1));
+    for k in got {
+        done(&mut s, &k, 1.0);
+    }
+    for k in pop_all(&mut s, 1.0) {
+        done(&mut s, &k, 2.0);
+    }
+    assert_eq!(pop_all(&mut s, 2.0), ["one/2"]);
+    done(&mut s, "one/2", 3.0);
+    assert_eq!(pop_all(&mut s, 3.0), ["one/3"]);
+    done(&mut s, "one/3", 4.0);
+    assert_eq!(s.groups(), 0);
+    assert_eq!(
+        (
+            s.group_concurrency_of("wide"),
+            s.group_concurrency_of("one")
+        ),
+        (3, 1)
+    );
+}

@@ -10,10 +10,12 @@ checks two of the applier's rules on its own bookkeeping, not on either implemen
 - no head-of-line blocking (rule 4): with a free slot, a key the test made due at once
   (added with no delay and no debounce while not in flight) is never held back: `pop`
   returns a key, `pop_many(n)` at least as many as such keys and free slots allow; with a
-  cap on keys in flight per group (`group_concurrency`), each named group's due keys count
-  only up to the room its cap leaves, so a held group never holds up another's key;
-- the group cap: no named group ever has more than `group_concurrency` keys in flight
-  (each key's group as the test recorded it when the key got its record);
+  cap on keys in flight per group (`group_concurrency`, or a group's own), each named
+  group's due keys count only up to the room its cap leaves, so a held group never holds up
+  another's key;
+- the group cap: no key is handed out while its group has its cap in flight (each key's
+  group as the test recorded it when the key got its record, the caps as the test set
+  them), so no group goes above its cap (one can stay above a cap lowered meanwhile);
 - one slot per object, exactly one follow-up (rule 5): a key is never handed out twice;
   after `done`, it is queued again if and only if it was triggered while in flight, failed,
   or was requeued, and a follow-up triggered with no delay is due at once.
@@ -66,6 +68,7 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         self.dirty: set[str] = set()  # in flight, and triggered since they were popped
         self.dirty_now: set[str] = set()  # ...with no delay
         self.cap = 0  # group_concurrency
+        self.caps: dict[str, int] = {}  # groups' own caps
         self.group_of: dict[str, str | None] = {}  # each key with a record: its group
 
     @initialize(
@@ -123,26 +126,35 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         limit = self.rust.concurrency
         return math.inf if not limit else limit - len(self.running)
 
+    def cap_of(self, group: str | None) -> int:
+        """The cap of `group` as the test set it (0: none)."""
+        return 0 if group is None else self.caps.get(group, self.cap)
+
     def servable_due(self) -> int:
         """How many of the keys made due at once a pop must hand out, slots allowing: all,
         but a named group's only up to the room its cap leaves (a pop may also spend that
         room on other ready keys of the group: it still counts as that many)."""
-        if not self.cap:
-            return len(self.due)
         due = Counter(self.group_of[key] for key in self.due)
         flying = Counter(self.group_of[key] for key in self.running)
-        total = due.pop(None, 0)
+        total = 0
         for group, n in due.items():
-            total += min(n, self.cap - flying[group])
+            cap = self.cap_of(group)
+            total += min(n, max(0, cap - flying[group])) if cap else n
         return total
 
     def popped(self, got: list[str], asked: float) -> None:
         """Rule 4: with free slots, the keys made due at once are handed out (each group's
-        up to its cap)."""
+        up to its cap); and no key is handed out while its group has its cap in flight."""
         need = min(asked, self.free_slots(), self.servable_due())
         assert len(got) >= need, (
             f"popped {got} of {sorted(self.due)} due with {self.free_slots()} free slots"
         )
+        flying = Counter(self.group_of[key] for key in self.running)
+        for key in got:
+            group = self.group_of[key]
+            cap = self.cap_of(group)
+            assert not cap or flying[group] < cap, f"{key} popped with {group} at its cap {cap}"
+            flying[group] += 1
         for key in got:
             assert key not in self.running, f"{key} handed out twice"
             self.running.add(key)
@@ -172,6 +184,15 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
     def set_group_weight(self, group: str, weight: int) -> None:
         self.rust.set_group_weight(group, weight)
         self.model.set_group_weight(group, weight)
+
+    @rule(group=st.sampled_from(GROUPS), cap=st.sampled_from([None, 0, 1, 2]))
+    def set_group_concurrency(self, group: str, cap: int | None) -> None:
+        self.rust.set_group_concurrency(group, cap)
+        self.model.set_group_concurrency(group, cap)
+        if cap is None:
+            self.caps.pop(group, None)
+        else:
+            self.caps[group] = cap
 
     @rule(skew=skews)
     def pop(self, skew: float) -> None:
@@ -295,10 +316,9 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         if rust.concurrency:
             assert rust.in_flight <= rust.concurrency
         assert rust.group_concurrency == model.group_concurrency == self.cap
-        if self.cap:
-            flying = Counter(self.group_of[key] for key in self.running)
-            flying.pop(None, None)
-            assert all(n <= self.cap for n in flying.values()), flying
+        for group in GROUPS:
+            cap = self.cap_of(group)
+            assert rust.group_concurrency_of(group) == model.group_concurrency_of(group) == cap
         for key in KEYS:
             assert rust.group_of(key) == self.group_of.get(key), key
         rust._check_consistency()

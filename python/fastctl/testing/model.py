@@ -11,8 +11,8 @@ ring (a group's weight is how many keys it takes per turn), each group's keys by
 became ready, sequence); it finds the oldest key by (time, sequence), where the Rust core
 relies on sequence numbers alone; the two agree only
 because keys enter the ready queue in the order they became ready, which is exactly what
-the comparison test checks. With ``group_concurrency`` a named group with that many keys in
-flight is held: it leaves every ring (its keys stay counted at their levels) and its keys
+the comparison test checks. With ``group_concurrency`` (or a group's own cap,
+``set_group_concurrency``) a named group with that many keys in flight is held: it leaves every ring (its keys stay counted at their levels) and its keys
 are not candidates for the oldest key, until one of its keys is done and it rejoins each
 ring where it has ready keys at the back. The model finds the oldest key that can be served
 by a scan of the records when a cap is set (the Rust core keeps held groups out of its
@@ -208,7 +208,8 @@ class ModelScheduler:
             raise ValueError(f"concurrency must be an int >= 0, got {concurrency}")
         self.concurrency = concurrency
         self.group_concurrency = _check_group_concurrency(group_concurrency)
-        self._group_in_flight: dict[str, int] = {}  # named groups' keys in flight, with a cap
+        self._group_caps: dict[str, int] = {}  # groups' own caps, by name
+        self._group_in_flight: dict[str, int] = {}  # named groups' keys in flight
         self.debounce = self._config("debounce", debounce)
         self.debounce_max = (
             min(self.debounce * 10.0, MAX_DELAY)
@@ -286,9 +287,11 @@ class ModelScheduler:
         return 1 if group is None else self._weights.get(group, 1)
 
     def _held(self, group: str | None) -> bool:
-        """Whether `group` has the cap in flight (never for keys without a group)."""
-        cap = self.group_concurrency
-        return bool(cap) and group is not None and self._group_in_flight.get(group, 0) >= cap
+        """Whether `group` has its cap in flight (never for keys without a group)."""
+        if group is None:
+            return False
+        cap = self._group_caps.get(group, self.group_concurrency)
+        return bool(cap) and self._group_in_flight.get(group, 0) >= cap
 
     def _join_ring(self, level: _Level, group: str | None) -> None:
         """`group` joins the ring at the back (at the front, with a fresh turn, if the ring
@@ -473,7 +476,7 @@ class ModelScheduler:
 
     def _oldest_servable(self) -> _Record | None:
         """The oldest ready key whose group is not held."""
-        if not self.group_concurrency:
+        if not self.group_concurrency and not self._group_caps:
             return self._live_oldest()
         ready = (
             r for r in self._records.values() if r.state == "ready" and not self._held(r.group)
@@ -494,9 +497,9 @@ class ModelScheduler:
         else:
             rec = self._pop_level(max(servable))
         group = rec.group
-        if self.group_concurrency and group is not None:
-            flying = self._group_in_flight[group] = self._group_in_flight.get(group, 0) + 1
-            if flying == self.group_concurrency:
+        if group is not None:
+            self._group_in_flight[group] = self._group_in_flight.get(group, 0) + 1
+            if self._held(group):
                 self._hold(group)
         self._counts["ready"] -= 1
         self._queue_duration.observe(now - rec.at)
@@ -535,12 +538,12 @@ class ModelScheduler:
         now = self._tick(now)
         del self._running[key]
         group = rec.group
-        if self.group_concurrency and group is not None:
+        if group is not None:
             was_held = self._held(group)
             self._group_in_flight[group] -= 1
             if not self._group_in_flight[group]:
                 del self._group_in_flight[group]
-            if was_held:
+            if was_held and not self._held(group):
                 self._release(group)
         self._work_duration.observe(now - rec.at)
         self._counters["done"] += 1
@@ -580,6 +583,22 @@ class ModelScheduler:
             self._weights.pop(name, None)
         else:
             self._weights[name] = weight
+
+    def set_group_concurrency(self, group: str, cap: int | None) -> None:
+        name = _check_group(_check_key(group, "group"))
+        assert name is not None
+        was_held = self._held(name)
+        if cap is None:
+            self._group_caps.pop(name, None)
+        else:
+            self._group_caps[name] = _check_group_concurrency(cap)
+        if self._held(name) and not was_held:
+            self._hold(name)
+        elif was_held and not self._held(name):
+            self._release(name)
+
+    def group_concurrency_of(self, group: str) -> int:
+        return self._group_caps.get(_check_key(group, "group"), self.group_concurrency)
 
     def group_weight(self, group: str) -> int:
         return self._weights.get(_check_key(group, "group"), 1)
@@ -680,10 +699,9 @@ class ModelScheduler:
         assert {p: level.counts for p, level in self._levels.items()} == ready, "group counts"
         flying: dict[str, int] = {}
         for rec in self._running.values():
-            if rec.group is not None and self.group_concurrency:
+            if rec.group is not None:
                 flying[rec.group] = flying.get(rec.group, 0) + 1
         assert flying == self._group_in_flight, "in-flight counts per group"
-        assert all(n <= self.group_concurrency for n in flying.values()), "group cap"
         for level in self._levels.values():
             servable = {g for g in level.counts if not self._held(g)}
             assert len(level.ring) == len(set(level.ring)) == len(servable), "group ring"
