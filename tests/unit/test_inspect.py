@@ -293,8 +293,10 @@ def test_inspect_names_the_fair_group_and_counts_its_turns() -> None:
     assert (running.state, running.group) == ("in_flight", "flood")
     summary = ctl.queue_summary()
     assert summary.by_group == {
-        "calm": {"keys": 2, "ready": 2, "in_flight": 0, "weight": 1, "held": False},
-        "flood": {"keys": 4, "ready": 3, "in_flight": 1, "weight": 1, "held": False},
+        "calm": {"keys": 2, "ready": 2, "in_flight": 0, "weight": 1, "group_concurrency": 0}
+        | {"held": False},
+        "flood": {"keys": 4, "ready": 3, "in_flight": 1, "weight": 1, "group_concurrency": 0}
+        | {"held": False},
     }
     assert summary.oldest_ready is not None
     assert (summary.oldest_ready["name"], summary.oldest_ready["group"]) == ("1", "flood")
@@ -334,6 +336,7 @@ def test_inspect_says_a_key_is_held_by_its_groups_cap() -> None:
         "ready": 2,
         "in_flight": 1,
         "weight": 1,
+        "group_concurrency": 1,
         "held": True,
     }
     assert summary.oldest_ready is not None
@@ -342,6 +345,15 @@ def test_inspect_says_a_key_is_held_by_its_groups_cap() -> None:
     summary_text = render_summary(summary.to_json())
     assert "at most 1 in flight per group" in summary_text
     assert "group slow: 3 keys, 2 ready, 1 in flight (weight 1, held)" in summary_text
+    assert held.group_concurrency == 1
+    # A group's own cap: shown where it differs from the default; raising it releases.
+    sched.set_group_concurrency("slow", 2)
+    released = ctl.inspect("slow", "2")
+    assert (released.held, released.group_concurrency, released.ahead) == (False, 2, 1)
+    summary_text = render_summary(ctl.queue_summary().to_json())
+    assert "group slow: 3 keys, 2 ready, 1 in flight (weight 1, at most 2)" in summary_text
+    assert sched.pop() == "slow/1"
+    assert "has 2 of 2 reconciles running" in ctl.inspect("slow", "2").message
     sched.done("slow/0")
     assert not ctl.inspect("slow", "2").held
 

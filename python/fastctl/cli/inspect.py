@@ -158,9 +158,11 @@ def render_summary(s: dict[str, Any]) -> str:
     if s.get("group_concurrency"):
         lines.append(f"  at most {s['group_concurrency']} in flight per group")
     for name, c in sorted((s.get("by_group") or {}).items()):
+        cap = c.get("group_concurrency")
+        own = f", at most {cap}" if cap and cap != s.get("group_concurrency") else ""
         held = ", held" if c.get("held") else ""
         lines.append(
             f"  group {name}: {c['keys']} keys, {c['ready']} ready, {c['in_flight']} in flight"
-            f" (weight {c['weight']}{held})"
+            f" (weight {c['weight']}{own}{held})"
         )
     return "\n".join(lines)

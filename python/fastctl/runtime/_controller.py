@@ -357,7 +357,6 @@ class Controller:
             ref in self.store,
             in_flight=self.scheduler.in_flight,
             concurrency=self.concurrency,
-            group_concurrency=getattr(self.scheduler, "group_concurrency", 0),
         )
 
     def queue_summary(self) -> QueueSummary:

@@ -86,8 +86,10 @@ class ObjectInspection:
     group: str | None = None
     """Its fair group (the controller's ``fair_by``), in any state; None without one."""
     held: bool = False
-    """Ready, but its fair group has ``group_concurrency`` reconciles running: it is not
-    in line until one of them ends (so it has no ``ahead``)."""
+    """Ready, but its fair group has its cap of reconciles running (``group_concurrency``):
+    it is not in line until one of them ends (so it has no ``ahead``)."""
+    group_concurrency: int | None = None
+    """Its fair group's cap on reconciles running at once; None: no group, or no cap."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,10 +115,11 @@ class QueueSummary:
     """Objects in the controller's cache."""
     by_group: dict[str, Any] | None = None
     """Each named fair group with keys: ``keys`` (any state), ``ready``, ``in_flight``,
-    ``weight`` and ``held`` (it has ``group_concurrency`` in flight), by group name (empty
-    without fair groups)."""
+    ``weight``, ``group_concurrency`` (its cap, 0: none) and ``held`` (it has its cap in
+    flight), by group name (empty without fair groups)."""
     group_concurrency: int = 0
-    """The most reconciles of one fair group at once (0: no cap)."""
+    """The most reconciles of one fair group at once, for groups without their own cap (0:
+    no cap)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -169,10 +172,9 @@ def inspect_key(
     *,
     in_flight: int = 0,
     concurrency: int = 0,
-    group_concurrency: int = 0,
 ) -> ObjectInspection:
     """Join the scheduler's `record` of `ref`, its `reasons` and whether it is `cached`
-    (`in_flight`, `concurrency` and `group_concurrency` are for the message)."""
+    (`in_flight` and `concurrency` are for the message)."""
     clocks = _Clocks()
     base: dict[str, Any] = {
         "controller": controller,
@@ -204,6 +206,7 @@ def inspect_key(
         "last_error": r.error if r else None,
         "last_error_ago": clocks.ago(r.error_at) if r and r.error_at is not None else None,
         "group": record["group"],
+        "group_concurrency": record.get("group_concurrency"),
     }
     ready_at, since = record["ready_at"], record["since"]
     if ready_at is not None:
@@ -221,17 +224,11 @@ def inspect_key(
         info["ahead"] = at_priority + higher
         info["ahead_at_priority"] = at_priority
         info["ahead_in_group"] = record["ahead_in_group"]
-    message = _message(state, info, in_flight, concurrency, group_concurrency)
+    message = _message(state, info, in_flight, concurrency)
     return ObjectInspection(**base, state=state, message=message, **info)
 
 
-def _message(
-    state: State,
-    info: Mapping[str, Any],
-    in_flight: int,
-    concurrency: int,
-    group_concurrency: int,
-) -> str:
+def _message(state: State, info: Mapping[str, Any], in_flight: int, concurrency: int) -> str:
     attempts = info["attempts"]
     failed = ""
     if attempts:
@@ -242,7 +239,7 @@ def _message(
     if state == "waiting":
         return f"waiting: ready in {_seconds(info['ready_in'])}{failed}"
     if state == "ready" and info.get("held"):
-        cap = group_concurrency
+        cap = info["group_concurrency"]
         return (
             f"held: its group {info['group']} has {cap} of {cap} reconciles running "
             f"(group_concurrency); ready for {_seconds(info['age'])}, it runs after one of "

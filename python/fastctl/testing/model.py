@@ -12,9 +12,10 @@ became ready, sequence); it finds the oldest key by (time, sequence), where the 
 relies on sequence numbers alone; the two agree only
 because keys enter the ready queue in the order they became ready, which is exactly what
 the comparison test checks. With ``group_concurrency`` (or a group's own cap,
-``set_group_concurrency``) a named group with that many keys in flight is held: it leaves every ring (its keys stay counted at their levels) and its keys
-are not candidates for the oldest key, until one of its keys is done and it rejoins each
-ring where it has ready keys at the back. The model finds the oldest key that can be served
+``set_group_concurrency``) a named group with its cap of keys in flight is held: it leaves
+every ring (its keys stay counted at their levels) and its keys are not candidates for the
+oldest key, until it drops below its cap (a key done, or the cap raised) and rejoins, at
+the back, each ring where it has ready keys. The model finds the oldest key that can be served
 by a scan of the records when a cap is set (the Rust core keeps held groups out of its
 structures instead). Its queues are binary heaps with lazy deletion: an entry is
 live only while it still matches its key's record. The jitter generator is the same
