@@ -185,3 +185,16 @@ def test_done_many_refuses_bad_keys_whole_and_names_the_key_not_in_flight() -> N
         assert (impl.is_in_flight("a"), impl.is_in_flight("b")) == (False, True)
         impl.done_many(iter(["b", "c"]), now=1.0)
         assert (impl.in_flight, len(impl)) == (0, 0)
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "2", 2**32])
+@pytest.mark.parametrize("cls", [Scheduler, ModelScheduler])
+def test_a_bad_group_cap_is_refused_and_changes_nothing(
+    cls: type[Scheduler] | type[ModelScheduler], bad: Any
+) -> None:
+    s = cls(group_concurrency=2)
+    with pytest.raises(ValueError, match="group_concurrency must be an int in"):
+        s.set_group_concurrency("g", bad)
+    with pytest.raises(ValueError, match="non-empty"):
+        s.set_group_concurrency("", 1)
+    assert s.group_concurrency_of("g") == 2
