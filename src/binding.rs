@@ -17,7 +17,8 @@ use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
 
 use crate::clock;
 use crate::scheduler::{
-    Config, Error, HistogramSnapshot, KeyInspection, QueueSummary, Scheduler, MAX_DELAY, MAX_WEIGHT,
+    Config, Error, HistogramSnapshot, KeyInspection, QueueSummary, Scheduler, MAX_DELAY,
+    MAX_GROUP_CONCURRENCY, MAX_WEIGHT,
 };
 
 /// A keyed priority/delay scheduler: one record per key, never two hand-outs of a key at once.
@@ -133,6 +134,28 @@ fn not_in_flight(call: &str, k: &str, key: Option<&Bound<'_, PyAny>>) -> PyErr {
     PyKeyError::new_err(format!("{call}(): key {shown} is not in flight"))
 }
 
+/// `group_concurrency`: an int in [0, MAX_GROUP_CONCURRENCY] (not a bool: `True` would read
+/// as a cap of 1), else a `ValueError` naming the parameter.
+fn group_cap(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let refuse = || {
+        let shown = obj
+            .repr()
+            .map_or_else(|_| "?".to_owned(), |r| r.to_string());
+        PyValueError::new_err(format!(
+            "group_concurrency must be an int in [0, {MAX_GROUP_CONCURRENCY}] or None \
+             (0 or None: no cap), got {shown}"
+        ))
+    };
+    if obj.is_instance_of::<pyo3::types::PyBool>() || !obj.is_instance_of::<pyo3::types::PyInt>() {
+        return Err(refuse());
+    }
+    obj.extract::<u64>()
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n <= MAX_GROUP_CONCURRENCY)
+        .ok_or_else(refuse)
+}
+
 fn non_negative_int(name: &str, value: i64) -> PyResult<usize> {
     usize::try_from(value)
         .map_err(|_| PyValueError::new_err(format!("{name} must be an int >= 0, got {value}")))
@@ -149,6 +172,7 @@ fn scheduler_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         backoff_base,
         backoff_max,
         seed: _,
+        group_concurrency,
     } = Config::default();
     let d = PyDict::new(py);
     d.set_item("concurrency", concurrency)?;
@@ -157,6 +181,7 @@ fn scheduler_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("max_wait", max_wait)?;
     d.set_item("backoff_base", backoff_base)?;
     d.set_item("backoff_max", backoff_max)?;
+    d.set_item("group_concurrency", group_concurrency)?;
     // Not `Config::default().seed`: from Python, no seed means a random one.
     d.set_item("seed", py.None())?;
     // No weights set: every fair group has weight 1.
@@ -199,6 +224,8 @@ fn inspection<'py>(py: Python<'py>, i: &KeyInspection) -> PyResult<Bound<'py, Py
     d.set_item("follow_up_priority", i.follow_up_priority)?;
     d.set_item("ahead_in_group", i.ahead_in_group)?;
     d.set_item("group", &i.group)?;
+    d.set_item("held", i.held)?;
+    d.set_item("group_concurrency", i.group_concurrency)?;
     Ok(d)
 }
 
@@ -217,6 +244,7 @@ fn summary<'py>(py: Python<'py>, q: &QueueSummary) -> PyResult<Bound<'py, PyDict
     d.set_item("in_flight", q.in_flight)?;
     d.set_item("dirty", q.dirty)?;
     d.set_item("concurrency", q.concurrency)?;
+    d.set_item("group_concurrency", q.group_concurrency)?;
     d.set_item("ready_by_priority", by_priority(&q.ready_by_priority)?)?;
     d.set_item(
         "in_flight_by_priority",
@@ -243,6 +271,8 @@ fn summary<'py>(py: Python<'py>, q: &QueueSummary) -> PyResult<Bound<'py, PyDict
         e.set_item("ready", g.ready)?;
         e.set_item("in_flight", g.in_flight)?;
         e.set_item("weight", g.weight)?;
+        e.set_item("group_concurrency", g.group_concurrency)?;
+        e.set_item("held", g.held)?;
         by_group.set_item(&g.group, e)?;
     }
     d.set_item("by_group", by_group)?;
@@ -274,6 +304,7 @@ impl PyScheduler {
         backoff_max = None,
         seed = None,
         group_weights = None,
+        group_concurrency = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -285,6 +316,7 @@ impl PyScheduler {
         backoff_max: Option<f64>,
         seed: Option<&Bound<'_, PyAny>>,
         group_weights: Option<&Bound<'_, PyMapping>>,
+        group_concurrency: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let seed = match seed {
             None => RandomState::new().hash_one(clock::monotonic().unwrap_or(0.0).to_bits()),
@@ -309,6 +341,10 @@ impl PyScheduler {
             backoff_base: backoff_base.unwrap_or(default.backoff_base),
             backoff_max: backoff_max.unwrap_or(default.backoff_max),
             seed,
+            group_concurrency: match group_concurrency {
+                Some(obj) if !obj.is_none() => group_cap(obj)?,
+                _ => default.group_concurrency,
+            },
         };
         let mut inner = Scheduler::new(config).map_err(|e| to_py_err(e, None))?;
         let weights = match group_weights {
@@ -450,6 +486,30 @@ impl PyScheduler {
         let weight = weight_u32(name, weight)?;
         let result = self.lock(py)?.set_group_weight(name, weight);
         result.map_err(|e| to_py_err(e, None))
+    }
+
+    /// Give fair group `group` its own cap on keys in flight (0: none; None: the default
+    /// `group_concurrency` again).
+    fn set_group_concurrency(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyAny>,
+        cap: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let name = key_str(group, "group")?;
+        let cap = if cap.is_none() {
+            None
+        } else {
+            Some(group_cap(cap)?)
+        };
+        let result = self.lock(py)?.set_group_concurrency(name, cap);
+        result.map_err(|e| to_py_err(e, None))
+    }
+
+    /// The cap on keys in flight of fair group `group` (its own, else the default; 0: none).
+    fn group_concurrency_of(&self, py: Python<'_>, group: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let name = key_str(group, "group")?;
+        Ok(self.lock(py)?.group_concurrency_of(name))
     }
 
     /// The weight of fair group `group` (1 unless set).
@@ -601,6 +661,11 @@ impl PyScheduler {
     #[getter]
     fn concurrency(&self, py: Python<'_>) -> PyResult<usize> {
         Ok(self.lock(py)?.config().concurrency)
+    }
+
+    #[getter]
+    fn group_concurrency(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.lock(py)?.config().group_concurrency)
     }
 
     #[getter]

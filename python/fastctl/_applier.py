@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastctl._core import Scheduler
-from fastctl._fair import FairBy, group_function
+from fastctl._fair import FairBy, check_group_concurrency, group_function
 from fastctl._options import pick
 from fastctl._reasons import ReasonLog
 
@@ -118,6 +118,11 @@ class ApplierConfig:
     """Fair shares between tenants: ``"namespace"``, or a function of the cached object
     returning its group; among ready keys of one priority the groups are served in turn.
     ``None``: first in, first out across all objects (see `fastctl._fair`)."""
+    group_concurrency: int = 0
+    """With `fair_by`: the most reconciles of one group running at once (0: no cap), so a
+    tenant whose reconciles are slow cannot take every slot of `concurrency`; the others'
+    objects run meanwhile. Objects without a group are bounded by `concurrency` only. Set
+    without `fair_by` it is refused: there would be no groups to cap."""
 
     def __post_init__(self) -> None:
         concurrency, timeout = self.concurrency, self.timeout
@@ -135,10 +140,15 @@ class ApplierConfig:
                 )
             object.__setattr__(self, "timeout", float(timeout))
         group_function(self.fair_by)  # refuses a bad value here, at construction
+        check_group_concurrency(self.group_concurrency, self.fair_by)
 
     def new_scheduler(self) -> Scheduler:
         """The scheduler an applier with these options runs on when it is given none."""
-        return Scheduler(concurrency=self.concurrency, debounce=self.debounce)
+        return Scheduler(
+            concurrency=self.concurrency,
+            debounce=self.debounce,
+            group_concurrency=self.group_concurrency,
+        )
 
 
 _DEFAULT_CONFIG = ApplierConfig()
@@ -594,6 +604,7 @@ def applier(
     scheduler: SchedulerLike | None = None,
     executor: Executor | None = None,
     fair_by: FairBy | None = None,
+    group_concurrency: int = 0,
     config: ApplierConfig | None = None,
 ) -> AsyncIterator[ReconcileResult]:
     """Reconcile the objects named by `triggers`, concurrently, under the rules of docs/contract.md.
@@ -611,9 +622,11 @@ def applier(
     cannot be stopped: its key stays in flight until it returns). A reconcile raising
     `KeyboardInterrupt` or `SystemExit` releases its slot, then the iterator raises it.
     `scheduler` replaces the default ``Scheduler(concurrency=concurrency,
-    debounce=debounce)`` (for metrics, or to run on the pure-Python model). `concurrency`,
-    `debounce`, `timeout`, `executor` and `fair_by` (fair shares between tenants) are the
-    fields of `ApplierConfig`: pass them as keywords or as one `config`, not both. Close the
+    debounce=debounce, group_concurrency=group_concurrency)`` (for metrics, or to run on the
+    pure-Python model; give it the group cap yourself). `concurrency`, `debounce`,
+    `timeout`, `executor`, `fair_by` (fair shares between tenants) and `group_concurrency`
+    (the most reconciles of one group at once) are the fields of `ApplierConfig`: pass them
+    as keywords or as one `config`, not both. Close the
     iterator when you stop early (``contextlib.aclosing``) so its reconciles are cancelled
     at once.
     """
@@ -625,6 +638,7 @@ def applier(
             timeout=timeout,
             executor=executor,
             fair_by=fair_by,
+            group_concurrency=group_concurrency,
         ),
         _DEFAULT_CONFIG,
     )

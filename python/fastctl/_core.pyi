@@ -25,6 +25,7 @@ class SchedulerDefaults(TypedDict):
     backoff_max: float
     seed: int | None
     group_weights: Mapping[str, int] | None
+    group_concurrency: int
 
 SCHEDULER_DEFAULTS: Final[SchedulerDefaults]
 """The scheduler's defaults, read from the Rust `Config::default` (the one place they are
@@ -79,15 +80,22 @@ class KeyInspection(TypedDict):
     """Ready: since when. In flight: since when it runs."""
     ahead_at_priority: int | None
     """Ready: ready keys of its priority served before it, the fair groups' turns included
-    (the exact number of pops at its priority before it, if nothing is added meanwhile)."""
+    (the exact number of pops at its priority before it, if nothing is added meanwhile and
+    no group is held or released). None for a held key: it is not in line."""
     ahead_higher: int | None
-    """Ready: ready keys of higher priorities (served first, `max_wait` aside)."""
+    """Ready: ready keys of higher priorities that can be served (served first, `max_wait`
+    aside; held groups' keys are not counted). None for a held key."""
     ahead_in_group: int | None
     """Ready: ready keys of its own fair group and priority served before it."""
     follow_up_priority: int | None
     """In flight and dirty: the follow-up's priority."""
     group: str | None
     """The key's fair group (None: added without one)."""
+    held: bool
+    """Ready, and its group has its cap of keys in flight: it is not served until one of
+    them ends."""
+    group_concurrency: int | None
+    """Its group's cap on keys in flight (None: no group, or no cap)."""
 
 class OldestReady(TypedDict):
     key: str
@@ -103,6 +111,10 @@ class GroupCounts(TypedDict):
     ready: int
     in_flight: int
     weight: int
+    group_concurrency: int
+    """Its cap on keys in flight (its own, else the default; 0: none)."""
+    held: bool
+    """It has its cap of keys in flight: its ready keys wait for one to end."""
 
 class QueueSummary(TypedDict):
     """What `Scheduler.queue_summary` returns."""
@@ -112,11 +124,14 @@ class QueueSummary(TypedDict):
     in_flight: int
     dirty: int
     concurrency: int
+    group_concurrency: int
+    """The cap on keys in flight per named fair group without its own (0: none)."""
     ready_by_priority: dict[int, int]
-    """Ready keys by priority, highest first."""
+    """Ready keys by priority (held groups' included), highest first."""
     in_flight_by_priority: dict[int, int]
     """Keys in flight by the priority they were popped with, highest first."""
     oldest_ready: OldestReady | None
+    """The oldest ready key that can be served (a held group's keys cannot)."""
     next_ready_at: float | None
     """The earliest ready time of a waiting key."""
     now: float
@@ -143,6 +158,7 @@ class Scheduler:
         backoff_max: float | None = ...,
         seed: int | None = ...,
         group_weights: Mapping[str, int] | None = ...,
+        group_concurrency: int | None = ...,
     ) -> Self:
         """Every keyword omitted or None takes its value from `SCHEDULER_DEFAULTS`.
 
@@ -152,7 +168,9 @@ class Scheduler:
         than this is served before keys of higher priority. `backoff_base`, `backoff_max`: the
         first and the longest failure backoff, in seconds. `seed`: the jitter generator's
         seed, in [0, 2**64). `group_weights`: the weight of fair groups by name (as
-        `set_group_weight`).
+        `set_group_weight`). `group_concurrency`: most keys of one named fair group in flight
+        at once (0: no cap); a group at the cap is held, its ready keys skipped, until one
+        of its keys is done.
         """
     def add(
         self,
@@ -182,7 +200,7 @@ class Scheduler:
 
     def pop(self, *, now: float | None = None) -> str | None:
         """The next ready key, now in flight; None if none is ready or `concurrency` keys are
-        already in flight."""
+        already in flight. Keys of held groups (`group_concurrency`) are skipped."""
 
     def pop_many(self, max: int, *, now: float | None = None) -> list[str]:
         """Up to `max` keys, as `pop` would return them one by one."""
@@ -203,6 +221,15 @@ class Scheduler:
         """Serve fair group `group` up to `weight` keys in a row per turn among ready keys of
         one priority (default 1; an int in [1, 2**32)). Kept for the group's later keys."""
 
+    def set_group_concurrency(self, group: str, cap: int | None) -> None:
+        """Give fair group `group` its own cap on keys in flight (0: none; None: the default
+        `group_concurrency` again), kept by name like a weight. Takes effect at once: a group
+        that now has its cap in flight is held, one that no longer has it is released."""
+
+    def group_concurrency_of(self, group: str) -> int:
+        """The cap on keys in flight of fair group `group` (its own, else the default; 0:
+        none)."""
+
     def group_weight(self, group: str) -> int:
         """The weight of fair group `group` (1 unless set)."""
 
@@ -221,8 +248,9 @@ class Scheduler:
         """The consecutive-failure count of `key` (0 when it has none or is absent)."""
 
     def next_ready_at(self) -> float | None:
-        """The time the oldest ready key became ready (<= the latest `now` seen), else the
-        earliest waiting ready time, else None. Ignores dirty keys and `concurrency`."""
+        """The time the oldest ready key that can be served became ready (<= the latest
+        `now` seen), else the earliest waiting ready time, else None. Ignores dirty keys,
+        `concurrency` and held groups' ready keys."""
 
     @property
     def in_flight(self) -> int:
@@ -251,6 +279,8 @@ class Scheduler:
 
     @property
     def concurrency(self) -> int: ...
+    @property
+    def group_concurrency(self) -> int: ...
     @property
     def debounce(self) -> float: ...
     @property

@@ -23,7 +23,13 @@ pub struct Config {
     pub backoff_max: f64,
     /// Seed of the jitter generator.
     pub seed: u64,
+    /// Most keys of one named fair group in flight at once; 0 means no cap (keys without a
+    /// group are bounded by `concurrency` only). At most `MAX_GROUP_CONCURRENCY`.
+    pub group_concurrency: usize,
 }
+
+/// The largest `group_concurrency` accepted (it is kept as a `u32` per group).
+pub const MAX_GROUP_CONCURRENCY: usize = u32::MAX as usize;
 
 impl Default for Config {
     fn default() -> Self {
@@ -35,6 +41,7 @@ impl Default for Config {
             backoff_base: 0.005,
             backoff_max: 300.0,
             seed: 0,
+            group_concurrency: 0,
         }
     }
 }
@@ -48,6 +55,7 @@ pub(super) struct Settings {
     pub(super) max_wait: f64,
     pub(super) backoff_base: f64,
     pub(super) backoff_max: f64,
+    pub(super) group_concurrency: usize,
 }
 
 impl Settings {
@@ -77,6 +85,15 @@ impl Settings {
                 message: format!("must be a number of seconds >= 0, got {}", config.max_wait),
             });
         }
+        if config.group_concurrency > MAX_GROUP_CONCURRENCY {
+            return Err(Error::InvalidConfig {
+                name: "group_concurrency",
+                message: format!(
+                    "must be an int in [0, {MAX_GROUP_CONCURRENCY}], got {}",
+                    config.group_concurrency
+                ),
+            });
+        }
         Ok(Self {
             concurrency: config.concurrency,
             debounce,
@@ -85,6 +102,7 @@ impl Settings {
             max_wait: config.max_wait,
             backoff_base: duration("backoff_base", config.backoff_base)?,
             backoff_max: duration("backoff_max", config.backoff_max)?,
+            group_concurrency: config.group_concurrency,
         })
     }
 
@@ -98,6 +116,7 @@ impl Settings {
             backoff_base: self.backoff_base,
             backoff_max: self.backoff_max,
             seed: 0,
+            group_concurrency: self.group_concurrency,
         }
     }
 }

@@ -13,6 +13,16 @@
 //! any state), so a group with no keys left is forgotten at once: many short-lived groups
 //! cost no memory once their keys are gone. Weights set with `set_weight` are kept by name
 //! (they are configuration, and outlive the keys).
+//!
+//! With a cap on keys in flight per group (`Config::group_concurrency`, or one group's own
+//! set with `set_cap`), `Groups` also counts each named group's keys in flight, and a group
+//! with its cap in flight is *held*:
+//! at every level where it has ready keys it is *parked*, a member of the level (its queue
+//! kept, in order) but out of the ring and out of the `heads` tournament, so `pop` and the
+//! level's oldest key (for `max_wait`) see the level as if the group had no ready keys
+//! there. A key of a held group that becomes ready joins its parked queue. When one of its
+//! keys ends and it drops below the cap it is released: it joins each such ring at the back,
+//! as a group that just got its first ready key there.
 
 use super::names::Names;
 use super::queues::Sorted;
@@ -30,6 +40,10 @@ struct Live {
     /// Records (of any state) in this group.
     keys: u32,
     weight: u32,
+    /// Keys in flight, counted once any cap is set (`Groups::counting`; else 0).
+    in_flight: u32,
+    /// Its cap on keys in flight (0: none): its own if set, else the default.
+    cap: u32,
 }
 
 /// Group names ↔ numbers, per-group key counts and weights. Each key's group number is kept
@@ -41,19 +55,117 @@ pub struct Groups {
     /// By group number; `live[0]` is `NO_GROUP`, and numbers without a name hold zeros.
     live: Vec<Live>,
     weights: HashMap<Box<str>, u32>,
+    /// The most keys of one named group in flight, for groups without their own (0: no cap).
+    cap: u32,
+    /// Groups' own caps by name (0: no cap for that group), kept like weights.
+    caps: HashMap<Box<str>, u32>,
+    /// Keys in flight are counted: a cap is or was set (with none, nothing is counted).
+    counting: bool,
 }
 
 impl Default for Groups {
     fn default() -> Self {
-        Self {
-            names: Names::default(),
-            live: vec![Live { keys: 0, weight: 1 }],
-            weights: HashMap::new(),
-        }
+        Self::with_cap(0)
     }
 }
 
 impl Groups {
+    /// Groups whose keys in flight are capped at `cap` per named group (0: no cap).
+    pub fn with_cap(cap: u32) -> Self {
+        Self {
+            names: Names::default(),
+            live: vec![Live {
+                keys: 0,
+                weight: 1,
+                in_flight: 0,
+                cap: 0,
+            }],
+            weights: HashMap::new(),
+            cap,
+            caps: HashMap::new(),
+            counting: cap != 0,
+        }
+    }
+
+    /// The default cap on keys in flight per named group (0: none).
+    pub fn cap(&self) -> u32 {
+        self.cap
+    }
+
+    /// Whether keys in flight are counted (a cap is or was set): the one check `pop` and
+    /// `done` pay when there is none.
+    #[inline]
+    pub fn counting(&self) -> bool {
+        self.counting
+    }
+
+    /// Whether group `gid` has its cap in flight: its ready keys are not served. Never true
+    /// without a cap, nor for `NO_GROUP` (its keys are not counted).
+    #[inline]
+    pub fn is_held(&self, gid: u32) -> bool {
+        self.counting && {
+            let live = &self.live[gid as usize];
+            live.cap != 0 && live.in_flight >= live.cap
+        }
+    }
+
+    /// A key of named group `gid` was handed out (only called while counting): true when
+    /// that makes the group held.
+    #[inline]
+    pub fn flight_started(&mut self, gid: u32) -> bool {
+        debug_assert!(self.counting && gid != NO_GROUP);
+        let live = &mut self.live[gid as usize];
+        live.in_flight += 1;
+        live.in_flight == live.cap
+    }
+
+    /// A key of named group `gid` left flight (only called while counting): true when that
+    /// releases the group (it was held, and is now below its cap).
+    #[inline]
+    pub fn flight_ended(&mut self, gid: u32) -> bool {
+        debug_assert!(self.counting && gid != NO_GROUP);
+        let live = &mut self.live[gid as usize];
+        live.in_flight -= 1;
+        live.cap != 0 && live.in_flight + 1 == live.cap
+    }
+
+    /// Start counting keys in flight: `in_flight` lists the group of each key in flight
+    /// (called once, when the first cap is set on a scheduler created without one).
+    pub fn start_counting(&mut self, in_flight: impl Iterator<Item = u32>) {
+        if self.counting {
+            return;
+        }
+        self.counting = true;
+        for gid in in_flight.filter(|&g| g != NO_GROUP) {
+            self.live[gid as usize].in_flight += 1;
+        }
+    }
+
+    /// Give the group called `name` its own cap (`None`: the default again; 0: none), for
+    /// its live keys and any it gets later. Returns its number and whether it was and is
+    /// held, if it has keys (the caller parks or releases it). Counting must be on.
+    pub fn set_cap(&mut self, name: &str, cap: Option<u32>) -> Option<(u32, bool, bool)> {
+        debug_assert!(self.counting);
+        match cap {
+            Some(cap) => self.caps.insert(name.into(), cap),
+            None => self.caps.remove(name),
+        };
+        let gid = self.names.find(name)?;
+        let was = self.is_held(gid);
+        self.live[gid as usize].cap = self.cap_of(name);
+        Some((gid, was, self.is_held(gid)))
+    }
+
+    /// The cap the group called `name` has or will have (0: none).
+    pub fn cap_of(&self, name: &str) -> u32 {
+        self.caps.get(name).copied().unwrap_or(self.cap)
+    }
+
+    /// The cap of group `gid` (0: none; always 0 for `NO_GROUP`).
+    pub fn cap_of_group(&self, gid: u32) -> u32 {
+        self.live[gid as usize].cap
+    }
+
     /// A new record belongs to `name` (`None`: no group): its group number, for the record.
     #[inline]
     pub fn join(&mut self, name: Option<&str>) -> u32 {
@@ -78,6 +190,8 @@ impl Groups {
         self.live[i] = Live {
             keys: 0,
             weight: self.weights.get(name).copied().unwrap_or(1),
+            in_flight: 0,
+            cap: self.cap_of(name),
         };
     }
 
@@ -91,6 +205,7 @@ impl Groups {
         let live = &mut self.live[gid as usize];
         live.keys -= 1;
         if live.keys == 0 {
+            debug_assert_eq!(live.in_flight, 0, "a key in flight keeps its record");
             *live = Live::default();
             self.names.remove(gid);
         }
@@ -146,9 +261,18 @@ impl Groups {
         self.names.footprint() + self.live.len()
     }
 
-    /// Check the key counts against `count(gid)` (records per group, from the slab) and the
-    /// names against the live groups.
-    pub fn check(&self, count: impl Fn(u32) -> u32) -> Result<(), String> {
+    /// Check the key counts against `count(gid)` (records per group, from the slab), the
+    /// counts of keys in flight against `flying(gid)` (in-flight records per group; all 0
+    /// until a cap is set), the caps and the names against the live groups. (A group may
+    /// have more than its cap in flight: a cap lowered below its count.)
+    pub fn check(
+        &self,
+        count: impl Fn(u32) -> u32,
+        flying: impl Fn(u32) -> u32,
+    ) -> Result<(), String> {
+        if self.live[NO_GROUP as usize].in_flight != 0 {
+            return Err("keys without a group are counted in flight".into());
+        }
         self.names.check()?;
         for (gid, live) in self.live.iter().enumerate().skip(1) {
             let gid = gid as u32;
@@ -159,9 +283,16 @@ impl Groups {
             if live.keys != count(gid) {
                 return Err(format!("group {name:?} key count is stale"));
             }
+            let want = if self.counting { flying(gid) } else { 0 };
+            if live.in_flight != want {
+                return Err(format!("group {name:?} in-flight count is stale"));
+            }
             if let Some(name) = name {
                 if live.weight != self.weight_of(name) {
                     return Err(format!("group {name:?} weight is stale"));
+                }
+                if live.cap != self.cap_of(name) {
+                    return Err(format!("group {name:?} cap is stale"));
                 }
             }
         }
@@ -175,26 +306,30 @@ struct Member {
     queue: Sorted<u64>,
     prev: u32,
     next: u32,
+    /// Its group is held (`Groups::is_held`): out of the ring and the tournament (`prev`
+    /// and `next` mean nothing), its keys kept in order until it is released.
+    parked: bool,
 }
 
 /// The groups of one fair level by group number: a vector indexed by the number (numbers
 /// are small and reused, `Groups` hands them out densely), so the lookups on every add and
-/// pop are an index, not a hash. Shaped like the map it replaces.
+/// pop are an index, not a hash. Shaped like the map it replaces. A slot is the member
+/// alone, its number being its index: with the number in it too, a slot outgrew a cache line.
 #[derive(Debug, Default)]
 struct Members {
-    slots: Vec<Option<(u32, Member)>>,
+    slots: Vec<Option<Member>>,
     len: usize,
 }
 
 impl Members {
     #[inline]
     fn get(&self, gid: &u32) -> Option<&Member> {
-        self.slots.get(*gid as usize)?.as_ref().map(|(_, m)| m)
+        self.slots.get(*gid as usize)?.as_ref()
     }
 
     #[inline]
     fn get_mut(&mut self, gid: &u32) -> Option<&mut Member> {
-        self.slots.get_mut(*gid as usize)?.as_mut().map(|(_, m)| m)
+        self.slots.get_mut(*gid as usize)?.as_mut()
     }
 
     fn insert(&mut self, gid: u32, member: Member) {
@@ -202,13 +337,13 @@ impl Members {
         if self.slots.len() <= i {
             self.slots.resize_with(i + 1, || None);
         }
-        if self.slots[i].replace((gid, member)).is_none() {
+        if self.slots[i].replace(member).is_none() {
             self.len += 1;
         }
     }
 
     fn remove(&mut self, gid: &u32) -> Option<Member> {
-        let (_, m) = self.slots.get_mut(*gid as usize)?.take()?;
+        let m = self.slots.get_mut(*gid as usize)?.take()?;
         self.len -= 1;
         Some(m)
     }
@@ -218,11 +353,14 @@ impl Members {
         self.len
     }
 
-    fn iter(&self) -> impl Iterator<Item = (&u32, &Member)> + '_ {
-        self.slots.iter().flatten().map(|(g, m)| (g, m))
+    fn iter(&self) -> impl Iterator<Item = (u32, &Member)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(g, m)| Some((g as u32, m.as_ref()?)))
     }
 
-    fn keys(&self) -> impl Iterator<Item = &u32> + '_ {
+    fn keys(&self) -> impl Iterator<Item = u32> + '_ {
         self.iter().map(|(g, _)| g)
     }
 
@@ -240,8 +378,8 @@ impl std::ops::Index<&u32> for Members {
 }
 
 impl<'a> IntoIterator for &'a Members {
-    type Item = (&'a u32, &'a Member);
-    type IntoIter = Box<dyn Iterator<Item = (&'a u32, &'a Member)> + 'a>;
+    type Item = (u32, &'a Member);
+    type IntoIter = Box<dyn Iterator<Item = (u32, &'a Member)> + 'a>;
 
     fn into_iter(self) -> Self::IntoIter {
         Box::new(self.iter())
@@ -249,12 +387,12 @@ impl<'a> IntoIterator for &'a Members {
 }
 
 /// A priority level with named groups: a FIFO per group and a ring of the groups that have
-/// ready keys here.
+/// ready keys here and are not held (held ones are parked members: `Member::parked`).
 #[derive(Debug, Default)]
 pub struct Fair {
     members: Members,
-    /// The sequence number of each group's first (oldest) entry here, by group number: the
-    /// winner is the group holding the level's oldest key.
+    /// The sequence number of each ringed group's first (oldest) entry here, by group
+    /// number: the winner is the group holding the level's oldest key that can be served.
     heads: Tournament,
     /// The group served next (`None`: no group has ready keys).
     front: Option<u32>,
@@ -268,16 +406,26 @@ impl Fair {
             Some(m) => {
                 // An entry at the back is not the group's first (the group has one already);
                 // one that went elsewhere (a raised key, with its older sequence number) may
-                // be.
-                if !m.queue.insert(seq, idx) && m.queue.first() == Some((seq, idx)) {
+                // be. A parked group's first is not in the tournament.
+                if !m.queue.insert(seq, idx) && !m.parked && m.queue.first() == Some((seq, idx)) {
                     self.heads.set(gid, seq, idx);
                 }
             }
             None => {
                 let mut queue = Sorted::default();
                 queue.insert(seq, idx);
-                self.join(gid, queue, groups);
-                self.heads.set(gid, seq, idx);
+                if groups.is_held(gid) {
+                    let parked = Member {
+                        queue,
+                        prev: gid,
+                        next: gid,
+                        parked: true,
+                    };
+                    self.members.insert(gid, parked);
+                } else {
+                    self.join(gid, queue, groups);
+                    self.heads.set(gid, seq, idx);
+                }
             }
         }
     }
@@ -285,7 +433,21 @@ impl Fair {
     /// Link `gid` in at the back of the ring (just before the front).
     #[inline]
     fn join(&mut self, gid: u32, queue: Sorted<u64>, groups: &Groups) {
-        let (prev, next) = match self.front {
+        let (prev, next) = self.back_links(gid, groups);
+        let member = Member {
+            queue,
+            prev,
+            next,
+            parked: false,
+        };
+        self.members.insert(gid, member);
+    }
+
+    /// Make room for `gid` at the back of the ring (a group taking the first place gets the
+    /// front and a fresh turn): its neighbours point at it; returns its (prev, next).
+    #[inline]
+    fn back_links(&mut self, gid: u32, groups: &Groups) -> (u32, u32) {
+        match self.front {
             None => {
                 self.front = Some(gid);
                 self.turn = groups.weight(gid);
@@ -297,8 +459,65 @@ impl Fair {
                 self.link(front, |m| m.prev = gid);
                 (back, front)
             }
+        }
+    }
+
+    /// Take `gid`, a ringed member, out of the ring and the tournament; a front that goes
+    /// hands the turn to the next.
+    fn unlink(&mut self, gid: u32, prev: u32, next: u32, groups: &Groups) {
+        self.heads.clear(gid);
+        if next == gid {
+            self.front = None;
+            return;
+        }
+        self.link(prev, |p| p.next = next);
+        self.link(next, |n| n.prev = prev);
+        if self.front == Some(gid) {
+            self.front = Some(next);
+            self.turn = groups.weight(next);
+        }
+    }
+
+    /// Group `gid` is held: if it has ready keys here, they leave the ring and the
+    /// tournament (the group keeps its queue). True if it had.
+    fn park(&mut self, gid: u32, groups: &Groups) -> bool {
+        let Some(m) = self.members.get_mut(&gid).filter(|m| !m.parked) else {
+            return false;
         };
-        self.members.insert(gid, Member { queue, prev, next });
+        m.parked = true;
+        let (prev, next) = (m.prev, m.next);
+        self.unlink(gid, prev, next, groups);
+        true
+    }
+
+    /// Group `gid` is released: if it has ready keys here, it joins the ring at the back
+    /// and its first key the tournament. True if it had.
+    fn unpark(&mut self, gid: u32, groups: &Groups) -> bool {
+        let Some(first) = self
+            .members
+            .get(&gid)
+            .filter(|m| m.parked)
+            .map(|m| m.queue.first())
+        else {
+            return false;
+        };
+        let (prev, next) = self.back_links(gid, groups);
+        self.link(gid, |m| {
+            (m.prev, m.next, m.parked) = (prev, next, false);
+        });
+        if let Some((seq, idx)) = first {
+            self.heads.set(gid, seq, idx);
+        }
+        true
+    }
+
+    /// Ready entries of the groups in the ring (the ones that can be served).
+    fn servable_len(&self) -> usize {
+        self.members
+            .values()
+            .filter(|m| !m.parked)
+            .map(|m| m.queue.len)
+            .sum()
     }
 
     fn link(&mut self, gid: u32, f: impl FnOnce(&mut Member)) {
@@ -307,22 +526,15 @@ impl Fair {
         }
     }
 
-    /// Unlink `gid` (its queue is empty); a front that leaves hands the turn to the next.
+    /// Drop `gid` (its queue is empty): unlink it, unless parked; a front that leaves hands
+    /// the turn to the next.
     #[inline]
     fn leave(&mut self, gid: u32, groups: &Groups) {
         let Some(m) = self.members.remove(&gid) else {
             return;
         };
-        self.heads.clear(gid);
-        if m.next == gid {
-            self.front = None;
-            return;
-        }
-        self.link(m.prev, |p| p.next = m.next);
-        self.link(m.next, |n| n.prev = m.prev);
-        if self.front == Some(gid) {
-            self.front = Some(m.next);
-            self.turn = groups.weight(m.next);
+        if !m.parked {
+            self.unlink(gid, m.prev, m.next, groups);
         }
     }
 
@@ -335,7 +547,8 @@ impl Fair {
         m.queue.remove(seq, idx);
         if head == Some((seq, idx)) {
             match m.queue.first() {
-                Some((next, i)) => self.heads.set(gid, next, i),
+                Some((next, i)) if !m.parked => self.heads.set(gid, next, i),
+                Some(_) => {}
                 None => self.leave(gid, groups),
             }
         }
@@ -428,6 +641,10 @@ impl Fair {
             return (0, 0);
         };
         let rank = m.queue.rank(seq) as u64;
+        if m.parked {
+            // Not in line at all until released: only its rank in its group means anything.
+            return (rank as usize, rank as usize);
+        }
         let ring = self.ring();
         // The keys a group at ring position `i` takes in its first `turns` turns.
         let take = |i: usize, g: u32, turns: u64| -> u64 {
@@ -460,23 +677,36 @@ impl Fair {
         ((rank + others) as usize, rank as usize)
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self, groups: &Groups) -> Result<(), String> {
         let ring = self.ring();
         let mut seen: Vec<u32> = ring.clone();
         seen.sort_unstable();
         seen.dedup();
-        if seen.len() != ring.len() || ring.len() != self.members.len() {
-            return Err("group ring does not list each group once".into());
+        let ringed = self.members.values().filter(|m| !m.parked).count();
+        if seen.len() != ring.len()
+            || ring.len() != ringed
+            || ring.iter().any(|g| self.members[g].parked)
+        {
+            return Err("group ring does not list each group that is not held once".into());
         }
         if !ring.is_empty() && self.turn == 0 {
             return Err("front group has no turn left".into());
         }
         let mut oldest: Option<u64> = None;
-        for (&gid, m) in &self.members {
+        for (gid, m) in &self.members {
             m.queue.check().map_err(|e| format!("group {gid}: {e}"))?;
             let Some((head, _)) = m.queue.first() else {
-                return Err(format!("group {gid} is empty but in the ring"));
+                return Err(format!("group {gid} is empty but in the level"));
             };
+            if m.parked != groups.is_held(gid) {
+                return Err(format!("group {gid} is parked iff held: not so"));
+            }
+            if m.parked {
+                if self.heads.get(gid).is_some() {
+                    return Err(format!("held group {gid} has a head in the tournament"));
+                }
+                continue;
+            }
             if self.heads.get(gid) != m.queue.first() {
                 return Err(format!("group {gid} head is stale"));
             }
@@ -491,7 +721,7 @@ impl Fair {
         if self
             .heads
             .entries()
-            .any(|(gid, _)| self.members.get(&gid).is_none())
+            .any(|(gid, _)| self.members.get(&gid).is_none_or(|m| m.parked))
             || self.heads.min().map(|(seq, _, _)| seq) != oldest
         {
             return Err("group heads are stale".into());
@@ -563,7 +793,7 @@ impl Level {
     #[inline]
     fn settle(&mut self) {
         if let Level::Fair(f) = self {
-            if f.members.len() <= 1 && f.members.keys().all(|&g| g == NO_GROUP) {
+            if f.members.len() <= 1 && f.members.keys().all(|g| g == NO_GROUP) {
                 let q = f
                     .members
                     .remove(&NO_GROUP)
@@ -609,9 +839,37 @@ impl Level {
         }
     }
 
-    #[cfg(test)]
+    /// No ready entries at all (held groups' included).
+    #[inline]
     pub fn is_empty(&self) -> bool {
-        self.oldest().is_none()
+        match self {
+            Level::Plain(q) => q.len == 0,
+            Level::Fair(f) => f.members.len() == 0,
+        }
+    }
+
+    /// Group `gid` is held: its ready keys here, if any, leave the ring. True if it had any.
+    pub fn park(&mut self, gid: u32, groups: &Groups) -> bool {
+        match self {
+            Level::Plain(_) => false,
+            Level::Fair(f) => f.park(gid, groups),
+        }
+    }
+
+    /// Group `gid` is released: it rejoins the ring at the back if it has ready keys here.
+    pub fn unpark(&mut self, gid: u32, groups: &Groups) -> bool {
+        match self {
+            Level::Plain(_) => false,
+            Level::Fair(f) => f.unpark(gid, groups),
+        }
+    }
+
+    /// Ready entries that can be served: those of groups that are not held.
+    pub fn servable_len(&self) -> usize {
+        match self {
+            Level::Plain(q) => q.len,
+            Level::Fair(f) => f.servable_len(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -632,7 +890,7 @@ impl Level {
             Level::Fair(f) => f
                 .members
                 .iter()
-                .flat_map(|(&g, m)| m.queue.entries().into_iter().map(move |(s, i)| (s, i, g)))
+                .flat_map(|(g, m)| m.queue.entries().into_iter().map(move |(s, i)| (s, i, g)))
                 .collect(),
         };
         out.sort_unstable();
@@ -655,7 +913,7 @@ impl Level {
     pub fn counts(&self) -> Vec<(u32, usize)> {
         match self {
             Level::Plain(q) => vec![(NO_GROUP, q.len)],
-            Level::Fair(f) => f.members.iter().map(|(&g, m)| (g, m.queue.len)).collect(),
+            Level::Fair(f) => f.members.iter().map(|(g, m)| (g, m.queue.len)).collect(),
         }
     }
 
@@ -668,14 +926,14 @@ impl Level {
         }
     }
 
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self, groups: &Groups) -> Result<(), String> {
         match self {
             Level::Plain(q) => q.check(),
             Level::Fair(f) => {
-                if f.members.keys().all(|&g| g == NO_GROUP) {
+                if f.members.keys().all(|g| g == NO_GROUP) {
                     return Err("a fair level holds no named group".into());
                 }
-                f.check()
+                f.check(groups)
             }
         }
     }
@@ -698,7 +956,7 @@ mod tests {
     fn drain(level: &mut Level, groups: &Groups) -> Vec<u32> {
         let mut out = Vec::new();
         while let Some((_, _, gid)) = level.pop(groups) {
-            level.check().unwrap();
+            level.check(groups).unwrap();
             out.push(gid);
         }
         out
@@ -716,7 +974,7 @@ mod tests {
         level.insert(6, 6, b, &g);
         level.insert(7, 7, c, &g);
         level.insert(8, 8, b, &g);
-        level.check().unwrap();
+        level.check(&g).unwrap();
         let mut seqs = Vec::new();
         while let Some((seq, _, _)) = level.pop(&g) {
             seqs.push(seq);
@@ -768,7 +1026,7 @@ mod tests {
         level.insert(4, 4, b, &g);
         // a's only key leaves (raised to another priority): b is the front, with b's turn.
         level.remove(1, 1, a, &g);
-        level.check().unwrap();
+        level.check(&g).unwrap();
         assert_eq!(level.ring(), (vec![b, c], 3));
         assert_eq!(level.oldest(), Some((2, 2)));
         // c leaves from the middle: the turn stays.
@@ -808,8 +1066,8 @@ mod tests {
         assert_eq!(g.weight(t), 4, "a weight outlives the group's keys");
         assert_eq!(g.name(t), Some("t"));
         assert_eq!((g.join(None), g.name(NO_GROUP)), (NO_GROUP, None));
-        g.check(|gid| u32::from(gid == t)).unwrap();
-        assert!(g.check(|_| 2).is_err());
+        g.check(|gid| u32::from(gid == t), |_| 0).unwrap();
+        assert!(g.check(|_| 2, |_| 0).is_err());
     }
 
     #[test]

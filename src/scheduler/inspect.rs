@@ -59,12 +59,19 @@ pub struct KeyInspection {
     pub since: Option<f64>,
     /// Ready: the ready keys of its priority served before it (0: it is next at its level),
     /// the fair groups' turns included: the exact number of pops at its priority before it,
-    /// if nothing is added meanwhile.
+    /// if nothing is added meanwhile and no group becomes held or released. `None` for a
+    /// held key, which is not in line until its group is released.
     pub ahead_at_priority: Option<usize>,
     /// Ready: the ready keys of its own group and priority served before it.
     pub ahead_in_group: Option<usize>,
-    /// Ready: the ready keys of higher priorities (all served first, `max_wait` aside).
+    /// Ready: the ready keys of higher priorities that can be served (all served first,
+    /// `max_wait` aside); held groups' keys are not counted. `None` for a held key.
     pub ahead_higher: Option<usize>,
+    /// Ready, and its group has its cap of keys in flight: it is not served until one of
+    /// them ends.
+    pub held: bool,
+    /// Its group's cap on keys in flight (`None`: no group, or no cap).
+    pub group_concurrency: Option<u32>,
     /// Dirty: the follow-up's priority.
     pub follow_up_priority: Option<i64>,
     /// The key's fair group (`None`: no group), in every state.
@@ -89,6 +96,10 @@ pub struct GroupCounts {
     pub ready: usize,
     pub in_flight: usize,
     pub weight: u32,
+    /// Its cap on keys in flight (0: none).
+    pub group_concurrency: u32,
+    /// It has its cap of keys in flight: its ready keys wait for one to end.
+    pub held: bool,
 }
 
 /// Counts by state and by priority, and the keys at the heads of the queues.
@@ -102,10 +113,13 @@ pub struct QueueSummary {
     pub dirty: usize,
     /// The concurrency limit (0: none).
     pub concurrency: usize,
+    /// The cap on keys in flight per named group, for groups without their own (0: none).
+    pub group_concurrency: usize,
     /// Ready keys by priority, from the highest.
     pub ready_by_priority: Vec<(i64, usize)>,
     /// Keys in flight by the priority they were popped with, from the highest.
     pub in_flight_by_priority: Vec<(i64, usize)>,
+    /// The oldest ready key that can be served (held groups' keys are not).
     pub oldest_ready: Option<OldestReady>,
     /// The earliest ready time of a waiting key.
     pub next_ready_at: Option<f64>,
@@ -146,18 +160,25 @@ impl Scheduler {
             ahead_higher: None,
             follow_up_priority: None,
             group: None,
+            held: false,
+            group_concurrency: None,
         };
         let gid = self.records.get(idx).group;
         out.group = self.groups.name(gid).map(str::to_owned);
+        out.group_concurrency = Some(self.groups.cap_of_group(gid)).filter(|&c| c != 0);
         match rec.state {
             State::Waiting => out.ready_at = Some(rec.at),
             State::Ready => {
                 out.state = KeyState::Ready;
                 out.since = Some(rec.at);
                 let ahead = self.ready.ahead(rec.priority, rec.seq, gid, &self.groups);
-                out.ahead_at_priority = Some(ahead.at_priority);
                 out.ahead_in_group = Some(ahead.in_group);
-                out.ahead_higher = Some(ahead.higher);
+                if self.groups.is_held(gid) {
+                    out.held = true;
+                } else {
+                    out.ahead_at_priority = Some(ahead.at_priority);
+                    out.ahead_higher = Some(ahead.higher);
+                }
             }
             State::Running => {
                 out.state = KeyState::InFlight;
@@ -192,6 +213,8 @@ impl Scheduler {
                     ready: 0,
                     in_flight: 0,
                     weight,
+                    group_concurrency: self.groups.cap_of_group(gid),
+                    held: self.groups.is_held(gid),
                 };
                 (gid, c)
             })
@@ -243,6 +266,7 @@ impl Scheduler {
             in_flight: self.running.len(),
             dirty: self.dirty,
             concurrency: self.cfg.concurrency,
+            group_concurrency: self.cfg.group_concurrency,
             ready_by_priority: self.ready.levels().collect(),
             in_flight_by_priority: in_flight,
             oldest_ready,
@@ -467,8 +491,61 @@ mod tests {
             q.by_group.iter().map(counts).collect::<Vec<_>>(),
             [("big".into(), 5, 4, 1, 4), ("small".into(), 1, 1, 0, 1)]
         );
+        assert!(q.by_group.iter().all(|g| !g.held), "no cap, nothing held");
+        assert_eq!(q.group_concurrency, 0);
         assert_eq!(q.oldest_ready.unwrap().group.as_deref(), Some("big"));
         assert!(sched(0).queue_summary(0.0).unwrap().by_group.is_empty());
+    }
+
+    /// A ready key of a held group says so and is not in line (no position); the keys that
+    /// can be served do not count it; the summary marks the group held.
+    #[test]
+    fn a_held_key_says_so_and_is_not_counted_ahead_of_others() {
+        let mut s = Scheduler::new(Config {
+            group_concurrency: 1,
+            max_wait: f64::INFINITY,
+            ..Config::default()
+        })
+        .unwrap();
+        for k in ["a/0", "a/1", "a/2"] {
+            s.add_in(Some("a"), k, 0.0, 1, 0.0).unwrap();
+        }
+        s.add_in(Some("b"), "b/0", 0.0, 0, 1.0).unwrap();
+        assert_eq!(s.pop(2.0).unwrap(), Some("a/0"));
+        let a = s.inspect("a/2", 2.0).unwrap().unwrap();
+        assert_eq!((a.state, a.held), (KeyState::Ready, true));
+        assert_eq!(
+            (a.ahead_at_priority, a.ahead_higher, a.ahead_in_group),
+            (None, None, Some(1))
+        );
+        let b = s.inspect("b/0", 2.0).unwrap().unwrap();
+        assert!(!b.held);
+        assert_eq!(
+            (b.ahead_at_priority, b.ahead_higher),
+            (Some(0), Some(0)),
+            "b is next: a's keys at the higher priority are held"
+        );
+        let q = s.queue_summary(2.0).unwrap();
+        let held = |g: &GroupCounts| (g.group.clone(), g.ready, g.in_flight, g.held);
+        assert_eq!(
+            q.by_group.iter().map(held).collect::<Vec<_>>(),
+            [("a".into(), 2, 1, true), ("b".into(), 1, 0, false)]
+        );
+        assert_eq!((q.group_concurrency, q.ready), (1, 3));
+        assert_eq!(
+            q.ready_by_priority,
+            [(1, 2), (0, 1)],
+            "held keys are ready keys"
+        );
+        assert_eq!(
+            q.oldest_ready.unwrap().key,
+            "b/0",
+            "the oldest that can be served"
+        );
+        s.done("a/0", None, false, None, 3.0).unwrap();
+        let a = s.inspect("a/2", 3.0).unwrap().unwrap();
+        assert_eq!((a.held, a.ahead_at_priority), (false, Some(1)));
+        s.check_consistency().unwrap();
     }
 
     #[test]

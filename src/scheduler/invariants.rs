@@ -74,10 +74,14 @@ impl Scheduler {
         }
         self.running.check()?;
         let mut per_group: HashMap<u32, u32> = HashMap::new();
+        let mut flying: HashMap<u32, u32> = HashMap::new();
         for idx in self.records.slots() {
             let rec = self.records.get(idx);
             if rec.state != State::Free {
                 *per_group.entry(rec.group).or_default() += 1;
+                if matches!(rec.state, State::Running | State::RunningDirty) {
+                    *flying.entry(rec.group).or_default() += 1;
+                }
             } else if rec.group != NO_GROUP {
                 return Err(format!("free slot {idx} is still in a group"));
             }
@@ -107,30 +111,48 @@ impl Scheduler {
         if self.records.len() != waiting + ready + running + dirty {
             return Err("index length differs from live records".into());
         }
-        self.groups
-            .check(|gid| per_group.get(&gid).copied().unwrap_or(0))?;
+        if self.groups.cap() as usize != self.cfg.group_concurrency
+            || (self.cfg.group_concurrency != 0 && !self.groups.counting())
+        {
+            return Err("the group cap differs from the settings".into());
+        }
+        self.groups.check(
+            |gid| per_group.get(&gid).copied().unwrap_or(0),
+            |gid| flying.get(&gid).copied().unwrap_or(0),
+        )?;
         self.check_rings()?;
         self.waiting.check()?;
-        self.ready.check_heads()
+        self.ready.check_heads(&self.groups)
     }
 
-    /// Each level's ring lists exactly the groups with ready keys at that level.
+    /// Each level's ring lists exactly the groups with ready keys at that level that are not
+    /// held (a held group is in no ring), and every level with ready keys is listed.
     fn check_rings(&self) -> Result<(), String> {
         let mut ready: HashMap<i64, Vec<u32>> = HashMap::new();
         for (p, _, _, gid) in self.ready.iter() {
-            ready.entry(p).or_default().push(gid);
+            let servable = ready.entry(p).or_default();
+            if !self.groups.is_held(gid) {
+                servable.push(gid);
+            }
         }
         for (p, mut ring, turn) in self.ready.rings() {
-            let mut want = ready.remove(&p).unwrap_or_default();
+            let Some(mut want) = ready.remove(&p) else {
+                return Err(format!("ready level {p} has no ready keys"));
+            };
             want.sort_unstable();
             want.dedup();
             ring.sort_unstable();
             if ring != want {
-                return Err(format!("ready level {p}: the ring is not its groups"));
+                return Err(format!(
+                    "ready level {p}: the ring is not its groups that are not held"
+                ));
             }
-            if turn == 0 {
+            if !ring.is_empty() && turn == 0 {
                 return Err(format!("ready level {p}: the front group has no turn"));
             }
+        }
+        if !ready.is_empty() {
+            return Err("a level with ready keys is not listed".into());
         }
         Ok(())
     }

@@ -62,11 +62,11 @@ mod time;
 mod tournament;
 
 pub use backoff::SplitMix64;
-pub use config::Config;
 use config::Settings;
+pub use config::{Config, MAX_GROUP_CONCURRENCY};
 pub use error::Error;
-use groups::Groups;
 pub use groups::MAX_WEIGHT;
+use groups::{Groups, NO_GROUP};
 pub use inspect::{GroupCounts, KeyInspection, KeyState, OldestReady, QueueSummary};
 use queues::{Ready, Waiting};
 use record::{Records, State};
@@ -114,12 +114,15 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler with the given settings; refuses the ones `Settings::new` refuses.
     pub fn new(config: Config) -> Result<Self, Error> {
+        let cfg = Settings::new(&config)?;
+        // `Settings::new` refuses a cap above `u32::MAX`.
+        let cap = u32::try_from(cfg.group_concurrency).unwrap_or(u32::MAX);
         Ok(Self {
-            cfg: Settings::new(&config)?,
+            cfg,
             records: Records::default(),
             waiting: Waiting::default(),
             ready: Ready::default(),
-            groups: Groups::default(),
+            groups: Groups::with_cap(cap),
             running: Running::default(),
             dirty: 0,
             next_seq: 0,
@@ -335,7 +338,9 @@ impl Scheduler {
     }
 
     /// Take the next key from the ready queue, unless `concurrency` keys would be in flight
-    /// with the `taken` ones not yet started.
+    /// with the `taken` ones not yet started. With a group cap the key counts against its
+    /// group from here (`pop_many` starts its keys after taking them all), and a group that
+    /// reaches the cap is held before the next take.
     #[inline]
     fn take_ready(&mut self, now: f64, taken: usize) -> Option<u32> {
         if self.cfg.concurrency > 0 && self.running.len() + taken >= self.cfg.concurrency {
@@ -345,7 +350,7 @@ impl Scheduler {
         // level goes first; within the level, groups keep their turns (with no named group
         // here, that is the oldest key itself). With one priority level that is the level
         // served anyway, so the oldest key's record is not read.
-        let (_, _, idx) = if self.ready.priorities() > 1 {
+        let (_, _, idx, gid) = if self.ready.priorities() > 1 {
             match self.ready.oldest() {
                 Some((p, _, i)) if now - self.records.get(i).at > self.cfg.max_wait => {
                     self.ready.pop_at(p, &self.groups)?
@@ -355,7 +360,28 @@ impl Scheduler {
         } else {
             self.ready.pop_first(&self.groups)?
         };
+        // The one branch a pop pays for the caps when there is none.
+        if self.groups.counting() {
+            self.count_start(gid);
+        }
         Some(idx)
+    }
+
+    /// A key of group `gid` goes in flight while keys are counted: count it, and hold the
+    /// group if that reaches its cap.
+    fn count_start(&mut self, gid: u32) {
+        if gid != NO_GROUP && self.groups.flight_started(gid) {
+            self.ready.hold(gid, &self.groups);
+        }
+    }
+
+    /// A key of group `gid` leaves flight while keys are counted: count it, and release the
+    /// group if that takes it below its cap (before the key itself is queued again, if it
+    /// is).
+    fn count_end(&mut self, gid: u32) {
+        if gid != NO_GROUP && self.groups.flight_ended(gid) {
+            self.ready.release(gid, &self.groups);
+        }
     }
 
     /// Hand out `idx`, just taken from the ready queue: it is in flight from `now`.
@@ -403,6 +429,9 @@ impl Scheduler {
             _ => return Err(Error::NotInFlight(key.to_owned())),
         };
         let now = self.tick(now);
+        if self.groups.counting() {
+            self.count_end(self.records.get(idx).group);
+        }
         let rec = self.records.get_mut(idx);
         let follow_up = self.running.remove(idx);
         if follow_up.is_some() {
@@ -483,6 +512,47 @@ impl Scheduler {
     /// The weight of fair group `group` (1 unless set).
     pub fn group_weight(&self, group: &str) -> u32 {
         self.groups.weight_of(group)
+    }
+
+    /// Give fair group `group` its own cap on keys in flight (`Some(0)`: none for it; `None`:
+    /// the scheduler's `group_concurrency` again). Kept by name, like a weight. A group that
+    /// now has its cap in flight is held at once; one that no longer has it is released
+    /// (rejoining its rings at the back). On a scheduler created without a cap the first
+    /// call starts counting keys in flight: O(keys in flight), once.
+    pub fn set_group_concurrency(&mut self, group: &str, cap: Option<usize>) -> Result<(), Error> {
+        let Some(group) = check_group(Some(group))? else {
+            unreachable!("a named group stays named");
+        };
+        let cap = match cap.map(u32::try_from) {
+            None => None,
+            Some(Ok(cap)) => Some(cap),
+            Some(Err(_)) => {
+                return Err(Error::InvalidConfig {
+                    name: "group_concurrency",
+                    message: format!(
+                        "must be an int in [0, {MAX_GROUP_CONCURRENCY}] or None, got {}",
+                        cap.unwrap_or_default()
+                    ),
+                })
+            }
+        };
+        if !self.groups.counting() {
+            let records = &self.records;
+            let in_flight = self.running.iter().map(|(_, idx)| records.get(idx).group);
+            self.groups.start_counting(in_flight);
+        }
+        match self.groups.set_cap(group, cap) {
+            Some((gid, false, true)) => self.ready.hold(gid, &self.groups),
+            Some((gid, true, false)) => self.ready.release(gid, &self.groups),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The cap on keys in flight of fair group `group` (its own if set, else
+    /// `group_concurrency`; 0: none).
+    pub fn group_concurrency_of(&self, group: &str) -> u32 {
+        self.groups.cap_of(group)
     }
 
     /// The fair group of `key` (`None` for an absent key or one without a group).

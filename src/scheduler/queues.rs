@@ -271,15 +271,31 @@ impl Waiting {
 /// For the `max_wait` rule `heads` orders the oldest entry of each level by age: the oldest
 /// ready key overall is the first head. That costs one entry per distinct priority, not per
 /// key.
+///
+/// With a cap on keys in flight per group, the keys of a held group (`Groups::is_held`) are
+/// ready but cannot be served: their levels keep them parked, out of the rings and of each
+/// level's oldest key, so `levels` and `heads` hold only what can be served, and a level
+/// whose ready keys are all of held groups moves to `held` until one of them is released.
+/// `pop_first` therefore still takes the first level of `levels`, and the oldest head is the
+/// oldest key that can be served: a held group never holds up another group's key or a
+/// lower priority level.
 #[derive(Debug, Default)]
 pub struct Ready {
+    /// Levels with a key that can be served.
     levels: BTreeMap<Reverse<i64>, Level>,
+    /// Levels whose ready keys are all of held groups (none but with a group cap).
+    held: BTreeMap<Reverse<i64>, Level>,
     heads: BTreeSet<(u64, i64)>,
     len: usize,
+    /// Priorities to move between `levels` and `held` (kept to reuse its allocation).
+    moves: Vec<i64>,
 }
 
 /// A ready entry: (priority, sequence, slot).
 pub type Entry = (i64, u64, u32);
+
+/// A ready entry taken out to be served: (priority, sequence, slot, group).
+pub type Taken = (i64, u64, u32, u32);
 
 /// A ready key's place in line (`Ready::ahead`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,8 +314,27 @@ impl Ready {
         self.len += 1;
         let level = match self.levels.entry(Reverse(priority)) {
             btree_map::Entry::Vacant(v) => {
-                v.insert(Level::new(seq, idx, gid, groups));
-                self.heads.insert((seq, priority));
+                let level = match self.held.is_empty() {
+                    true => None,
+                    false => self.held.remove(&Reverse(priority)),
+                };
+                let level = match level {
+                    None => Level::new(seq, idx, gid, groups),
+                    Some(mut level) => {
+                        level.insert(seq, idx, gid, groups);
+                        level
+                    }
+                };
+                match level.oldest_seq() {
+                    Some(head) => {
+                        v.insert(level);
+                        self.heads.insert((head, priority));
+                    }
+                    None => {
+                        // A key of a held group, and no other key here can be served.
+                        self.held.insert(Reverse(priority), level);
+                    }
+                }
                 return;
             }
             btree_map::Entry::Occupied(o) => o.into_mut(),
@@ -307,15 +342,19 @@ impl Ready {
         let old_head = level.oldest_seq();
         level.insert(seq, idx, gid, groups);
         if let Some(head_seq) = old_head.filter(|&h| seq < h) {
-            self.heads.remove(&(head_seq, priority));
-            self.heads.insert((seq, priority));
+            // An older key (raised from a lower priority) is the new head, unless its group
+            // is held.
+            if let Some(new_head) = level.oldest_seq().filter(|&h| h != head_seq) {
+                self.heads.remove(&(head_seq, priority));
+                self.heads.insert((new_head, priority));
+            }
         }
     }
 
     #[inline]
     pub fn remove(&mut self, priority: i64, seq: u64, idx: u32, gid: u32, groups: &Groups) {
         let Some(level) = self.levels.get_mut(&Reverse(priority)) else {
-            debug_assert!(false, "ready level missing");
+            self.remove_held(priority, seq, idx, gid, groups);
             return;
         };
         let old_head = level.oldest_seq();
@@ -326,8 +365,23 @@ impl Ready {
         }
     }
 
+    /// `remove` from a level in `held` (a key of a held group); the level goes with its last
+    /// key.
+    #[cold]
+    fn remove_held(&mut self, priority: i64, seq: u64, idx: u32, gid: u32, groups: &Groups) {
+        let Some(level) = self.held.get_mut(&Reverse(priority)) else {
+            debug_assert!(false, "ready level missing");
+            return;
+        };
+        level.remove(seq, idx, gid, groups);
+        self.len -= 1;
+        if level.is_empty() {
+            self.held.remove(&Reverse(priority));
+        }
+    }
+
     /// The oldest entry of level `priority`, `seq`, left it: file its next oldest, or drop
-    /// the level if it is empty.
+    /// the level if it is empty, or move it to `held` if its keys left are all held.
     #[inline]
     fn new_head(&mut self, priority: i64, seq: u64) {
         self.heads.remove(&(seq, priority));
@@ -336,27 +390,100 @@ impl Ready {
                 self.heads.insert((next, priority));
             }
             None => {
-                self.levels.remove(&Reverse(priority));
+                if let Some(level) = self.levels.remove(&Reverse(priority)) {
+                    if !level.is_empty() {
+                        self.held.insert(Reverse(priority), level);
+                    }
+                }
             }
         }
     }
 
+    /// Group `gid` just became held: at every level where it has ready keys they leave the
+    /// ring (O(priority levels): every servable level is looked at, not the keys).
+    pub fn hold(&mut self, gid: u32, groups: &Groups) {
+        let mut moves = std::mem::take(&mut self.moves);
+        for (&Reverse(p), level) in &mut self.levels {
+            let old_head = level.oldest_seq();
+            if !level.park(gid, groups) {
+                continue;
+            }
+            let new_head = level.oldest_seq();
+            if new_head != old_head {
+                if let Some(h) = old_head {
+                    self.heads.remove(&(h, p));
+                }
+                match new_head {
+                    Some(h) => {
+                        self.heads.insert((h, p));
+                    }
+                    None => moves.push(p),
+                }
+            }
+        }
+        for p in moves.drain(..) {
+            if let Some(level) = self.levels.remove(&Reverse(p)) {
+                self.held.insert(Reverse(p), level);
+            }
+        }
+        self.moves = moves;
+    }
+
+    /// Group `gid` was just released: at every level where it has ready keys it joins the
+    /// ring at the back (O(priority levels), both maps looked at).
+    pub fn release(&mut self, gid: u32, groups: &Groups) {
+        for (&Reverse(p), level) in &mut self.levels {
+            let old_head = level.oldest_seq();
+            if level.unpark(gid, groups) {
+                let new_head = level.oldest_seq();
+                if new_head != old_head {
+                    if let Some(h) = old_head {
+                        self.heads.remove(&(h, p));
+                    }
+                    if let Some(h) = new_head {
+                        self.heads.insert((h, p));
+                    }
+                }
+            }
+        }
+        if self.held.is_empty() {
+            return;
+        }
+        let mut moves = std::mem::take(&mut self.moves);
+        for (&Reverse(p), level) in &mut self.held {
+            if level.unpark(gid, groups) {
+                moves.push(p);
+            }
+        }
+        for p in moves.drain(..) {
+            if let Some(level) = self.held.remove(&Reverse(p)) {
+                if let Some(h) = level.oldest_seq() {
+                    self.heads.insert((h, p));
+                }
+                self.levels.insert(Reverse(p), level);
+            }
+        }
+        self.moves = moves;
+    }
+
     /// Remove and return the next key of level `priority` (its group's turn moves on).
     #[inline]
-    pub fn pop_at(&mut self, priority: i64, groups: &Groups) -> Option<Entry> {
+    pub fn pop_at(&mut self, priority: i64, groups: &Groups) -> Option<Taken> {
         let level = self.levels.get_mut(&Reverse(priority))?;
         let old_head = level.oldest_seq();
-        let (seq, idx, _) = level.pop(groups)?;
+        let (seq, idx, gid) = level.pop(groups)?;
         self.len -= 1;
+        // The last key that can be served here is the level's head, so a level left with
+        // none (empty, or only held groups' keys) always goes through `new_head`.
         if old_head == Some(seq) {
             self.new_head(priority, seq);
         }
-        Some((priority, seq, idx))
+        Some((priority, seq, idx, gid))
     }
 
     /// Remove and return the next key in priority order.
     #[inline]
-    pub fn pop_first(&mut self, groups: &Groups) -> Option<Entry> {
+    pub fn pop_first(&mut self, groups: &Groups) -> Option<Taken> {
         let &Reverse(priority) = self.levels.keys().next()?;
         self.pop_at(priority, groups)
     }
@@ -400,16 +527,18 @@ impl Ready {
     /// The ready keys served before the one at (`priority`, `seq`) of group `gid`, the
     /// `max_wait` rule aside: how many at its priority (exact, turns of the groups
     /// included), how many at higher priorities, and how many of its own group at its
-    /// priority.
+    /// priority. Keys of held groups are not served, and not counted, until released (for
+    /// a key of a held group only `in_group` means anything).
     pub fn ahead(&self, priority: i64, seq: u64, gid: u32, groups: &Groups) -> Ahead {
         let (at_priority, in_group) = self
             .levels
             .get(&Reverse(priority))
+            .or_else(|| self.held.get(&Reverse(priority)))
             .map_or((0, 0), |level| level.ahead(seq, gid, groups));
         let higher = self
             .levels
             .range(..Reverse(priority))
-            .map(|(_, level)| level.len())
+            .map(|(_, level)| level.servable_len())
             .sum();
         Ahead {
             at_priority,
@@ -418,22 +547,37 @@ impl Ready {
         }
     }
 
-    /// Ready keys at each priority, from the highest.
-    pub fn levels(&self) -> impl Iterator<Item = (i64, usize)> + '_ {
-        self.levels
+    /// Every level, held ones included, from the highest priority (O(levels log levels)).
+    fn all_levels(&self) -> Vec<(i64, &Level)> {
+        let mut all: Vec<(i64, &Level)> = self
+            .levels
             .iter()
-            .map(|(&Reverse(p), level)| (p, level.len()))
+            .chain(&self.held)
+            .map(|(&Reverse(p), level)| (p, level))
+            .collect();
+        all.sort_unstable_by_key(|&(p, _)| Reverse(p));
+        all
+    }
+
+    /// Ready keys at each priority (held groups' included), from the highest.
+    pub fn levels(&self) -> impl Iterator<Item = (i64, usize)> + '_ {
+        self.all_levels()
+            .into_iter()
+            .map(|(p, level)| (p, level.len()))
     }
 
     /// Ready keys of each group (`NO_GROUP` included), summed over the levels, in no order.
     pub fn by_group(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
-        self.levels.values().flat_map(Level::counts)
+        self.levels
+            .values()
+            .chain(self.held.values())
+            .flat_map(Level::counts)
     }
 
     /// Live entries as (priority, sequence, slot, group), level by level from the highest
-    /// priority, each level in age order.
+    /// priority, each level in age order (held groups' included).
     pub fn iter(&self) -> impl Iterator<Item = (i64, u64, u32, u32)> + '_ {
-        self.levels.iter().flat_map(|(&Reverse(p), level)| {
+        self.all_levels().into_iter().flat_map(|(p, level)| {
             level
                 .entries()
                 .into_iter()
@@ -441,23 +585,40 @@ impl Ready {
         })
     }
 
-    /// Each level's groups in ring order from the front, with the front's remaining turn.
+    /// Each level's groups in ring order from the front, with the front's remaining turn
+    /// (held levels included, with empty rings).
     pub fn rings(&self) -> impl Iterator<Item = (i64, Vec<u32>, u32)> + '_ {
-        self.levels.iter().map(|(&Reverse(p), level)| {
+        self.all_levels().into_iter().map(|(p, level)| {
             let (ring, turn) = level.ring();
             (p, ring, turn)
         })
     }
 
-    /// Check the levels and `heads` against the entries.
-    pub fn check_heads(&self) -> Result<(), String> {
+    /// Check the levels and `heads` against the entries: a level in `levels` has a key that
+    /// can be served and its head is its oldest such key; one in `held` has keys, none of
+    /// which can be served.
+    pub fn check_heads(&self, groups: &Groups) -> Result<(), String> {
         let mut heads = BTreeSet::new();
         let mut total = 0;
+        for (&Reverse(p), level) in &self.held {
+            level
+                .check(groups)
+                .map_err(|e| format!("held ready level {p}: {e}"))?;
+            if level.is_empty() || level.oldest().is_some() || level.servable_len() != 0 {
+                return Err(format!("held ready level {p} is empty or can be served"));
+            }
+            if self.levels.contains_key(&Reverse(p)) {
+                return Err(format!("ready level {p} is both held and not"));
+            }
+            total += level.len();
+        }
         for (&Reverse(p), level) in &self.levels {
-            level.check().map_err(|e| format!("ready level {p}: {e}"))?;
+            level
+                .check(groups)
+                .map_err(|e| format!("ready level {p}: {e}"))?;
             match level.oldest() {
                 Some((head, _)) => heads.insert((head, p)),
-                None => return Err(format!("ready level {p} is empty")),
+                None => return Err(format!("ready level {p} has no key to serve")),
             };
             total += level.len();
         }
@@ -503,7 +664,7 @@ mod tests {
         assert_eq!(r.first(), None);
         assert_eq!(r.oldest(), None);
         assert!(r.heads.is_empty() && r.levels.is_empty());
-        r.check_heads().unwrap();
+        r.check_heads(g()).unwrap();
     }
 
     #[test]
@@ -519,7 +680,7 @@ mod tests {
         r.remove(1, 6, 2, NO_GROUP, g());
         assert_eq!(r.oldest(), Some((1, 5, 1)));
         assert_eq!(r.heads.len(), 1);
-        r.check_heads().unwrap();
+        r.check_heads(g()).unwrap();
     }
 
     #[test]
@@ -529,8 +690,8 @@ mod tests {
             r.insert(p, s, s as u32, NO_GROUP, g());
         }
         let mut got = Vec::new();
-        while let Some((p, s, _)) = r.pop_first(g()) {
-            r.check_heads().unwrap();
+        while let Some((p, s, _, _)) = r.pop_first(g()) {
+            r.check_heads(g()).unwrap();
             got.push((p, s));
         }
         assert_eq!(got, [(2, 2), (2, 4), (1, 5), (0, 1), (0, 3)]);
@@ -546,7 +707,7 @@ mod tests {
         // Remove three of every four entries from the middle: tombstones.
         for s in (1..1000u64).filter(|s| s % 4 != 0) {
             r.remove(0, s, s as u32, NO_GROUP, g());
-            r.check_heads().unwrap();
+            r.check_heads(g()).unwrap();
         }
         assert_eq!(r.len(), 250);
         let Level::Plain(level) = &r.levels[&Reverse(0)] else {
@@ -693,29 +854,32 @@ mod tests {
             for (p, s) in [(0, 1), (2, 2), (0, 3)] {
                 r.insert(p, s, s as u32, NO_GROUP, g());
             }
-            r.check_heads().unwrap();
+            r.check_heads(g()).unwrap();
             r
         };
         let mut r = valid();
         r.heads.insert((3, 0));
         assert!(
-            r.check_heads().is_err(),
+            r.check_heads(g()).is_err(),
             "a head that is not first in its level"
         );
         let mut r = valid();
         r.heads.remove(&(2, 2));
-        assert!(r.check_heads().is_err(), "a level without its head");
+        assert!(r.check_heads(g()).is_err(), "a level without its head");
         let mut r = valid();
         r.len += 1;
-        assert!(r.check_heads().is_err(), "stale length");
+        assert!(r.check_heads(g()).is_err(), "stale length");
         let mut r = valid();
         r.levels.insert(Reverse(7), Level::Plain(Sorted::default()));
-        assert!(r.check_heads().is_err(), "an empty level");
+        assert!(r.check_heads(g()).is_err(), "an empty level");
         let mut r = valid();
         if let Some(Level::Plain(q)) = r.levels.get_mut(&Reverse(0)) {
             q.len += 1;
         }
         r.len += 1;
-        assert!(r.check_heads().is_err(), "a level that fails its own check");
+        assert!(
+            r.check_heads(g()).is_err(),
+            "a level that fails its own check"
+        );
     }
 }

@@ -293,8 +293,10 @@ def test_inspect_names_the_fair_group_and_counts_its_turns() -> None:
     assert (running.state, running.group) == ("in_flight", "flood")
     summary = ctl.queue_summary()
     assert summary.by_group == {
-        "calm": {"keys": 2, "ready": 2, "in_flight": 0, "weight": 1},
-        "flood": {"keys": 4, "ready": 3, "in_flight": 1, "weight": 1},
+        "calm": {"keys": 2, "ready": 2, "in_flight": 0, "weight": 1, "group_concurrency": 0}
+        | {"held": False},
+        "flood": {"keys": 4, "ready": 3, "in_flight": 1, "weight": 1, "group_concurrency": 0}
+        | {"held": False},
     }
     assert summary.oldest_ready is not None
     assert (summary.oldest_ready["name"], summary.oldest_ready["group"]) == ("1", "flood")
@@ -305,6 +307,55 @@ def test_inspect_names_the_fair_group_and_counts_its_turns() -> None:
     assert "oldest ready: flood/1 for" in summary_text
     assert "(group flood)" in summary_text
     assert "group flood: 4 keys, 3 ready, 1 in flight (weight 1)" in summary_text
+
+
+def test_inspect_says_a_key_is_held_by_its_groups_cap() -> None:
+    """A ready object of a group at its cap says it is held and has no place in line; the
+    others' positions do not count it; the summary marks the group held."""
+    ctl = _controller(concurrency=4, fair_by="namespace", group_concurrency=1)
+    sched = ctl.scheduler
+    assert isinstance(sched, Scheduler)
+    sched.add_many(["slow/0", "slow/1", "slow/2"], group="slow", priority=1)
+    sched.add("calm/0", group="calm")
+    assert sched.pop() == "slow/0"
+    held = ctl.inspect("slow", "2")
+    assert (held.state, held.held, held.group) == ("ready", True, "slow")
+    assert (held.ahead, held.ahead_at_priority, held.ahead_in_group) == (None, None, 1)
+    assert held.message.startswith("held: its group slow has 1 of 1 reconciles running")
+    assert "1 of its group ahead of it" in held.message
+    calm = ctl.inspect("calm", "0")
+    assert (calm.held, calm.ahead) == (False, 0), "slow's higher-priority keys are held"
+    text = render_object(held.to_json())
+    assert "held:      group slow has its cap of reconciles running" in text
+    assert "position:" not in text
+    summary = ctl.queue_summary()
+    assert summary.group_concurrency == 1
+    assert summary.by_group is not None
+    assert summary.by_group["slow"] == {
+        "keys": 3,
+        "ready": 2,
+        "in_flight": 1,
+        "weight": 1,
+        "group_concurrency": 1,
+        "held": True,
+    }
+    assert summary.oldest_ready is not None
+    assert summary.oldest_ready["name"] == "0"
+    assert summary.oldest_ready["group"] == "calm", "the oldest key that can be served"
+    summary_text = render_summary(summary.to_json())
+    assert "at most 1 in flight per group" in summary_text
+    assert "group slow: 3 keys, 2 ready, 1 in flight (weight 1, held)" in summary_text
+    assert held.group_concurrency == 1
+    # A group's own cap: shown where it differs from the default; raising it releases.
+    sched.set_group_concurrency("slow", 2)
+    released = ctl.inspect("slow", "2")
+    assert (released.held, released.group_concurrency, released.ahead) == (False, 2, 1)
+    summary_text = render_summary(ctl.queue_summary().to_json())
+    assert "group slow: 3 keys, 2 ready, 1 in flight (weight 1, at most 2)" in summary_text
+    assert sched.pop() == "slow/1"
+    assert "has 2 of 2 reconciles running" in ctl.inspect("slow", "2").message
+    sched.done("slow/0")
+    assert not ctl.inspect("slow", "2").held
 
 
 # -- the /debug/queue server --------------------------------------------------------------

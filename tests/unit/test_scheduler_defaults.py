@@ -11,7 +11,15 @@ from fastctl import Scheduler
 from fastctl._core import SCHEDULER_DEFAULTS
 from fastctl.testing.model import ModelScheduler
 
-SETTINGS = ("concurrency", "debounce", "debounce_max", "max_wait", "backoff_base", "backoff_max")
+SETTINGS = (
+    "concurrency",
+    "debounce",
+    "debounce_max",
+    "max_wait",
+    "backoff_base",
+    "backoff_max",
+    "group_concurrency",
+)
 
 
 def keyword_defaults(cls: type[Any]) -> dict[str, Any]:

@@ -131,6 +131,11 @@ def test_an_iterator_that_raises_adds_nothing() -> None:
         ({"seed": -1}, ValueError, "seed must be an int in"),
         ({"seed": 2**64}, ValueError, "seed must be an int in"),
         ({"seed": "x"}, ValueError, "seed must be an int in"),
+        ({"group_concurrency": -1}, ValueError, r"group_concurrency must be an int in \[0, "),
+        ({"group_concurrency": True}, ValueError, "group_concurrency must be .* got True"),
+        ({"group_concurrency": 1.5}, ValueError, "group_concurrency must be .* got 1.5"),
+        ({"group_concurrency": "2"}, ValueError, "group_concurrency must be .* got '2'"),
+        ({"group_concurrency": 2**32}, ValueError, "group_concurrency must be .* got 4294967296"),
     ],
 )
 @pytest.mark.parametrize("cls", [Scheduler, ModelScheduler])
@@ -180,3 +185,16 @@ def test_done_many_refuses_bad_keys_whole_and_names_the_key_not_in_flight() -> N
         assert (impl.is_in_flight("a"), impl.is_in_flight("b")) == (False, True)
         impl.done_many(iter(["b", "c"]), now=1.0)
         assert (impl.in_flight, len(impl)) == (0, 0)
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "2", 2**32])
+@pytest.mark.parametrize("cls", [Scheduler, ModelScheduler])
+def test_a_bad_group_cap_is_refused_and_changes_nothing(
+    cls: type[Scheduler] | type[ModelScheduler], bad: Any
+) -> None:
+    s = cls(group_concurrency=2)
+    with pytest.raises(ValueError, match="group_concurrency must be an int in"):
+        s.set_group_concurrency("g", bad)
+    with pytest.raises(ValueError, match="non-empty"):
+        s.set_group_concurrency("", 1)
+    assert s.group_concurrency_of("g") == 2

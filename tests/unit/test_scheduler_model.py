@@ -9,7 +9,13 @@ checks two of the applier's rules on its own bookkeeping, not on either implemen
 
 - no head-of-line blocking (rule 4): with a free slot, a key the test made due at once
   (added with no delay and no debounce while not in flight) is never held back: `pop`
-  returns a key, `pop_many(n)` at least as many as such keys and free slots allow;
+  returns a key, `pop_many(n)` at least as many as such keys and free slots allow; with a
+  cap on keys in flight per group (`group_concurrency`, or a group's own), each named
+  group's due keys count only up to the room its cap leaves, so a held group never holds up
+  another's key;
+- the group cap: no key is handed out while its group has its cap in flight (each key's
+  group as the test recorded it when the key got its record, the caps as the test set
+  them), so no group goes above its cap (one can stay above a cap lowered meanwhile);
 - one slot per object, exactly one follow-up (rule 5): a key is never handed out twice;
   after `done`, it is queued again if and only if it was triggered while in flight, failed,
   or was requeued, and a follow-up triggered with no delay is due at once.
@@ -20,6 +26,7 @@ Times are sometimes passed slightly in the past, to exercise the never-backwards
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -60,6 +67,9 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         self.due: set[str] = set()  # keys the test made due at once, not popped since
         self.dirty: set[str] = set()  # in flight, and triggered since they were popped
         self.dirty_now: set[str] = set()  # ...with no delay
+        self.cap = 0  # group_concurrency
+        self.caps: dict[str, int] = {}  # groups' own caps
+        self.group_of: dict[str, str | None] = {}  # each key with a record: its group
 
     @initialize(
         concurrency=st.sampled_from([0, 0, 1, 2, 3]),
@@ -70,6 +80,7 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         backoff_max=st.sampled_from([1.0, 300.0]),
         seed=st.integers(0, 2**64 - 1),
         group_weights=st.dictionaries(st.sampled_from(GROUPS), weights, max_size=3),
+        group_concurrency=st.sampled_from([0, 0, 1, 2]),
     )
     def create(
         self,
@@ -81,6 +92,7 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         backoff_max: float,
         seed: int,
         group_weights: dict[str, int],
+        group_concurrency: int,
     ) -> None:
         config: dict[str, Any] = {
             "concurrency": concurrency,
@@ -91,14 +103,18 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
             "backoff_max": backoff_max,
             "seed": seed,
             "group_weights": group_weights,
+            "group_concurrency": group_concurrency,
         }
         self.rust = Scheduler(**config)
         self.model = ModelScheduler(**config)
         self.instant = debounce == 0
+        self.cap = group_concurrency
 
-    def triggered(self, keys: list[str], after: float) -> None:
-        """Note triggers of `keys` with delay `after` (the test's own record)."""
+    def triggered(self, keys: list[str], after: float, group: str | None) -> None:
+        """Note triggers of `keys` with delay `after` (the test's own record); a key
+        without a record gets `group`."""
         for key in keys:
+            self.group_of.setdefault(key, group)
             if key in self.running:
                 self.dirty.add(key)
                 if after == 0 and self.instant:
@@ -110,11 +126,35 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         limit = self.rust.concurrency
         return math.inf if not limit else limit - len(self.running)
 
+    def cap_of(self, group: str | None) -> int:
+        """The cap of `group` as the test set it (0: none)."""
+        return 0 if group is None else self.caps.get(group, self.cap)
+
+    def servable_due(self) -> int:
+        """How many of the keys made due at once a pop must hand out, slots allowing: all,
+        but a named group's only up to the room its cap leaves (a pop may also spend that
+        room on other ready keys of the group: it still counts as that many)."""
+        due = Counter(self.group_of[key] for key in self.due)
+        flying = Counter(self.group_of[key] for key in self.running)
+        total = 0
+        for group, n in due.items():
+            cap = self.cap_of(group)
+            total += min(n, max(0, cap - flying[group])) if cap else n
+        return total
+
     def popped(self, got: list[str], asked: float) -> None:
-        """Rule 4: with free slots, the keys made due at once are handed out."""
-        assert len(got) >= min(asked, self.free_slots(), len(self.due)), (
+        """Rule 4: with free slots, the keys made due at once are handed out (each group's
+        up to its cap); and no key is handed out while its group has its cap in flight."""
+        need = min(asked, self.free_slots(), self.servable_due())
+        assert len(got) >= need, (
             f"popped {got} of {sorted(self.due)} due with {self.free_slots()} free slots"
         )
+        flying = Counter(self.group_of[key] for key in self.running)
+        for key in got:
+            group = self.group_of[key]
+            cap = self.cap_of(group)
+            assert not cap or flying[group] < cap, f"{key} popped with {group} at its cap {cap}"
+            flying[group] += 1
         for key in got:
             assert key not in self.running, f"{key} handed out twice"
             self.running.add(key)
@@ -132,18 +172,27 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         now = self.at(skew)
         self.rust.add(key, after=after, priority=priority, group=group, now=now)
         self.model.add(key, after=after, priority=priority, group=group, now=now)
-        self.triggered([key], after)
+        self.triggered([key], after, group)
 
     @rule(batch=st.lists(keys, max_size=5), after=delays, priority=priorities, group=groups)
     def add_many(self, batch: list[str], after: float, priority: int, group: str | None) -> None:
         self.rust.add_many(batch, after=after, priority=priority, group=group, now=self.now)
         self.model.add_many(batch, after=after, priority=priority, group=group, now=self.now)
-        self.triggered(batch, after)
+        self.triggered(batch, after, group)
 
     @rule(group=st.sampled_from(GROUPS), weight=weights)
     def set_group_weight(self, group: str, weight: int) -> None:
         self.rust.set_group_weight(group, weight)
         self.model.set_group_weight(group, weight)
+
+    @rule(group=st.sampled_from(GROUPS), cap=st.sampled_from([None, 0, 1, 2]))
+    def set_group_concurrency(self, group: str, cap: int | None) -> None:
+        self.rust.set_group_concurrency(group, cap)
+        self.model.set_group_concurrency(group, cap)
+        if cap is None:
+            self.caps.pop(group, None)
+        else:
+            self.caps[group] = cap
 
     @rule(skew=skews)
     def pop(self, skew: float) -> None:
@@ -189,6 +238,8 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         # Rule 5: queued again iff triggered meanwhile, failed or requeued; once.
         queued = key in self.dirty or failed or requeue_after is not None
         assert (key in self.rust) == (key in self.model) == queued, (key, kwargs)
+        if not queued:
+            del self.group_of[key]  # the record is dropped
         if key in self.dirty_now:
             self.due.add(key)
         self.dirty.discard(key)
@@ -223,6 +274,8 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
         for key in ended:
             self.running.discard(key)
             assert (key in self.rust) == (key in self.model) == (key in self.dirty), key
+            if key not in self.dirty:
+                del self.group_of[key]
             if key in self.dirty_now:
                 self.due.add(key)
             self.dirty.discard(key)
@@ -262,6 +315,12 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
             assert rust.group_weight(group) == model.group_weight(group), group
         if rust.concurrency:
             assert rust.in_flight <= rust.concurrency
+        assert rust.group_concurrency == model.group_concurrency == self.cap
+        for group in GROUPS:
+            cap = self.cap_of(group)
+            assert rust.group_concurrency_of(group) == model.group_concurrency_of(group) == cap
+        for key in KEYS:
+            assert rust.group_of(key) == self.group_of.get(key), key
         rust._check_consistency()
         model._check_consistency()
 

@@ -117,6 +117,8 @@ def render_object(a: dict[str, Any]) -> str:
         lines.append(f"  next run:  {a['ready_at']} (in {a['ready_in']:.1f}s)")
     if a["since"] is not None:
         lines.append(f"  since:     {a['since']} ({a['age']:.1f}s)")
+    if a.get("held"):
+        lines.append(f"  held:      group {a['group']} has its cap of reconciles running")
     if a["ahead"] is not None:
         position = f"  position:  {a['ahead']} ahead ({a['ahead_at_priority']} at its priority"
         if a.get("group") is not None:
@@ -153,9 +155,14 @@ def render_summary(s: dict[str, Any]) -> str:
         lines.append(f"  oldest ready: {ref} for {oldest['age']:.1f}s{group}")
     if s["next_ready_in"] is not None:
         lines.append(f"  next waiting ready in {s['next_ready_in']:.1f}s")
+    if s.get("group_concurrency"):
+        lines.append(f"  at most {s['group_concurrency']} in flight per group")
     for name, c in sorted((s.get("by_group") or {}).items()):
+        cap = c.get("group_concurrency")
+        own = f", at most {cap}" if cap and cap != s.get("group_concurrency") else ""
+        held = ", held" if c.get("held") else ""
         lines.append(
             f"  group {name}: {c['keys']} keys, {c['ready']} ready, {c['in_flight']} in flight"
-            f" (weight {c['weight']})"
+            f" (weight {c['weight']}{own}{held})"
         )
     return "\n".join(lines)

@@ -126,6 +126,7 @@ class Controller:
         name: str | None = None,
         executor: Executor | None = None,
         fair_by: FairBy | None = None,
+        group_concurrency: int = 0,
         scheduler: SchedulerLike | None = None,
         strip_managed_fields: bool = True,
         config: ApplierConfig | None = None,
@@ -134,9 +135,11 @@ class Controller:
         event_filter: Predicate | None = None,
         ignore_own_writes: bool = False,
     ) -> None:
-        """`concurrency`, `debounce`, `timeout`, `executor` and `fair_by` are the fields of
-        `ApplierConfig` (`fair_by="namespace"`, or a function of the object returning its
-        group, serves tenants in turn instead of first come, first served);
+        """`concurrency`, `debounce`, `timeout`, `executor`, `fair_by` and
+        `group_concurrency` are the fields of `ApplierConfig` (`fair_by="namespace"`, or a
+        function of the object returning its group, serves tenants in turn instead of first
+        come, first served; `group_concurrency=N` with it runs at most N reconciles of one
+        group at once, so a tenant whose reconciles are slow cannot take every slot);
         `label_selector` and `strip_managed_fields` are those of `WatchConfig` (for the
         primary resource; related resources are watched without the selector): pass each
         group as keywords or as one object (`config`, `watch_config`), not both.
@@ -176,6 +179,7 @@ class Controller:
                 timeout=timeout,
                 executor=executor,
                 fair_by=fair_by,
+                group_concurrency=group_concurrency,
             ),
             _DEFAULT_CONFIG,
         )

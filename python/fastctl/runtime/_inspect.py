@@ -67,10 +67,11 @@ class ObjectInspection:
     """Seconds it has been ready, or running."""
     since: str | None = None
     ahead: int | None = None
-    """Ready: ready objects served before it (at its priority plus at higher ones)."""
+    """Ready: ready objects served before it (at its priority plus at higher ones); None
+    when held."""
     ahead_at_priority: int | None = None
     """Ready: ready objects of its priority served before it, the fair groups' turns
-    included."""
+    included; None when held."""
     ahead_in_group: int | None = None
     """Ready: ready objects of its fair group and priority served before it."""
     reasons: tuple[ReasonCount, ...] = ()
@@ -84,6 +85,11 @@ class ObjectInspection:
     last_error_ago: float | None = None
     group: str | None = None
     """Its fair group (the controller's ``fair_by``), in any state; None without one."""
+    held: bool = False
+    """Ready, but its fair group has its cap of reconciles running (``group_concurrency``):
+    it is not in line until one of them ends (so it has no ``ahead``)."""
+    group_concurrency: int | None = None
+    """Its fair group's cap on reconciles running at once; None: no group, or no cap."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,8 +114,12 @@ class QueueSummary:
     cached: int
     """Objects in the controller's cache."""
     by_group: dict[str, Any] | None = None
-    """Each named fair group with keys: ``keys`` (any state), ``ready``, ``in_flight`` and
-    ``weight``, by group name (empty without fair groups)."""
+    """Each named fair group with keys: ``keys`` (any state), ``ready``, ``in_flight``,
+    ``weight``, ``group_concurrency`` (its cap, 0: none) and ``held`` (it has its cap in
+    flight), by group name (empty without fair groups)."""
+    group_concurrency: int = 0
+    """The most reconciles of one fair group at once, for groups without their own cap (0:
+    no cap)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -163,7 +173,8 @@ def inspect_key(
     in_flight: int = 0,
     concurrency: int = 0,
 ) -> ObjectInspection:
-    """Join the scheduler's `record` of `ref`, its `reasons` and whether it is `cached`."""
+    """Join the scheduler's `record` of `ref`, its `reasons` and whether it is `cached`
+    (`in_flight` and `concurrency` are for the message)."""
     clocks = _Clocks()
     base: dict[str, Any] = {
         "controller": controller,
@@ -195,6 +206,7 @@ def inspect_key(
         "last_error": r.error if r else None,
         "last_error_ago": clocks.ago(r.error_at) if r and r.error_at is not None else None,
         "group": record["group"],
+        "group_concurrency": record.get("group_concurrency"),
     }
     ready_at, since = record["ready_at"], record["since"]
     if ready_at is not None:
@@ -203,7 +215,11 @@ def inspect_key(
     if since is not None:
         info["age"] = max(0.0, clocks.ago(since))
         info["since"] = clocks.iso(since)
-    if state == "ready":
+    if state == "ready" and record.get("held"):
+        # Not in line at all until its group is released: no position but its group's.
+        info["held"] = True
+        info["ahead_in_group"] = record["ahead_in_group"]
+    elif state == "ready":
         at_priority, higher = record["ahead_at_priority"] or 0, record["ahead_higher"] or 0
         info["ahead"] = at_priority + higher
         info["ahead_at_priority"] = at_priority
@@ -222,6 +238,13 @@ def _message(state: State, info: Mapping[str, Any], in_flight: int, concurrency:
         failed += ")"
     if state == "waiting":
         return f"waiting: ready in {_seconds(info['ready_in'])}{failed}"
+    if state == "ready" and info.get("held"):
+        cap = info["group_concurrency"]
+        return (
+            f"held: its group {info['group']} has {cap} of {cap} reconciles running "
+            f"(group_concurrency); ready for {_seconds(info['age'])}, it runs after one of "
+            f"them ends ({info['ahead_in_group']} of its group ahead of it){failed}"
+        )
     if state == "ready":
         slots = f"{in_flight} of {concurrency} slots busy" if concurrency else "no slot limit"
         group = info["group"]
@@ -267,4 +290,5 @@ def summarize(
         next_ready_in=None if next_at is None else max(0.0, clocks.until(next_at)),
         cached=len(store),
         by_group={g: dict(c) for g, c in summary["by_group"].items()},
+        group_concurrency=summary.get("group_concurrency", 0),
     )

@@ -11,7 +11,13 @@ ring (a group's weight is how many keys it takes per turn), each group's keys by
 became ready, sequence); it finds the oldest key by (time, sequence), where the Rust core
 relies on sequence numbers alone; the two agree only
 because keys enter the ready queue in the order they became ready, which is exactly what
-the comparison test checks. Its queues are binary heaps with lazy deletion: an entry is
+the comparison test checks. With ``group_concurrency`` (or a group's own cap,
+``set_group_concurrency``) a named group with its cap of keys in flight is held: it leaves
+every ring (its keys stay counted at their levels) and its keys are not candidates for the
+oldest key, until it drops below its cap (a key done, or the cap raised) and rejoins, at
+the back, each ring where it has ready keys. The model finds the oldest key that can be served
+by a scan of the records when a cap is set (the Rust core keeps held groups out of its
+structures instead). Its queues are binary heaps with lazy deletion: an entry is
 live only while it still matches its key's record. The jitter generator is the same
 splitmix64, so equal seeds give bit-identical backoff delays.
 """
@@ -40,6 +46,7 @@ BUCKETS: Final = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1, 1e2,
 
 _MASK: Final = (1 << 64) - 1
 _MAX_WEIGHT: Final = (1 << 32) - 1
+_MAX_GROUP_CONCURRENCY: Final = (1 << 32) - 1
 
 
 class SplitMix64:
@@ -85,6 +92,21 @@ def _check_group(group: object) -> str | None:
     if group == "":
         raise ValueError("group must be a non-empty str or None, got ''")
     return group
+
+
+def _check_group_concurrency(value: object) -> int:
+    if value is None:
+        return 0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= _MAX_GROUP_CONCURRENCY
+    ):
+        raise ValueError(
+            f"group_concurrency must be an int in [0, {_MAX_GROUP_CONCURRENCY}] or None "
+            f"(0 or None: no cap), got {value!r}"
+        )
+    return value
 
 
 def _check_weight(group: str, weight: object) -> int:
@@ -153,7 +175,8 @@ class _Record:
 class _Level:
     """The ready keys of one priority: a heap of (since, seq, key) per fair group (entries
     go stale like the others), the exact count of each group's live entries, and the ring
-    of groups with ready keys, the front served next for `turn` more keys."""
+    of groups with ready keys that are not held, the front served next for `turn` more
+    keys."""
 
     queues: dict[str | None, list[tuple[float, int, str]]] = field(default_factory=dict)
     counts: dict[str | None, int] = field(default_factory=dict)
@@ -180,10 +203,14 @@ class ModelScheduler:
         backoff_max: float = 300.0,
         seed: int | None = None,
         group_weights: Mapping[str, int] | None = None,
+        group_concurrency: int | None = 0,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
             raise ValueError(f"concurrency must be an int >= 0, got {concurrency}")
         self.concurrency = concurrency
+        self.group_concurrency = _check_group_concurrency(group_concurrency)
+        self._group_caps: dict[str, int] = {}  # groups' own caps, by name
+        self._group_in_flight: dict[str, int] = {}  # named groups' keys in flight
         self.debounce = self._config("debounce", debounce)
         self.debounce_max = (
             min(self.debounce * 10.0, MAX_DELAY)
@@ -260,35 +287,66 @@ class ModelScheduler:
     def _weight(self, group: str | None) -> int:
         return 1 if group is None else self._weights.get(group, 1)
 
+    def _held(self, group: str | None) -> bool:
+        """Whether `group` has its cap in flight (never for keys without a group)."""
+        if group is None:
+            return False
+        cap = self._group_caps.get(group, self.group_concurrency)
+        return bool(cap) and self._group_in_flight.get(group, 0) >= cap
+
+    def _join_ring(self, level: _Level, group: str | None) -> None:
+        """`group` joins the ring at the back (at the front, with a fresh turn, if the ring
+        was empty)."""
+        level.ring.append(group)
+        if len(level.ring) == 1:
+            level.turn = self._weight(group)
+
+    def _leave_ring(self, level: _Level, group: str | None) -> None:
+        """`group` leaves the ring; a front that leaves hands the turn to the next."""
+        front = level.ring[0] == group
+        level.ring.remove(group)
+        if front and level.ring:
+            level.turn = self._weight(level.ring[0])
+
     def _ready_insert(self, rec: _Record) -> None:
-        """File a ready key in its level's group; a group new to the level joins the ring at
-        the back (at the front, with a fresh turn, if the ring was empty)."""
+        """File a ready key in its level's group; a group new to the level joins the ring,
+        unless it is held."""
         level = self._levels.setdefault(rec.priority, _Level())
         group = rec.group
         if group not in level.counts:
             level.counts[group] = 0
             level.queues[group] = []
-            level.ring.append(group)
-            if len(level.ring) == 1:
-                level.turn = self._weight(group)
+            if not self._held(group):
+                self._join_ring(level, group)
         level.counts[group] += 1
         heapq.heappush(level.queues[group], (rec.at, rec.seq, rec.key))
 
     def _ready_remove(self, rec: _Record) -> None:
         """Take a ready key out of its level (its heap entry goes stale); a group left with
-        no keys leaves the ring, and a front that leaves hands the turn to the next."""
+        no keys leaves the ring, and a level with no keys goes."""
         level = self._levels[rec.priority]
         group = rec.group
         level.counts[group] -= 1
         if level.counts[group]:
             return
         del level.counts[group], level.queues[group]
-        front = level.ring[0] == group
-        level.ring.remove(group)
-        if not level.ring:
+        if group in level.ring:
+            self._leave_ring(level, group)
+        if not level.counts:
             del self._levels[rec.priority]
-        elif front:
-            level.turn = self._weight(level.ring[0])
+
+    def _hold(self, group: str) -> None:
+        """`group` reached the cap: it leaves the ring of every level (its keys stay)."""
+        for level in self._levels.values():
+            if group in level.ring:
+                self._leave_ring(level, group)
+
+    def _release(self, group: str) -> None:
+        """`group` dropped below the cap: it joins, at the back, the ring of every level
+        where it has ready keys."""
+        for level in self._levels.values():
+            if group in level.counts:
+                self._join_ring(level, group)
 
     def _pop_level(self, priority: int) -> _Record:
         """The next key of a level: the front group's oldest; then its turn goes on, or the
@@ -417,17 +475,33 @@ class ModelScheduler:
             heapq.heappop(self._oldest)
         return None
 
+    def _oldest_servable(self) -> _Record | None:
+        """The oldest ready key whose group is not held."""
+        if not self.group_concurrency and not self._group_caps:
+            return self._live_oldest()
+        ready = (
+            r for r in self._records.values() if r.state == "ready" and not self._held(r.group)
+        )
+        return min(ready, key=lambda r: (r.at, r.seq), default=None)
+
     def _pop(self, now: float) -> str | None:
         if self.concurrency and len(self._running) >= self.concurrency:
             return None
-        if not self._levels:
+        # Levels whose ready keys are all of held groups have empty rings: skipped.
+        servable = [p for p, level in self._levels.items() if level.ring]
+        if not servable:
             return None
         # An overdue oldest key puts its level first; the level's ring picks the group.
-        oldest = self._live_oldest()
+        oldest = self._oldest_servable()
         if oldest is not None and now - oldest.at > self.max_wait:
             rec = self._pop_level(oldest.priority)
         else:
-            rec = self._pop_level(max(self._levels))
+            rec = self._pop_level(max(servable))
+        group = rec.group
+        if group is not None:
+            self._group_in_flight[group] = self._group_in_flight.get(group, 0) + 1
+            if self._held(group):
+                self._hold(group)
         self._counts["ready"] -= 1
         self._queue_duration.observe(now - rec.at)
         rec.state, rec.at, rec.seq = "running", now, self._next_seq()
@@ -464,6 +538,14 @@ class ModelScheduler:
             raise KeyError(f"done(): key {key!r} is not in flight")
         now = self._tick(now)
         del self._running[key]
+        group = rec.group
+        if group is not None:
+            was_held = self._held(group)
+            self._group_in_flight[group] -= 1
+            if not self._group_in_flight[group]:
+                del self._group_in_flight[group]
+            if was_held and not self._held(group):
+                self._release(group)
         self._work_duration.observe(now - rec.at)
         self._counters["done"] += 1
         if failed:
@@ -503,6 +585,22 @@ class ModelScheduler:
         else:
             self._weights[name] = weight
 
+    def set_group_concurrency(self, group: str, cap: int | None) -> None:
+        name = _check_group(_check_key(group, "group"))
+        assert name is not None
+        was_held = self._held(name)
+        if cap is None:
+            self._group_caps.pop(name, None)
+        else:
+            self._group_caps[name] = _check_group_concurrency(cap)
+        if self._held(name) and not was_held:
+            self._hold(name)
+        elif was_held and not self._held(name):
+            self._release(name)
+
+    def group_concurrency_of(self, group: str) -> int:
+        return self._group_caps.get(_check_key(group, "group"), self.group_concurrency)
+
     def group_weight(self, group: str) -> int:
         return self._weights.get(_check_key(group, "group"), 1)
 
@@ -532,7 +630,7 @@ class ModelScheduler:
         return 0 if rec is None else rec.failures
 
     def next_ready_at(self) -> float | None:
-        rec = self._live_oldest()
+        rec = self._oldest_servable()
         if rec is not None:
             return rec.at
         while self._waiting:
@@ -559,7 +657,7 @@ class ModelScheduler:
 
     def stats(self, *, now: float | None = None) -> SchedulerStats:
         now = self._tick(now)
-        oldest = self._live_oldest()
+        oldest = self._oldest_servable()
         running = [now - rec.at for rec in self._running.values()]
         unfinished = 0.0
         for seconds in running:
@@ -600,10 +698,16 @@ class ModelScheduler:
                 per_group = ready.setdefault(rec.priority, {})
                 per_group[rec.group] = per_group.get(rec.group, 0) + 1
         assert {p: level.counts for p, level in self._levels.items()} == ready, "group counts"
+        flying: dict[str, int] = {}
+        for rec in self._running.values():
+            if rec.group is not None:
+                flying[rec.group] = flying.get(rec.group, 0) + 1
+        assert flying == self._group_in_flight, "in-flight counts per group"
         for level in self._levels.values():
-            assert len(level.ring) == len(set(level.ring)) == len(level.counts), "group ring"
-            assert set(level.ring) == set(level.counts), "group ring"
-            assert level.turn >= 1, "front group turn"
+            servable = {g for g in level.counts if not self._held(g)}
+            assert len(level.ring) == len(set(level.ring)) == len(servable), "group ring"
+            assert set(level.ring) == servable, "group ring"
+            assert not level.ring or level.turn >= 1, "front group turn"
 
     def __repr__(self) -> str:
         return (
