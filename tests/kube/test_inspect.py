@@ -194,7 +194,14 @@ async def test_fastctl_inspect_shows_the_fair_group_and_its_turn(
         assert f"group:     {quiet}" in text
         assert "position:  1 ahead (1 at its priority, 0 of its group)" in text
         summary = await ask("--json", "--controller", "fair")
-        assert summary["by_group"][quiet] == {"keys": 1, "ready": 1, "in_flight": 0, "weight": 1}
+        assert summary["by_group"][quiet] == {
+            "keys": 1,
+            "ready": 1,
+            "in_flight": 0,
+            "weight": 1,
+            "group_concurrency": 0,  # no cap
+            "held": False,
+        }
         assert summary["by_group"][namespace]["in_flight"] == 1
         assert summary["oldest_ready"]["group"] == namespace
         control_plane.api_request("DELETE", f"/api/v1/namespaces/{quiet}")
@@ -202,3 +209,71 @@ async def test_fastctl_inspect_shows_the_fair_group_and_its_turn(
 
 async def _ready(manager: Manager) -> bool:
     return manager.debug_queue is not None and manager.debug_queue.port != 0
+
+
+async def test_a_group_at_its_cap_is_held_and_inspect_says_so(
+    client: ApiClient, control_plane: ControlPlane, namespace: str
+) -> None:
+    """Four slots, at most one reconcile per namespace: a namespace with three objects runs
+    one and holds two, while an object of another namespace takes a free slot at once."""
+    other = namespace_name("cap-other")
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}
+    status, response = control_plane.api_request("POST", "/api/v1/namespaces", body)
+    assert status == 201, response
+    release = asyncio.Event()
+    label = {"fastctl.dev/cap-test": other}
+    running: dict[str, int] = {}
+    most: dict[str, int] = {}
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        ns = obj["metadata"]["namespace"]
+        running[ns] = running.get(ns, 0) + 1
+        most[ns] = max(most.get(ns, 0), running[ns])
+        try:
+            await release.wait()
+        finally:
+            running[ns] -= 1
+
+    ctl = Controller(
+        client,
+        Resource("v1", "ConfigMap"),
+        reconcile,
+        name="capped",
+        label_selector=f"fastctl.dev/cap-test={other}",
+        concurrency=4,
+        fair_by="namespace",
+        group_concurrency=1,
+    )
+    async with inspecting(client, ctl, release) as ask:
+        for i in range(3):
+            await make_configmap(client, namespace, f"busy-{i}", {"k": "v"}, labels=label)
+
+        async def held() -> Any:
+            summary = await ask("--json", "--controller", "capped")
+            group = summary["by_group"].get(namespace)
+            return summary if group and group["held"] and group["ready"] == 2 else None
+
+        summary = await _eventually(held, "the busy namespace to be held with two ready")
+        assert summary["group_concurrency"] == 1
+        assert summary["by_group"][namespace]["in_flight"] == 1
+        await make_configmap(client, other, "calm", {"k": "v"}, labels=label)
+
+        async def calm_running() -> Any:
+            return (await ask("--json", f"{other}/calm"))["state"] == "in_flight"
+
+        await _eventually(calm_running, "calm to run in a free slot")
+        waiting = [await ask("--json", f"{namespace}/busy-{i}") for i in range(3)]
+        states = sorted((w["state"], bool(w.get("held"))) for w in waiting)
+        assert states == [("in_flight", False), ("ready", True), ("ready", True)]
+        name = next(w["name"] for w in waiting if w.get("held"))
+        text = await ask(f"{namespace}/{name}")
+        assert f"held:      group {namespace} has its cap of reconciles running" in text
+        release.set()
+
+        async def all_done() -> Any:
+            summary = await ask("--json", "--controller", "capped")
+            return summary["in_flight"] == 0 and summary["ready"] == 0
+
+        await _eventually(all_done, "every object reconciled")
+    assert most == {namespace: 1, other: 1}
+    control_plane.api_request("DELETE", f"/api/v1/namespaces/{other}")
