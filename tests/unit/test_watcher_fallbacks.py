@@ -17,7 +17,13 @@ import pytest
 from fastctl.errors import ApiError, WatchError
 from fastctl.kube import _watcher
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import INITIAL_EVENTS_END, Backoff, WatchEvent, watcher
+from fastctl.kube._watcher import (
+    INITIAL_EVENTS_END,
+    Backoff,
+    MetadataOnlyUnsupported,
+    WatchEvent,
+    watcher,
+)
 
 from .test_controller_relist import client
 from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
@@ -329,3 +335,126 @@ def test_an_on_error_callback_that_raises_does_not_end_the_watch(
     got = run(server, monkeypatch, events=2, on_error=on_error)
     assert framing(got) == ["INIT", "INIT_DONE"]
     assert len(calls) == 2
+
+
+def test_listed_objects_get_their_type_lose_managed_fields_and_pagination_resumes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A paginated list's objects get the resource's apiVersion and kind and lose their
+    managedFields; after a list restarted in one piece (an expired continue token), the
+    next relist is paginated again, and the watch starts at the list's version."""
+    item = {**obj("a", 10), "metadata": {**obj("a", 10)["metadata"], "managedFields": [{}]}}
+    gone = Response(200, lines=[frame("ERROR", {"kind": "Status", "code": 410})])
+    answers: list[Response] = [
+        page(["x"], cont="c1"),
+        status(410, "Expired"),
+        Response(200, {"items": [item], "metadata": {"resourceVersion": "12"}}),
+        gone,
+        page(["b"], rv=15),
+    ]
+
+    def script(q: Query) -> Response | None:
+        return answers.pop(0) if answers else None
+
+    server = Server(script)
+    got = run(
+        server, monkeypatch, events=20, streaming_list=False, page_size=1, strip_managed_fields=True
+    )
+    listed = [e.obj for e in got if e.obj is not None and e.obj["metadata"]["name"] == "a"]
+    assert listed == [
+        {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "10"}}
+        | {"apiVersion": "v1", "kind": "ConfigMap"}
+    ]
+    assert server.kinds() == ["list", "list", "list-whole", "watch", "list", "watch"]
+    assert server.requests[3][1]["resourceVersion"] == "12"
+    assert server.requests[4][1]["limit"] == 1
+    assert server.requests[5][1]["resourceVersion"] == "15"
+
+
+def test_without_a_page_size_every_list_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = Response(200, lines=[frame("ERROR", {"kind": "Status", "code": 410})])
+    answers = [page(["a"]), gone, page(["a"])]
+    server = Server(lambda q: answers.pop(0) if answers else None)
+    run(server, monkeypatch, events=20, streaming_list=False, page_size=0)
+    assert server.kinds() == ["list-whole", "watch", "list-whole", "watch"]
+
+
+@pytest.mark.parametrize(
+    ("streaming", "answers", "verb"),
+    [
+        (False, [status(403, "Forbidden")], "list"),
+        (True, [status(403, "Forbidden")], "list+watch (streaming list)"),
+        (False, [page(["a"]), status(403, "Forbidden")], "watch"),
+    ],
+    ids=["list", "streaming-list", "watch"],
+)
+def test_a_refusal_names_what_was_refused_and_the_rbac_to_check(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    streaming: bool,
+    answers: list[Response],
+    verb: str,
+) -> None:
+    script = list(answers)
+    server = Server(lambda q: script.pop(0) if script else None)
+    errors: list[BaseException] = []
+    run(server, monkeypatch, events=20, streaming_list=streaming, on_error=errors.append)
+    assert [type(e).__name__ for e in errors] == ["ApiError"]
+    (line,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert line.getMessage() == (
+        f"watcher[configmaps.v1/ns]: forbidden to {verb} configmaps.v1 in namespace 'ns' "
+        "(check the controller's RBAC): Forbidden; retrying in 0.5 s"
+    )
+
+
+def test_a_failed_request_or_stream_is_logged_as_a_warning_with_what_failed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    answers = [status(500, "InternalError"), page(["a"]), Response(200, lines=[b"{not json\n"])]
+    server = Server(lambda q: answers.pop(0) if answers else None)
+    run(server, monkeypatch, events=20, streaming_list=False)
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert lines[0].startswith("watcher[configmaps.v1/ns]: list failed: ")
+    assert lines[0].endswith("; retrying in 0.5 s")
+    assert "InternalError" in lines[0]
+    assert lines[1].startswith("watcher[configmaps.v1/ns]: watch failed: WatchStreamError: ")
+    assert lines[1].endswith("; retrying in 0.5 s")  # the list's success reset the backoff
+
+
+def metadata_page(kind: str, item_kind: str) -> Response:
+    item = {**obj("a", 5), "kind": item_kind, "apiVersion": "meta.k8s.io/v1"}
+    return Response(200, {"kind": kind, "items": [item], "metadata": {"resourceVersion": "5"}})
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (metadata_page("ConfigMapList", "ConfigMap"), "it answered with a 'ConfigMapList' list"),
+        (
+            metadata_page("PartialObjectMetadataList", "ConfigMap"),
+            "it answered with a 'ConfigMap', not PartialObjectMetadata",
+        ),
+    ],
+    ids=["full-list", "full-object"],
+)
+def test_a_server_that_answers_metadata_only_with_full_objects_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, answer: Response, message: str
+) -> None:
+    answers = [answer]
+    server = Server(lambda q: answers.pop(0) if answers else None)
+    with pytest.raises(MetadataOnlyUnsupported) as refused:
+        run(server, monkeypatch, streaming_list=False, metadata_only=True)
+    assert str(refused.value) == (
+        "watcher[configmaps.v1/ns]: the API server does not serve configmaps.v1 as metadata "
+        f"only (PartialObjectMetadata): {message}; watch it with full objects instead"
+    )
+
+
+def test_a_metadata_only_list_gives_its_objects_the_resources_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answers = [metadata_page("PartialObjectMetadataList", "PartialObjectMetadata")]
+    server = Server(lambda q: answers.pop(0) if answers else None)
+    got = run(server, monkeypatch, streaming_list=False, metadata_only=True)
+    (listed,) = [e.obj for e in got if e.obj is not None]
+    assert (listed["apiVersion"], listed["kind"]) == ("v1", "ConfigMap")
