@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -458,3 +459,54 @@ def test_a_metadata_only_list_gives_its_objects_the_resources_type(
     got = run(server, monkeypatch, streaming_list=False, metadata_only=True)
     (listed,) = [e.obj for e in got if e.obj is not None]
     assert (listed["apiVersion"], listed["kind"]) == ("v1", "ConfigMap")
+
+
+def test_a_streaming_list_and_the_watches_after_it_ask_for_exactly_this(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answers = [
+        stream(frame("ADDED", obj("a", 5)), end_of_initial_events(5)),
+        stream(frame("MODIFIED", obj("a", 6))),
+    ]
+    server = Server(lambda q: answers.pop(0) if answers else None)
+    run(server, monkeypatch, events=20, timeout_seconds=290)
+    watch = {"watch": True, "allowWatchBookmarks": True, "timeoutSeconds": 290}
+    assert [q for _, q in server.requests] == [
+        {**watch, "sendInitialEvents": True, "resourceVersionMatch": "NotOlderThan"},
+        {**watch, "resourceVersion": "5"},
+        {**watch, "resourceVersion": "6"},  # resumed where the last event left off
+    ]
+
+
+def test_a_410_answer_to_a_watch_relists_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = [page(["a"]), status(410, "Expired"), page(["b"], rv=20)]
+    server = Server(lambda q: answers.pop(0) if answers else None)
+    got = run(server, monkeypatch, events=20, streaming_list=False)
+    assert framing(got)[-3:] == ["INIT", "INIT_APPLY b", "INIT_DONE"]
+    assert server.kinds()[:3] == ["list", "watch", "list"]
+    assert server.requests[2][0] == server.requests[1][0]  # no backoff: the version is gone
+
+
+@pytest.mark.parametrize(
+    ("resource", "shown"),
+    [
+        (CM, "b'{\"password\": no\\n'"),
+        (Resource("v1", "Secret", plural="secrets", namespaced=True), "16 bytes"),
+    ],
+    ids=["configmap", "secret"],
+)
+def test_a_malformed_line_is_logged_with_its_text_except_for_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    resource: Resource,
+    shown: str,
+) -> None:
+    answers = [page(["a"]), Response(200, lines=[b'{"password": no\n'])]
+    server = Server(lambda q: answers.pop(0) if answers else None)
+    monkeypatch.setattr(sys.modules[__name__], "CM", resource)
+    run(server, monkeypatch, events=20, streaming_list=False)
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    kind = resource.plural
+    assert line.startswith(f"watcher[{kind}.v1/ns]: malformed watch line: ")
+    assert line.endswith(f": {shown}; resuming from resourceVersion 10")
+    assert ("password" in line) == (kind == "configmaps")
