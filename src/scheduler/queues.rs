@@ -291,6 +291,20 @@ pub struct Ready {
     moves: Vec<i64>,
 }
 
+/// Level `p`'s head in `heads` moves from `old` to `new` (sequence numbers; `None`: no
+/// head): the one place a parked or released group changes what `max_wait` sees.
+fn refile(heads: &mut BTreeSet<(u64, i64)>, p: i64, old: Option<u64>, new: Option<u64>) {
+    if new == old {
+        return;
+    }
+    if let Some(h) = old {
+        heads.remove(&(h, p));
+    }
+    if let Some(h) = new {
+        heads.insert((h, p));
+    }
+}
+
 /// A ready entry: (priority, sequence, slot).
 pub type Entry = (i64, u64, u32);
 
@@ -409,16 +423,9 @@ impl Ready {
                 continue;
             }
             let new_head = level.oldest_seq();
-            if new_head != old_head {
-                if let Some(h) = old_head {
-                    self.heads.remove(&(h, p));
-                }
-                match new_head {
-                    Some(h) => {
-                        self.heads.insert((h, p));
-                    }
-                    None => moves.push(p),
-                }
+            refile(&mut self.heads, p, old_head, new_head);
+            if new_head.is_none() {
+                moves.push(p); // a level in `levels` had a head: it changed to none
             }
         }
         for p in moves.drain(..) {
@@ -435,15 +442,7 @@ impl Ready {
         for (&Reverse(p), level) in &mut self.levels {
             let old_head = level.oldest_seq();
             if level.unpark(gid, groups) {
-                let new_head = level.oldest_seq();
-                if new_head != old_head {
-                    if let Some(h) = old_head {
-                        self.heads.remove(&(h, p));
-                    }
-                    if let Some(h) = new_head {
-                        self.heads.insert((h, p));
-                    }
-                }
+                refile(&mut self.heads, p, old_head, level.oldest_seq());
             }
         }
         if self.held.is_empty() {

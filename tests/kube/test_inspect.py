@@ -140,13 +140,19 @@ async def test_fastctl_inspect_shows_failures_and_the_line(
         release.set()
 
 
+def second_namespace(control_plane: ControlPlane, prefix: str) -> str:
+    """A namespace besides the test's own, for a second tenant (the test deletes it)."""
+    name = namespace_name(prefix)
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    status, response = control_plane.api_request("POST", "/api/v1/namespaces", body)
+    assert status == 201, response
+    return name
+
+
 async def test_fastctl_inspect_shows_the_fair_group_and_its_turn(
     client: ApiClient, control_plane: ControlPlane, namespace: str
 ) -> None:
-    quiet = namespace_name("fair-quiet")
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": quiet}}
-    status, response = control_plane.api_request("POST", "/api/v1/namespaces", body)
-    assert status == 201, response
+    quiet = second_namespace(control_plane, "fair-quiet")
     release = asyncio.Event()
     label = {"fastctl.dev/fair-test": quiet}
 
@@ -216,10 +222,7 @@ async def test_a_group_at_its_cap_is_held_and_inspect_says_so(
 ) -> None:
     """Four slots, at most one reconcile per namespace: a namespace with three objects runs
     one and holds two, while an object of another namespace takes a free slot at once."""
-    other = namespace_name("cap-other")
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}
-    status, response = control_plane.api_request("POST", "/api/v1/namespaces", body)
-    assert status == 201, response
+    other = second_namespace(control_plane, "cap-other")
     release = asyncio.Event()
     label = {"fastctl.dev/cap-test": other}
     running: dict[str, int] = {}
