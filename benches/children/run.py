@@ -44,7 +44,7 @@ from fastctl.kube._objects import create
 from fastctl.kube._resource import Resource
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import EventKind, watcher
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
 
 CONFIGMAP = Resource("v1", "ConfigMap")
 OWNER = Resource("v1", "ServiceAccount")

@@ -18,7 +18,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Resource, Scheduler
 from fastctl.cli import main
-from fastctl.runtime import Controller, Manager
+from fastctl.runtime import Controller, Manager, ServerOptions
 from fastctl.testing import ControlPlane
 from fastctl.testing.pytest_plugin import namespace_name
 
@@ -52,7 +52,9 @@ async def inspecting(
     """`ctl` running in a Manager with its debug queue server, and ``ask(*argv)``: the
     output of ``fastctl inspect --address <that server> *argv`` (parsed with ``--json``).
     On the way out `release` is set (the tests' reconciles wait on it) and all stops."""
-    manager = Manager(client, metrics_port=None, probe_port=None, debug_queue_port=0)
+    manager = Manager(
+        client, servers=ServerOptions(metrics_port=None, probe_port=None, debug_queue_port=0)
+    )
     manager.add(ctl)
     run = asyncio.create_task(manager.run())
     try:

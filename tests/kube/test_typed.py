@@ -39,7 +39,7 @@ from fastctl import (
 )
 from fastctl.demo.widgets import install_crd
 from fastctl.kube import ApiError, Resource, apply, apply_status, create, delete, get
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
 from fastctl.testing import ControlPlane
 
 from .conftest import make_client

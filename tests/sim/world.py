@@ -30,8 +30,8 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 import fastctl.kube._watcher as watcher_module
-import fastctl.runtime._manager as manager_module
 import fastctl.runtime.leader._lease_api as lease_api_module
+import fastctl.runtime.manager._manager as manager_module
 from fastctl import Action, Controller, LeaderElection, Manager, Resource
 from fastctl._core import Scheduler
 from fastctl.errors import LeadershipLost, ReconcileTimeout

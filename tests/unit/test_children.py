@@ -17,8 +17,8 @@ from fastctl.kube._watcher import (
     WatchEvent,
 )
 from fastctl.runtime._children import RelatedCache
-from fastctl.runtime._controller import Controller
 from fastctl.runtime._triggers import RelatedTriggers
+from fastctl.runtime.controller import Controller
 from fastctl.types import ObjectRef
 
 from .test_controller_relist import client
@@ -163,8 +163,8 @@ def test_the_builder_refuses_what_it_cannot_do() -> None:
         ctl.watches(WIDGET, mapper, metadata_only=True)
     with pytest.raises(KeyError, match="does not cache Secret"):
         ctl.cache(Resource("v1", "Secret"))
-    assert ctl._watch_config_for(CM).metadata_only
-    assert not ctl._watch_config_for(WIDGET).metadata_only
+    assert ctl.spec.watch_config_for(CM).metadata_only
+    assert not ctl.spec.watch_config_for(WIDGET).metadata_only
 
 
 # -- the metadata-only watcher, against a scripted server ----------------------------------
@@ -259,8 +259,9 @@ def test_a_full_watch_sends_no_metadata_accept(monkeypatch: pytest.MonkeyPatch) 
     assert server.accepts == [None]
 
 
-def test_a_shared_watch_fills_the_cache_and_keeps_metadata_only_watches_apart() -> None:
+async def test_a_shared_watch_fills_the_cache_and_keeps_metadata_only_watches_apart() -> None:
     from fastctl.runtime._shared_watch import SharedWatch
+    from fastctl.runtime.controller import Environment
 
     async def nothing() -> Any:
         yield WatchEvent(EventKind.INIT)
@@ -268,8 +269,11 @@ def test_a_shared_watch_fills_the_cache_and_keeps_metadata_only_watches_apart() 
     ctl = Controller(client(), WIDGET, lambda obj, ctx: None)
     ctl.owns(CM, cache=True)
     shared = SharedWatch("cm", nothing)
-    ctl._use_shared_watch(0, shared)
+    env = Environment(ctl.client, sources={0: shared.subscribe()})
+    run = ctl.stream(environment=env)
+    ctl.shutdown()  # stopped before it starts: it only takes its environment's stores
+    assert [r async for r in run] == []
     assert ctl.cache(CM).store is shared.store
     other = Controller(client(), WIDGET, lambda obj, ctx: None).owns(CM, metadata_only=True)
     # the Manager shares a watch only between equal watch configs
-    assert other._watch_config_for(CM) != ctl._watch_config_for(CM)
+    assert other.spec.watch_config_for(CM) != ctl.spec.watch_config_for(CM)

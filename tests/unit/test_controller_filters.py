@@ -15,9 +15,9 @@ from fastctl import Action, generation_changed
 from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._watcher import EventKind, WatchEvent
 from fastctl.kube._writes import WRITE_OBSERVER, observed_write
-from fastctl.runtime._controller import Controller
 from fastctl.runtime._filters import EventFilter
 from fastctl.runtime._own_writes import OwnWrites
+from fastctl.runtime.controller import Controller
 
 from .test_controller_relist import (
     CHILD,

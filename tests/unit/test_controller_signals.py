@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from fastctl import Action
-from fastctl.runtime import _controller
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller, _environment, _run
 
 from .test_controller_relist import WIDGET, Feed, client, listing, until, widget
 
@@ -47,7 +46,8 @@ async def _running_one_of_two(
 ) -> tuple[Work, asyncio.Task[None]]:
     """A controller (one reconcile at a time) with "a" running and "b" queued."""
     feed = Feed()
-    monkeypatch.setattr(_controller, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_environment, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_run, "watcher", lambda *a, **kw: feed.events())
     work = Work()
     ctl = Controller(client(), WIDGET, work.reconcile, name="widgets", concurrency=1)
     feed.push(*listing(widget("a", 0), widget("b", 0)))

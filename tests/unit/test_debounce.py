@@ -18,8 +18,7 @@ import pytest
 from fastctl import Action, ObjectRef, Scheduler, applier
 from fastctl import _applier as applier_module
 from fastctl.kube._watcher import EventKind, WatchEvent
-from fastctl.runtime import _controller
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller, _environment, _run
 
 from .test_controller_relist import WIDGET, Feed, client, listing, widget
 from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
@@ -113,7 +112,8 @@ def test_a_burst_of_changes_through_a_controller_is_one_reconcile_a_window_later
 ) -> None:
     starts = Starts()
     feed = Feed()
-    monkeypatch.setattr(_controller, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_environment, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_run, "watcher", lambda *a, **kw: feed.events())
     ctl = Controller(client(), WIDGET, starts.reconcile, name="widgets", debounce=WINDOW)
     pushed: list[float] = []
 

@@ -18,7 +18,7 @@ from fastctl import ObjectRef, Scheduler, Trigger
 from fastctl._applier import ApplierConfig, applier
 from fastctl._fair import FairBy, group_function
 from fastctl.kube._resource import Resource
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
 
 from .test_applier import LateStore
 

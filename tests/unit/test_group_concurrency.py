@@ -18,7 +18,7 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl import ObjectRef, Trigger
 from fastctl._applier import ApplierConfig, applier
 from fastctl.kube._resource import Resource
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
 
 from .test_applier import LateStore
 

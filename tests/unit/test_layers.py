@@ -90,7 +90,7 @@ def test_a_module_imports_only_its_layer_and_those_below(path: Path) -> None:
 
 def test_the_check_sees_imports() -> None:
     """The walk finds the imports it must judge (else the test above passes vacuously)."""
-    controller = PACKAGE / "runtime" / "_controller.py"
+    controller = PACKAGE / "runtime" / "controller" / "_run.py"
     assert "fastctl.kube._watcher" in set(imports(controller))
     errors = PACKAGE / "errors.py"
     assert "fastctl.kube._resource" not in set(imports(errors))  # under TYPE_CHECKING only

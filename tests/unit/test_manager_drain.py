@@ -15,10 +15,9 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action
-from fastctl.runtime import _controller, _manager
-from fastctl.runtime._controller import Controller
-from fastctl.runtime._manager import Manager
+from fastctl.runtime.controller import Controller, _environment, _run
 from fastctl.runtime.leader import LeaderElection, LeaderElector, _elector
+from fastctl.runtime.manager import Manager, _manager
 
 from .fake_lease import LeaseStore
 from .test_controller_relist import WIDGET, Feed, client, listing, widget
@@ -113,7 +112,8 @@ def _stop_during_a_reconcile(
     """Run a leading Manager, shut it down while `work` runs; (controller, when the
     shutdown was asked, when run() returned)."""
     feed = Feed()
-    monkeypatch.setattr(_controller, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_environment, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_run, "watcher", lambda *a, **kw: feed.events())
     ctl = Controller(client(), WIDGET, work.reconcile, name="widgets")
     mgr = Manager(
         manager_client(),

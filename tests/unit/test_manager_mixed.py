@@ -18,10 +18,9 @@ import pytest
 
 from fastctl.errors import LeadershipLost
 from fastctl.kube._watcher import WatchEvent
-from fastctl.runtime import _controller, _manager
-from fastctl.runtime._controller import Controller
-from fastctl.runtime._manager import Manager
+from fastctl.runtime.controller import Controller, _environment, _run
 from fastctl.runtime.leader import LeaderElection, LeaderElector, _elector
+from fastctl.runtime.manager import Manager, _manager
 from fastctl.runtime.sharding import Sharding
 from fastctl.runtime.sharding._member import Drainer, ShardMember
 
@@ -100,7 +99,8 @@ class Setup:
         monkeypatch.setattr(_manager, "LeaderElector", elector)
         monkeypatch.setattr(_manager, "ShardMember", member)
         monkeypatch.setattr(_manager, "ApiClient", _ElectorClient)
-        monkeypatch.setattr(_controller, "watcher", one_widget)
+        monkeypatch.setattr(_environment, "watcher", one_widget)
+        monkeypatch.setattr(_run, "watcher", one_widget)
         monkeypatch.setattr(_elector, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
 
 

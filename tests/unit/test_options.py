@@ -122,8 +122,8 @@ def test_controller_builds_its_configs_from_keywords() -> None:
     assert ctl.concurrency == 4
     assert ctl.label_selector == "app=web"
     assert ctl.scheduler.stats() is not None
-    assert ctl._watch_config_for(WIDGET).label_selector == "app=web"
-    related = ctl._watch_config_for(Resource("v1", "ConfigMap"))
+    assert ctl.spec.watch_config_for(WIDGET).label_selector == "app=web"
+    related = ctl.spec.watch_config_for(Resource("v1", "ConfigMap"))
     assert related == WatchConfig()  # no selector on related resources
     pool.shutdown()
 

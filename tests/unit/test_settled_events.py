@@ -13,9 +13,9 @@ from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._watcher import EventKind, WatchEvent
 from fastctl.kube._writes import observed_write
 from fastctl.runtime import _own_writes
-from fastctl.runtime._controller import Controller
 from fastctl.runtime._own_writes import OwnWrites
 from fastctl.runtime._settled_events import settled
+from fastctl.runtime.controller import Controller
 
 from .test_controller_relist import (
     CHILD,

@@ -9,8 +9,8 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl.cli import build_parser, main
 from fastctl.cli.run import _sharding
-from fastctl.runtime._manager import Manager
 from fastctl.runtime.leader import LeaderElection
+from fastctl.runtime.manager import Manager
 from fastctl.runtime.sharding import Sharding
 
 

@@ -14,6 +14,7 @@ import pytest
 from fastctl.kube._watcher import EventKind, WatchEvent
 from fastctl.runtime.sharding import shard_selector
 from fastctl.runtime.sharding._gate import ShardGate
+from fastctl.runtime.sharding._slots import ShardKey
 from fastctl.runtime.sharding._watch import sharded_events
 
 SLOTS = 4
@@ -262,14 +263,15 @@ def test_the_member_lease_name_is_a_valid_object_name(identity: str) -> None:
 # -- related objects -------------------------------------------------------------------------
 
 
-def _sharded_controller(member: FakeMember, key: str, mapped: bool) -> Any:
+def _sharded_controller(member: FakeMember, key: ShardKey, mapped: bool) -> Any:
     """A Controller of Widgets that owns (or, `mapped`, watches) ConfigMaps, sharded by
     `member`; never run, so its client is never used."""
     from kubernetes_asyncio.client import ApiClient
 
     from fastctl import ObjectRef
     from fastctl.kube._resource import Resource
-    from fastctl.runtime._controller import Controller
+    from fastctl.runtime.controller import Controller, Environment, ShardAssignment
+    from fastctl.runtime.controller._run import ControllerRun
 
     widget = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
     child = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
@@ -284,8 +286,16 @@ def _sharded_controller(member: FakeMember, key: str, mapped: bool) -> Any:
         )
     else:
         ctl.owns(child)
-    ctl._shard_on(ShardGate(member, key, SLOTS), member)  # type: ignore[arg-type]
-    return ctl
+    gate = ShardGate(member, key, SLOTS)
+    env = Environment(ctl.client, shard=ShardAssignment(gate, member))
+    return ControllerRun(
+        ctl.spec,
+        env,
+        store=ctl.store,
+        scheduler=ctl.scheduler,
+        counters=ctl.counters,
+        reasons=None,
+    )
 
 
 def _child_of(owner: dict[str, Any]) -> dict[str, Any]:
@@ -312,18 +322,19 @@ async def test_a_related_trigger_is_kept_only_if_its_owner_slot_is_served(mapped
     member = FakeMember({0})
     probe = ShardGate(member, "uid", SLOTS)
     ours, theirs = obj_in(probe, 0, "ours"), obj_in(probe, 1, "theirs")
-    ctl = _sharded_controller(member, "uid", mapped)
-    rel = ctl._relations[0]
+    run = _sharded_controller(member, "uid", mapped)
+    rel = run.spec.relations[0]
+    gate = run.env.shard.gate
 
     def kept(owner: dict[str, Any]) -> bool:
         event = WatchEvent(EventKind.APPLY, _child_of(owner))
         ref = ObjectRef(owner["metadata"]["name"], "ns")
-        return bool(ctl._related_served(rel, event, ref))
+        return bool(run._related_served(gate, rel, event, ref))
 
     if mapped:  # the mapper names an object: it must be in this replica's cache
         assert not kept(ours)
         for owner in (ours, theirs):
-            ctl.store.apply(WatchEvent(EventKind.APPLY, owner))
+            run.store.apply(WatchEvent(EventKind.APPLY, owner))
     assert kept(ours)
     assert not kept(theirs)
     member.move({1})
@@ -335,15 +346,15 @@ async def test_a_related_trigger_with_key_namespace_follows_the_namespace() -> N
     from fastctl import ObjectRef
 
     member = FakeMember(set())
-    ctl = _sharded_controller(member, "namespace", mapped=False)
-    gate = ctl.shard
-    rel = ctl._relations[0]
+    run = _sharded_controller(member, "namespace", mapped=False)
+    gate = run.env.shard.gate
+    rel = run.spec.relations[0]
     owner = {"metadata": {"name": "w", "namespace": "team-a", "uid": "u"}}
     event = WatchEvent(EventKind.APPLY, _child_of(owner))
     ref = ObjectRef("w", "team-a")
-    assert not ctl._related_served(rel, event, ref)
+    assert not run._related_served(gate, rel, event, ref)
     member.move({gate.slot_of("team-a")})
-    assert ctl._related_served(rel, event, ref)
+    assert run._related_served(gate, rel, event, ref)
 
 
 # -- metrics ---------------------------------------------------------------------------------

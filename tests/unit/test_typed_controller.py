@@ -19,8 +19,7 @@ from fastctl.kube import _objects, apply_status
 from fastctl.kube._events import Recorder
 from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import EventKind, WatchEvent
-from fastctl.runtime import _controller
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller, _environment, _run
 
 
 class Spec(KubeModel):
@@ -61,7 +60,9 @@ def fake_watcher(monkeypatch: pytest.MonkeyPatch) -> None:
         yield WatchEvent(EventKind.INIT_DONE)
         await asyncio.Event().wait()
 
-    monkeypatch.setattr(_controller, "watcher", events)
+    monkeypatch.setattr(_environment, "watcher", events)
+
+    monkeypatch.setattr(_run, "watcher", events)
 
 
 class FakeRecorder:

@@ -37,6 +37,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -202,12 +203,12 @@ def _metrics_certificate(args: argparse.Namespace) -> Any:
 
 
 async def _run(target: Any, args: argparse.Namespace) -> int:
-    from fastctl.errors import DiscoveryError, ResourceNotFound
+    from fastctl.errors import DiscoveryError, LeadershipLost, ResourceNotFound
     from fastctl.kube._client import KubeconfigError, load_client
-    from fastctl.runtime._controller import Controller
     from fastctl.runtime._health import HealthServerError
-    from fastctl.runtime._manager import LeadershipLost, Manager
+    from fastctl.runtime.controller import Controller
     from fastctl.runtime.leader import LeaderElection
+    from fastctl.runtime.manager import Manager, ServerOptions
 
     try:
         client = await load_client(args.kubeconfig)
@@ -232,10 +233,12 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
                 client,
                 leader_election=election,
                 sharding=_sharding(args),
-                metrics_port=args.metrics_port or None,
-                metrics_secure=not args.metrics_insecure,
-                metrics_certificate=_metrics_certificate(args),
-                probe_port=args.probe_port or None,
+                servers=ServerOptions(
+                    metrics_port=args.metrics_port or None,
+                    metrics_secure=not args.metrics_insecure,
+                    metrics_certificate=_metrics_certificate(args),
+                    probe_port=args.probe_port or None,
+                ),
             )
             unknown = set(args.unsharded) - {ctl.name for ctl in controllers}
             if unknown:
@@ -246,7 +249,7 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
             for ctl in controllers:
                 manager.add(ctl, sharded=ctl.name not in args.unsharded)
         if args.debug_queue is not None:
-            manager.debug_queue_port = args.debug_queue
+            manager.servers = replace(manager.servers, debug_queue_port=args.debug_queue)
         try:
             await manager.run()
         except (HealthServerError, ResourceNotFound, DiscoveryError) as exc:
@@ -309,8 +312,8 @@ def exit_now_if_threads_run(code: int, message: str) -> None:
 
 
 async def _build(target: Any, client: Any, args: argparse.Namespace) -> Any:
-    from fastctl.runtime._controller import Controller
-    from fastctl.runtime._manager import Manager
+    from fastctl.runtime.controller import Controller
+    from fastctl.runtime.manager import Manager
 
     if isinstance(target, Controller | Manager):
         return target
@@ -337,7 +340,7 @@ async def _build(target: Any, client: Any, args: argparse.Namespace) -> Any:
 
 
 def _controllers(built: Any) -> list[Any]:
-    from fastctl.runtime._controller import Controller
+    from fastctl.runtime.controller import Controller
 
     items = list(built) if isinstance(built, Iterable) else [built]
     if not items or not all(isinstance(c, Controller) for c in items):

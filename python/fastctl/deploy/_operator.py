@@ -23,9 +23,9 @@ from typing import Any
 from fastctl.deploy._manifests import collect_crds
 from fastctl.deploy._rbac import Rule, resolve_offline
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
-from fastctl.runtime._controller import Controller
-from fastctl.runtime._manager import Manager
+from fastctl.runtime.controller import Controller
 from fastctl.runtime.leader._rules import LeaderElection
+from fastctl.runtime.manager import Manager
 from fastctl.webhook._registry import Webhooks
 
 __all__ = ["Operator", "describe", "resolve_resources"]

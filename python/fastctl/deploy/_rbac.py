@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastctl.kube._resource import ResolvedResource, Resource
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
 
 __all__ = [
     "BUILTIN_RESOURCES",

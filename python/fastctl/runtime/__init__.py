@@ -5,7 +5,6 @@ modules behind them are private.
 """
 
 from fastctl.runtime._children import RelatedCache
-from fastctl.runtime._controller import INITIAL_LIST_PRIORITY, Controller
 from fastctl.runtime._filters import (
     Predicate,
     all_of,
@@ -15,8 +14,9 @@ from fastctl.runtime._filters import (
     labels_changed,
 )
 from fastctl.runtime._inspect import ObjectInspection, QueueSummary, ReasonCount
-from fastctl.runtime._manager import Manager
+from fastctl.runtime.controller import INITIAL_LIST_PRIORITY, Controller
 from fastctl.runtime.leader import LeaderElection, LeaderElector
+from fastctl.runtime.manager import Manager, ServerOptions
 
 __all__ = [
     "INITIAL_LIST_PRIORITY",
@@ -29,6 +29,7 @@ __all__ = [
     "QueueSummary",
     "ReasonCount",
     "RelatedCache",
+    "ServerOptions",
     "all_of",
     "annotations_changed",
     "any_of",
