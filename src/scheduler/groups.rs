@@ -25,7 +25,7 @@
 //! as a group that just got its first ready key there.
 
 use super::names::Names;
-use super::queues::Sorted;
+use super::sorted::Sorted;
 use super::tournament::Tournament;
 use hashbrown::HashMap;
 

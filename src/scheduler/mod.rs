@@ -55,6 +55,7 @@ mod queues;
 mod record;
 mod running;
 mod schedule;
+mod sorted;
 mod stats;
 #[cfg(test)]
 mod tests;
