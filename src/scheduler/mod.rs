@@ -45,11 +45,13 @@
 mod backoff;
 mod config;
 mod error;
+mod fair;
 mod groups;
 mod index;
 mod inspect;
 mod invariants;
 mod keys;
+mod level;
 mod names;
 mod queues;
 mod record;

@@ -6,7 +6,8 @@
 //! waiting keys mostly have ready times later than all before them (a controller's requeue
 //! delay is usually one constant).
 
-use super::groups::{Groups, Level};
+use super::groups::Groups;
+use super::level::Level;
 use super::sorted::Sorted;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{btree_map, BTreeMap, BTreeSet};
@@ -88,7 +89,7 @@ impl Waiting {
 }
 
 /// Ready keys in serving order: highest priority first; within a priority, groups in turn
-/// (`super::groups`), and by sequence number inside a group, which the scheduler hands out in
+/// (`super::level`), and by sequence number inside a group, which the scheduler hands out in
 /// the order keys become ready, so it is FIFO by ready time. Without named groups a level is
 /// one FIFO.
 ///
