@@ -14,7 +14,6 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl import Controller, Manager, Resource, ServerOptions
-from fastctl.runtime import ServerOptions
 from fastctl.testing.control_plane import ControlPlane
 
 from .faultproxy import FaultProxy, admin_ssl_context

@@ -188,7 +188,7 @@ def test_a_converter_whose_crd_is_not_exported_is_an_error(
         "from fastctl.webhook import Webhooks\n"
         "CM = Resource('v1', 'ConfigMap', plural='configmaps', namespaced=True)\n"
         "async def noop(obj, ctx): return None\n"
-        "def make(client): return Controller(client, CM, noop)\n"
+        "def make(client, namespace=None): return Controller(client, CM, noop)\n"
         "WEBHOOKS = Webhooks()\n"
         "WEBHOOKS.conversion('bolts.hooked.fastctl.dev')\n"
     )

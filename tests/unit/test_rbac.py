@@ -364,9 +364,13 @@ def test_a_manager_runs_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[s
         if "Role" in d["kind"] and d["metadata"]["name"] == "op"
     ][2:] == [("Role", "elsewhere"), ("RoleBinding", "elsewhere")]
     assert "--leader-elect" not in docs[-1]["spec"]["template"]["spec"]["containers"][0]["args"]
+    # A Manager without leader election of its own gets fastctl run's flag, which now
+    # applies to it: two replicas, one leading, and the Lease rules in its namespace.
     docs = run_manifests(capsys, f"{path}:single", "--name", "op")
-    assert docs[-1]["spec"]["replicas"] == 1
-    assert not any(d["kind"] == "Role" for d in docs)
+    args = docs[-1]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--leader-elect") + 1] == "op"
+    assert docs[-1]["spec"]["replicas"] == 2
+    assert any(d["kind"] == "Role" and d["metadata"]["namespace"] == "op" for d in docs)
 
 
 async def test_a_manager_is_described_with_its_controllers(offline: ApiClient) -> None:

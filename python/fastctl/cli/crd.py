@@ -37,7 +37,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def render(targets: list[str], *, as_json: bool = False) -> str:
     """The CRD of `targets` as YAML (or JSON) text."""
-    from fastctl.cli.run import load_target
+    from fastctl.cli._target import load
 
     try:
         from fastctl.errors import SchemaError
@@ -48,7 +48,7 @@ def render(targets: list[str], *, as_json: bool = False) -> str:
         ) from None
     models = []
     for target in targets:
-        model = load_target(target)
+        model = load(target).value
         if not (isinstance(model, type) and issubclass(model, CustomResource)):
             raise CliError(f"{target} is not a fastctl.CustomResource subclass")
         models.append(model)

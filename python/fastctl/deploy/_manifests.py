@@ -33,6 +33,7 @@ from fastctl.deploy._webhooks import (
     webhook_objects,
     webhook_rules,
     webhook_secret,
+    webhook_service,
 )
 from fastctl.webhook._registry import Webhooks
 
@@ -207,8 +208,11 @@ def metrics_rbac(options: DeployOptions) -> list[Obj]:
     ]
 
 
-def run_args(options: DeployOptions) -> list[str]:
-    """The ``fastctl`` arguments of the container."""
+def run_args(options: DeployOptions, *, webhooks: bool = False) -> list[str]:
+    """The ``fastctl`` arguments of the container; with `webhooks`, those that make
+    ``fastctl run`` serve them where the Service and the configurations expect: on the
+    ``webhook`` port, with the certificate mounted at `CERT_DIR` (cert-manager) or made
+    and installed by the operator through the Service (managed)."""
     args = ["run", options.target, "--metrics-port", str(options.metrics_port)]
     args += ["--probe-port", str(options.probe_port)]
     if not options.metrics_secure:
@@ -219,6 +223,14 @@ def run_args(options: DeployOptions) -> list[str]:
     if options.leader_election:
         args += ["--leader-elect", options.name]
         args += ["--lease-namespace", options.operator_namespace]
+    if webhooks:
+        args += ["--webhook-port", str(options.webhook_port)]
+        if options.webhook_certificates == "cert-manager":
+            args += ["--webhook-cert-dir", CERT_DIR]
+        else:
+            service = webhook_service(options)
+            args += ["--webhook-managed", options.name]
+            args += ["--webhook-service", f"{service.name}.{service.namespace}"]
     return args
 
 
@@ -230,7 +242,7 @@ def deployment(options: DeployOptions, *, webhooks: bool = False) -> Obj:
         "name": "operator",
         "image": options.image,
         "command": ["fastctl"],
-        "args": run_args(options),
+        "args": run_args(options, webhooks=webhooks),
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "ports": [
             {"name": "metrics", "containerPort": options.metrics_port},

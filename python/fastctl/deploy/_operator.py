@@ -35,13 +35,15 @@ __all__ = ["Operator", "describe", "resolve_resources"]
 class Operator:
     """The controllers, CRDs and extra rules of one operator (see the module docstring).
     `election` is the Manager's own `LeaderElection`; `manager` says a Manager was built,
-    which ``fastctl run`` runs as it is (its flags for leader election do not apply)."""
+    and `sharded` that it shards its controllers itself (``fastctl run``'s flags apply to
+    it as to the Manager it makes for Controllers, except where the two would conflict)."""
 
     controllers: tuple[Controller, ...]
     crds: tuple[dict[str, Any], ...] = ()
     rules: tuple[Rule, ...] = ()
     manager: bool = False
     election: LeaderElection | None = None
+    sharded: bool = False
     webhooks: Webhooks | None = None
     resources: tuple[Resource, ...] = field(init=False)
 
@@ -83,6 +85,7 @@ def describe(built: Any, module: ModuleType | None = None) -> Operator:
         tuple(rules),
         manager=manager,
         election=built.leader_election if manager else None,
+        sharded=manager and built.sharding is not None,
         webhooks=webhooks,
     )
 
