@@ -41,13 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from typing import Protocol
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from fastctl._options import pick
 from fastctl._threads import live_threads
@@ -59,6 +56,7 @@ from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._signals import stop_on_signals
 from fastctl.runtime.controller import Controller, Environment, ShardAssignment
 from fastctl.runtime.leader import LeaderElection, LeaderElector
+from fastctl.runtime.manager._collectors import LeaderCollector
 from fastctl.runtime.manager._drain import cancel
 from fastctl.runtime.manager._drain import drain as _drain
 from fastctl.runtime.manager._roles import Role, Tasks
@@ -131,7 +129,7 @@ class Manager:
         self._failed: str | None = None
         self._led = False  # this replica has led (so a loss in the drain is a lost lease)
         self.registry.register(FastctlCollector(lambda: self.controllers))
-        self.registry.register(_LeaderCollector(self))
+        self.registry.register(LeaderCollector(lambda: self.leader_election, lambda: self.elector))
         self.registry.register(ShardingCollector(lambda: self.member, self._gates.items))
 
     # -- configuring ------------------------------------------------------------------------
@@ -444,24 +442,3 @@ class Manager:
                 await client.close()
         await self._running_servers.stop()
         return lost
-
-
-class _LeaderCollector(Collector):
-    """``leader_election_master_status{name}``: 1 while this replica leads (the gauge
-    client-go's leader election exports)."""
-
-    def __init__(self, manager: Manager) -> None:
-        self._manager = manager
-
-    def collect(self) -> Iterator[Metric]:
-        config = self._manager.leader_election
-        if config is None:
-            return
-        gauge = GaugeMetricFamily(
-            "leader_election_master_status",
-            "1 if this replica is the leader of the lease, else 0",
-            labels=["name"],
-        )
-        elector = self._manager.elector
-        gauge.add_metric([config.name], 1.0 if elector is not None and elector.is_leader else 0.0)
-        yield gauge
