@@ -121,6 +121,13 @@ class WebhookServer:
             )
         log.info("serving %d webhook(s) on %s", len(self._routes), self.url)
 
+    def is_ready(self) -> tuple[bool, str]:
+        """Listening, or false with the reason: a Manager's ``/readyz`` holds until the
+        replica can answer the API server's reviews."""
+        if self._runner is None:
+            return False, "webhook server not serving"
+        return True, "webhooks served"
+
     async def stop(self) -> None:
         if self._watch is not None:
             self._watch.cancel()
