@@ -41,6 +41,7 @@ from fastctl.types import ReconcileResult
 from .apiserver import NAMESPACE, ApiServer, ServerConfig
 from .clock import VirtualClock, run_virtual
 from .record import Record, Run
+from .tls import rest_module, ssl_once
 
 WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
 CHILD = Resource("example.com/v1", "Child", plural="children", namespaced=True)
@@ -360,6 +361,7 @@ def _wired(server: ApiServer, record: Record) -> Iterator[None]:
         (watcher_module, "request", server.request),
         (lease_api_module, "request_json", server.request_json),
         (manager_module, "LeaderElector", _recording_elector(record)),
+        (rest_module, "ssl", ssl_once()),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
     for module, name, value in patches:
@@ -434,8 +436,8 @@ async def _simulate(clock: VirtualClock, schedule: Schedule, record: Record) -> 
     server = ApiServer(record, schedule.server)
     for i in range(schedule.objects):
         server.put("widgets", name_of(i))
-    client = ApiClient(Configuration(host="http://sim.invalid"))
     with _wired(server, record):
+        client = ApiClient(Configuration(host="http://sim.invalid"))
         names = ["a", "b"][: schedule.controllers]
         bursts = {n: asyncio.Queue[None]() for n in names}
         pools = {n: SimExecutor() for n in names}
