@@ -7,6 +7,7 @@ Once the defect is fixed the schedule must pass, and it stays as a regression ch
 from __future__ import annotations
 
 from .apiserver import ServerConfig
+from .sharding_world import ShardOp, ShardSchedule
 from .world import Op, Outcome, Schedule
 
 OLD_SERVER = ServerConfig(streaming=False, page_size=1, item_delay=0.0)
@@ -97,3 +98,20 @@ deleted again (rv 8-11) between two relists of the children, and w0 is not recon
 it. Those versions were never shown to the watch (compacted before it resumed, gone again by
 the relist), so no list + watch client can see them: the invariant asked too much and now
 asks only for changes the watch was shown (README.md, the long run)."""
+
+LEAVE_DURING_FAILING_RENEWALS = ShardSchedule(
+    members=2,
+    objects=1,
+    ops=(ShardOp(5.0, "partition", 1, arg=30.0), ShardOp(6.0, "leave", 1)),
+    scripts=((Outcome("ok", 20.0),),),
+    drain_timeout=1.0,
+    concurrency=1,
+    server=ServerConfig(page_size=1, item_delay=0.0),
+    seed=255,
+)
+"""shard-overlap: m1 reconciles w0 (20 s) when its Lease requests start failing (its last
+renewal applied at 1004.32, so its tenure ends at 1014.31); it is stopped at 1011, drains for
+its 1 s and leaves at 1012 while the reconcile still runs. The leave forgot the tenure and
+drained gracefully, for up to the renew deadline: the reconcile ran on until 1022.00, while
+m0, having counted m1's Lease expired, served the slot from 1021.98 and started w0 at
+1021.99."""
