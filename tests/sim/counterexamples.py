@@ -9,6 +9,7 @@ from __future__ import annotations
 from .apiserver import ServerConfig
 from .sharding_world import ShardOp, ShardSchedule
 from .world import Op, Outcome, Schedule
+from .writes_world import WOp, WritesSchedule
 
 OLD_SERVER = ServerConfig(streaming=False, page_size=1, item_delay=0.0)
 """Paginated lists, one object per page: a relist takes several requests."""
@@ -115,3 +116,49 @@ its 1 s and leaves at 1012 while the reconcile still runs. The leave forgot the 
 drained gracefully, for up to the renew deadline: the reconcile ran on until 1022.00, while
 m0, having counted m1's Lease expired, served the slot from 1021.98 and started w0 at
 1021.99."""
+
+NO_OP_WRITE_DURING_ANOTHER_WRITE = WritesSchedule(
+    namespaces=1,
+    objects=1,
+    ops=(WOp(0.3, "race", 0, 0), WOp(0.0, "burst")),
+    ignore_own_writes=True,
+    concurrency=1,
+    server=ServerConfig(streaming=False, page_size=1, item_delay=0.0),
+)
+"""held-back: w0's first reconcile wrote its status (rv 2, an echo held back as it should
+be). At 1000.30 a re-trigger reconciles it again, and its status write changes nothing;
+while that write is in flight another writer changes w0's spec (rv 3, gen 2). The no-op's
+answer is the object as it is, at rv 3, which was noted as the controller's own version: the
+watch event of rv 3 was then held back as an echo, and no reconcile ever saw gen 2."""
+
+CHILD_MOVED_DURING_RELIST = WritesSchedule(
+    namespaces=1,
+    objects=2,
+    ops=(
+        WOp(0.0, "put_child", 0, 0, target=0),
+        WOp(0.05, "relist", plural="children"),
+        WOp(0.0, "put_child", 0, 0, target=1),
+    ),
+    ignore_own_writes=False,
+    concurrency=1,
+    server=ServerConfig(streaming=False, page_size=1, item_delay=0.0),
+)
+"""related: the child c0, owned by w0, moves to w1 (rv 4) while the children's watch is
+down and compacted; the relist (1000.64) shows c0 owned by w1, and the related triggers'
+diff at the end of the list re-triggered only the new owner, w1: w0, which lost its child,
+was not reconciled after the move."""
+
+POINTER_MOVED_DURING_RELIST = WritesSchedule(
+    namespaces=1,
+    objects=2,
+    ops=(
+        WOp(0.0, "put_pointer", 0, 0, target=0),
+        WOp(0.05, "relist", plural="pointers"),
+        WOp(0.0, "put_pointer", 0, 0, target=1),
+    ),
+    ignore_own_writes=False,
+    concurrency=1,
+    server=ServerConfig(streaming=False, page_size=1, item_delay=0.0),
+)
+"""related: the same with a watched pointer whose ``spec.target`` changes from w0 to w1 while
+the pointers' watch is down (the mapper's old target is not re-triggered)."""
