@@ -5,6 +5,9 @@ of minutes of requeues, backoffs, leases and timeouts runs in milliseconds, take
 steps every time, and can assert exact times (``loop.time() == 30.0``), with no slack for a
 loaded machine.
 
+The whole runtime follows it with nothing patched: fastctl reads its time from the running
+loop's clock (``fastctl._clock``), and the applier passes that time to its scheduler.
+
 What the loop adds to asyncio's own, beside the clock:
 
 - `Deadlock`: every task waits and no timer is armed, so nothing can ever happen again
