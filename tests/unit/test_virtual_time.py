@@ -222,3 +222,17 @@ def test_the_decorator_without_options_returns_the_result() -> None:
         return VirtualTimeLoop.current().time()
 
     assert waited(3.0) == 3.0
+
+
+def test_the_example_in_the_docs_passes() -> None:
+    """docs/testing.md's "Testing with virtual time" example, run as the test it is."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
+    section = docs.read_text().split("## Testing with virtual time", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    exec(compile(code, str(docs), "exec"), namespace)
+    tests = [test for name, test in namespace.items() if name.startswith("test_")]
+    assert len(tests) == 1
+    for test in tests:
+        assert callable(test)
+        test()
