@@ -18,6 +18,7 @@ import pytest
 
 import fastctl
 import fastctl.errors
+import fastctl.testing
 import fastctl.webhook
 from fastctl._core import SCHEDULER_DEFAULTS
 
@@ -89,6 +90,14 @@ WEBHOOK_ALL = _names(
     """
 )
 
+TESTING_ALL = _names(
+    """
+    ETCD_VERSION K8S_VERSION Binaries BinariesNotFoundError BuildError ControlPlane
+    ControlPlaneError StartupError build_binaries ensure_binaries find_binaries
+    Deadlock Spin VirtualTimeLoop run_virtual virtual_time
+    """
+)
+
 
 @pytest.mark.parametrize(
     ("package", "names"),
@@ -98,6 +107,7 @@ WEBHOOK_ALL = _names(
         ("fastctl.runtime", RUNTIME_ALL),
         ("fastctl.deploy", DEPLOY_ALL),
         ("fastctl.webhook", WEBHOOK_ALL),
+        ("fastctl.testing", TESTING_ALL),
     ],
 )
 def test_exports_only_grow(package: str, names: set[str]) -> None:
@@ -330,6 +340,8 @@ def _documented_keywords(doc: str, opening: str) -> dict[str, object]:
         ("kubernetes.md", "WatchConfig(", fastctl.WatchConfig),
         ("applier.md", "`fastctl.applier(", fastctl.applier),
         ("webhooks.md", "fastctl.webhook.WebhookServer(", fastctl.webhook.WebhookServer),
+        ("contract.md", "fastctl.testing.run_virtual(", fastctl.testing.run_virtual),
+        ("contract.md", "fastctl.testing.VirtualTimeLoop(", fastctl.testing.VirtualTimeLoop),
     ],
 )
 def test_documented_signatures_match_the_code(doc: str, opening: str, target: object) -> None:

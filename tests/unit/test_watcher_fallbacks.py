@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -25,9 +24,9 @@ from fastctl.kube._watcher import (
     WatchEvent,
     watcher,
 )
+from fastctl.testing import run_virtual
 
 from .test_controller_relist import client
-from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
 
 CM = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
 Query = dict[str, Any]
@@ -133,11 +132,10 @@ def run(
     """Run a watcher against `server` until it has yielded `events` events or the script
     is over."""
     monkeypatch.setattr(_watcher, "request", server.request)
-    monkeypatch.setattr(_watcher, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
     options.setdefault("backoff", Backoff(jitter=0.0))
     got: list[WatchEvent] = []
 
-    async def main(loop: VirtualTimeLoop) -> None:
+    async def main() -> None:
         gen = watcher(client(), CM, namespace="ns", **options)
         try:
             async for event in gen:
@@ -148,7 +146,7 @@ def run(
             pass
         await gen.aclose()  # type: ignore[attr-defined]
 
-    run_virtual(main)
+    run_virtual(main())
     return got
 
 

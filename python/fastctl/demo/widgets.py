@@ -40,6 +40,7 @@ from kubernetes_asyncio.client import ApiClient
 from pydantic import Field
 
 from fastctl import Action, Controller, generation_changed
+from fastctl._clock import monotonic
 from fastctl.demo._record import RECORD_ENV, recorded
 from fastctl.kube import (
     CustomResource,
@@ -323,12 +324,12 @@ async def install_crd(
     """Apply a CRD (the Widget's by default) and wait until it is established (served)."""
     crd_resource = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
     await apply(client, crd_resource, crd, field_manager=FIELD_MANAGER)
-    deadline = time.monotonic() + timeout
+    deadline = monotonic() + timeout
     while True:
         current = await get(client, crd_resource, crd["metadata"]["name"])
         conditions = (current.get("status") or {}).get("conditions") or ()
         if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
             return
-        if time.monotonic() > deadline:
+        if monotonic() > deadline:
             raise TimeoutError(f"CRD {crd['metadata']['name']} not established in {timeout} s")
         await asyncio.sleep(0.2)
