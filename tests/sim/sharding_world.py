@@ -34,13 +34,22 @@ import fastctl.runtime.sharding._member_api as member_api_module
 from fastctl import Action, Controller, Manager
 from fastctl.runtime.sharding import Sharding, format_slots
 from fastctl.runtime.sharding._member import ShardMember
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .apiserver import NAMESPACE, ApiServer, ServerConfig
-from .clock import VirtualClock, run_virtual
 from .leases import MemberLeases
 from .record import Record
 from .tls import rest_module, ssl_once
-from .world import SETTLE, WIDGET, Outcome, SimError, SimScheduler, name_of
+from .world import (
+    SETTLE,
+    SPIN_LIMIT,
+    START,
+    WIDGET,
+    Outcome,
+    SimError,
+    SimScheduler,
+    name_of,
+)
 
 GROUP = "sim"
 LEASE_DURATION = 15.0
@@ -346,15 +355,15 @@ def simulate(schedule: ShardSchedule) -> ShardRecord:
     """Run `schedule` on a fresh virtual loop; return what happened."""
     record = ShardRecord()
 
-    async def main(clock: VirtualClock) -> None:
-        record.clock = clock.monotonic
+    async def main() -> None:
+        record.clock = VirtualTimeLoop.current().time
         await _simulate(schedule, record)
 
     fastctl_log = logging.getLogger("fastctl")
     level = fastctl_log.level
     fastctl_log.setLevel(logging.CRITICAL)
     try:
-        run_virtual(main)
+        run_virtual(main(), start=START, spin_limit=SPIN_LIMIT, thread_grace=0)
     finally:
         fastctl_log.setLevel(level)
     return record

@@ -33,12 +33,22 @@ import fastctl.kube._objects as objects_module
 import fastctl.kube._watcher as watcher_module
 from fastctl import Action, Controller, ObjectRef, Resource
 from fastctl.kube import patch
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .apiserver import ApiServer, ServerConfig
-from .clock import VirtualClock, run_virtual
 from .record import Record
 from .tls import rest_module, ssl_once
-from .world import CHILD, SETTLE, WIDGET, Outcome, SimError, SimScheduler, _how
+from .world import (
+    CHILD,
+    SETTLE,
+    SPIN_LIMIT,
+    START,
+    WIDGET,
+    Outcome,
+    SimError,
+    SimScheduler,
+    _how,
+)
 
 POINTER = Resource("example.com/v1", "Pointer", plural="pointers", namespaced=True)
 NAMESPACES = ("a", "b", "c")
@@ -247,15 +257,15 @@ def simulate(schedule: WritesSchedule) -> WritesRecord:
     """Run `schedule` on a fresh virtual loop; return what happened."""
     record = WritesRecord()
 
-    async def main(clock: VirtualClock) -> None:
-        record.clock = clock.monotonic
+    async def main() -> None:
+        record.clock = VirtualTimeLoop.current().time
         await _simulate(schedule, record)
 
     fastctl_log = logging.getLogger("fastctl")
     level = fastctl_log.level
     fastctl_log.setLevel(logging.CRITICAL)
     try:
-        run_virtual(main)
+        run_virtual(main(), start=START, spin_limit=SPIN_LIMIT, thread_grace=0)
     finally:
         fastctl_log.setLevel(level)
     return record
