@@ -10,8 +10,9 @@ commits a new version, and the controller's in-memory watch hears of it; a write
 
 from __future__ import annotations
 
+import asyncio
 import copy
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -27,6 +28,7 @@ from fastctl.kube._writes import observed_write
 from fastctl.runtime.controller import Controller
 from fastctl.runtime._filters import EventFilter
 from fastctl.runtime._own_writes import OwnWrites
+from fastctl.runtime._settled_events import settled
 
 from .test_controller_relist import (
     CHILD,
@@ -232,6 +234,40 @@ def cm(namespace: str, name: str, version: str) -> dict[str, Any]:
 
 
 CONFIGMAPS = ResolvedResource("", "v1", "ConfigMap", "configmaps", True)
+
+
+def namespace_of(event: WatchEvent) -> str:
+    assert event.obj is not None
+    return str(event.obj["metadata"]["namespace"])
+
+
+async def test_a_write_in_one_namespace_holds_nothing_of_the_same_name_in_another() -> None:
+    """Keys carry the namespace: while a write of ``ns-a/x`` is in flight its events wait,
+    ``ns-b/x``'s pass; and a write of ``ns-b/x`` is not made conditional on the version of
+    ``ns-a/x``."""
+    own = OwnWrites([CHILD])
+    own.saw(CHILD, cm("ns-a", "x", "7"))
+    assert own.started(CONFIGMAPS, "ns-b", "x") is None  # nothing known of ns-b/x
+    own.finished(CONFIGMAPS, "ns-b", "x", None, made=False, based_on=None)
+    assert own.started(CONFIGMAPS, "ns-a", "x") == "7"  # in flight until `finished`
+    assert own.in_flight(CHILD, cm("ns-a", "x", "8"))
+    assert not own.in_flight(CHILD, cm("ns-b", "x", "8"))
+
+    queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+    for namespace in ("ns-a", "ns-b"):
+        queue.put_nowait(WatchEvent(EventKind.APPLY, cm(namespace, "x", "8")))
+
+    async def events() -> AsyncIterator[WatchEvent]:
+        while (event := await queue.get()) is not None:
+            yield event
+
+    stream = settled(own, CHILD, events())
+    # ns-a/x's event waits for the answer; ns-b/x's does not
+    assert namespace_of(await anext(stream)) == "ns-b"
+    own.finished(CONFIGMAPS, "ns-a", "x", cm("ns-a", "x", "8"), made=True, based_on="7")
+    assert namespace_of(await anext(stream)) == "ns-a"
+    queue.put_nowait(None)
+    assert [e async for e in stream] == []
 
 
 async def test_an_unproven_answer_claims_nothing_even_for_an_object_no_watch_has_shown() -> None:
