@@ -27,7 +27,7 @@ from fastctl.kube._watcher import EventKind, WatchEvent
 from fastctl.kube._writes import observed_write
 from fastctl.runtime.controller import Controller
 from fastctl.runtime._filters import EventFilter
-from fastctl.runtime._own_writes import OwnWrites
+from fastctl.runtime._own_writes import NOTE_TTL, OwnWrites
 from fastctl.runtime._settled_events import settled
 
 from .test_controller_relist import (
@@ -311,3 +311,33 @@ async def test_an_echo_after_versions_the_watch_skipped_passes() -> None:
     assert [f.admits(event) for event in relisted] == [True, True, True]
     assert f.take_listed() == {ObjectRef("x", "ns")}
     assert len(own) == 0  # the note is used up
+
+
+async def test_notes_of_objects_no_watch_delivers_are_forgotten_after_a_while() -> None:
+    """A note waits for its echo at most `NOTE_TTL`: creates of objects outside every
+    watch's scope (another namespace) leave no note behind for the life of the process,
+    and their answers add nothing to the versions kept per watched object."""
+    now = [0.0]
+    own = OwnWrites([CHILD], clock=lambda: now[0])
+
+    async def create(namespace: str, name: str) -> None:
+        async def send(version: str | None) -> tuple[int, Any]:
+            return 201, cm(namespace, name, "1")
+
+        with observed_write(CONFIGMAPS, namespace, name, conditional=True) as write:
+            await write.send(send)
+
+    async def reconcile(names: list[tuple[str, str]], ctx: Any) -> None:
+        for namespace, name in names:
+            await create(namespace, name)
+
+    run: Any = own.observing(reconcile)
+    await run([("elsewhere", f"c{i}") for i in range(1000)], None)
+    assert len(own) == 1000  # each waits for an echo that will not come
+    assert own.known == 0
+    now[0] = NOTE_TTL - 1
+    await run([("ns", "x")], None)
+    assert len(own) == 1001  # not yet
+    now[0] = NOTE_TTL
+    await run([("ns", "y")], None)
+    assert len(own) == 2  # the thousand are gone; the two recent ones wait on

@@ -34,7 +34,9 @@ What is kept, and for how long: one version per watched object (of the kinds the
 controller watches; forgotten with the object: its delete, or a relist that no longer
 shows it), and a few notes per written object, each gone when its echo arrives, when a
 later echo of the same object does (events come in order: an earlier echo will not
-follow), or when the object is deleted.
+follow), when the object is deleted, or `NOTE_TTL` seconds after its last note: a note of
+an object outside every watch's scope (a create in another namespace, say) would never
+see its echo, and must not stay for the life of the process.
 """
 
 from __future__ import annotations
@@ -43,20 +45,26 @@ import asyncio
 import contextlib
 import functools
 import inspect
-from collections.abc import Iterable, Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._writes import WRITE_OBSERVER, version_of
 from fastctl.types import Reconcile
 
-__all__ = ["OwnWrites", "uid_of"]
+__all__ = ["NOTE_TTL", "OwnWrites", "uid_of"]
 
 _KEEP = 8
 """Notes remembered per object: a reconcile rarely writes one object more often."""
 
 SETTLE_TIMEOUT = 2.0
 """Seconds an event waits for the answer of a write of ours to the same object."""
+
+NOTE_TTL = 300.0
+"""Seconds a note waits for its echo. An echo normally comes within a second; one that
+comes later than this (a watch down for minutes) passes, and costs one reconcile."""
 
 _Key = tuple[str, str, str, str]  # group, kind, namespace ("" if none), name
 
@@ -82,18 +90,30 @@ class _Pending:
         self.ended = asyncio.Event()
 
 
+class _Notes:
+    """The versions our writes made of one object, each with the version it was applied to
+    (``None``: it created the object), oldest first; and when the last was noted."""
+
+    __slots__ = ("at", "made")
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.made: list[tuple[str, str | None]] = []
+
+
 class OwnWrites:
     """The versions this controller's reconciles made, per object UID; the writes in
     flight, per object name; the latest version the watches delivered, per object name
     (a `fastctl.kube._writes.WriteObserver`)."""
 
-    __slots__ = ("_keys", "_kinds", "_known", "_notes", "_pending")
+    __slots__ = ("_clock", "_keys", "_kinds", "_known", "_notes", "_pending")
 
-    def __init__(self, resources: Iterable[Resource]) -> None:
+    def __init__(
+        self, resources: Iterable[Resource], *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._kinds = {(r.group, r.kind) for r in resources}
-        # per UID: the versions our writes made, each with the version it was applied to
-        # (None: it created the object), oldest first
-        self._notes: dict[str, list[tuple[str, str | None]]] = {}
+        self._clock = clock
+        self._notes: OrderedDict[str, _Notes] = OrderedDict()  # oldest note first
         self._pending: dict[_Key, _Pending] = {}
         self._known: dict[_Key, tuple[str, str]] = {}  # (uid, version) last delivered
         self._keys: dict[str, _Key] = {}  # uid -> its key in `_known`
@@ -189,9 +209,22 @@ class OwnWrites:
             self._note(uid, version, based_on)
 
     def _note(self, uid: str, version: str, based_on: str | None) -> None:
-        made = self._notes.setdefault(uid, [])
-        made.append((version, based_on))
-        del made[:-_KEEP]
+        now = self._clock()
+        notes = self._notes.get(uid)
+        if notes is None:
+            notes = self._notes[uid] = _Notes(now)
+        else:
+            notes.at = now
+            self._notes.move_to_end(uid)  # the newest last
+        notes.made.append((version, based_on))
+        del notes.made[:-_KEEP]
+        self._expire(now)
+
+    def _expire(self, now: float) -> None:
+        """Drop the notes older than `NOTE_TTL` (the oldest are first)."""
+        notes = self._notes
+        while notes and now - next(iter(notes.values())).at >= NOTE_TTL:
+            notes.popitem(last=False)
 
     # -- the events -------------------------------------------------------------------------
 
@@ -216,10 +249,11 @@ class OwnWrites:
     def is_echo(self, uid: str, obj: Mapping[str, Any], previous: str | None) -> bool:
         """`obj` is the state one of our writes made, from `previous` (the version this
         watch delivered before it; ``None``: none). Its note is used up either way."""
-        made = self._notes.get(uid)
-        if made is None:
+        notes = self._notes.get(uid)
+        if notes is None:
             return False
         version = version_of(obj)
+        made = notes.made
         for i, (ours, based_on) in enumerate(made):
             if ours == version:
                 del made[: i + 1]  # the earlier ones will not come: events are in order
