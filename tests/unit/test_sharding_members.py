@@ -1,5 +1,6 @@
 """Real `ShardMember` loops with real `ShardGate`s, on a virtual clock against the in-memory
-Lease store of the protocol tests: what the gate admits while the member drains.
+Lease store of the protocol tests: what the gate admits while the member drains, and what a
+leave does to the reconciles still running when the tenure runs out.
 
 The protocol tests model a member's reconciles by its drainer alone, and the runtime tests
 give the gate a fake member with no drains; here the two real halves meet, and the rule is
@@ -14,6 +15,8 @@ import contextlib
 import random
 from collections.abc import Callable
 from typing import Any, cast
+
+import pytest
 
 from fastctl.runtime.sharding import assign
 from fastctl.runtime.sharding._gate import ShardGate
@@ -133,5 +136,67 @@ def test_the_gate_refuses_a_slot_while_the_member_drains_it() -> None:
         await until_changed(second.member, lambda: moving in second.member.serving)
         await group.stop()
         assert group.violations == []
+
+    run_virtual(main)
+
+
+async def two_members(loop: VirtualTimeLoop) -> tuple[Group, Node, Node]:
+    group = Group(loop)
+    first, second = group.join("m0"), group.join("m1")
+    await asyncio.sleep(20)
+    assert first.member.serving | second.member.serving == set(range(SLOTS))
+    return group, first, second
+
+
+async def forever(obj: dict[str, Any], ctx: Any) -> None:
+    await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("timeout", [None, 1.0], ids=["default-timeout", "short-timeout"])
+def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(timeout: float | None) -> None:
+    """Renewals already fail (the member is cut off) when `leave()` starts, half a second
+    before the tenure ends: its graceful drain must not keep the reconcile running past the
+    tenure, since the other member takes the slot over once the Lease expires. With a
+    `timeout` shorter than the time left, leave() gives up first, and the tenure's end
+    still cancels the reconcile."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, leaving, other = await two_members(loop)
+        slot = min(leaving.member.serving)
+        running = leaving.start(obj_in(leaving.gate, slot, "long"), forever)
+        await asyncio.sleep(0)
+        assert leaving.gate.running() == 1
+        leaving.link.cut_until = loop.now + 120
+        await asyncio.sleep(0.2)  # requests already in flight wait for the cut to heal
+        tenure_end = leaving.member._rules.deadline
+        assert tenure_end > loop.now + 1
+        await asyncio.sleep(tenure_end - 0.5 - loop.now)
+        assert leaving.member.serves(slot)
+        assert await leaving.member.leave(timeout=timeout) is False  # cut off: not written
+        await until_changed(other.member, lambda: slot in other.member.serving)
+        assert group.violations == []
+        assert running.cancelled()
+        await group.stop()
+
+    run_virtual(main)
+
+
+def test_a_leave_after_the_tenure_ran_out_cancels_what_still_runs() -> None:
+    """The tenure's end is a timer; a leave that runs after the deadline but before that
+    timer (a busy loop) must still cancel the running reconciles, not forget them."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, leaving, other = await two_members(loop)
+        slot = min(leaving.member.serving)
+        running = leaving.start(obj_in(leaving.gate, slot, "long"), forever)
+        await asyncio.sleep(0)
+        leaving.link.cut_until = loop.now + 120
+        await asyncio.sleep(0.2)
+        leaving.member._rules.deadline = loop.now  # over now; the timer has not run yet
+        await leaving.member.leave()
+        await until_changed(other.member, lambda: slot in other.member.serving)
+        assert group.violations == []
+        assert running.cancelled()
+        await group.stop()
 
     run_virtual(main)
