@@ -16,8 +16,10 @@ answers both from memory, so the real watcher, `Store`, `Controller`, `Manager` 
 - the watch's server-side timeout (streams end cleanly and are resumed);
 - namespaces: objects of one name in several namespaces, watched in one namespace or in
   all; each object gets a new UID when it is created again;
-- writes from the controllers (``request_json``): a JSON merge patch of an object or of its
-  status, answered after `ServerConfig.write_latency`; a patch that changes nothing is a
+- writes from the controllers (through ``request``, which every JSON request of fastctl's
+  HTTP layer goes through): a JSON merge patch of an object or of its
+  status, answered after `ServerConfig.write_latency`, refused (409) when it carries a
+  ``metadata.resourceVersion`` that is not the object's; a patch that changes nothing is a
   no-op, as on a real server: no new resourceVersion, no event, and the answer is the object
   as it is (with whatever version another writer gave it meanwhile);
 - a Lease with optimistic concurrency (409 on a stale resourceVersion), requests from this
@@ -445,12 +447,19 @@ class ApiServer:
         client_timeout: aiohttp.ClientTimeout | None = None,
         accept: str | None = None,
     ) -> _Response:
-        """`fastctl.kube._http.request` for collection GETs (lists and watches); full
-        objects only (`accept` is for metadata-only watches, which the simulation has none of)."""
+        """`fastctl.kube._http.request`: collection GETs (lists and watches; full objects
+        only: `accept` is for metadata-only watches, which the simulation has none of), and
+        reads and patches of single objects (what `request_json` and the object API send)."""
+        parts = path.removeprefix(GROUP_PATH).strip("/").split("/")
+        if len(parts) in (4, 5) and parts[0] == "namespaces":
+            try:
+                answer = await self._object_request(method, path, body)
+            except ApiError as exc:
+                return _Response(self, exc.status, _status(exc.status, exc.reason, exc.message))
+            return _Response(self, 200, orjson.dumps(answer))
         await asyncio.sleep(self.config.request_latency)
         self.check_up()
         q = {k: v for k, v in (query or {}).items() if v is not None}
-        parts = path.removeprefix(GROUP_PATH).strip("/").split("/")
         plural = parts[-1]
         namespace = parts[1] if len(parts) == 3 and parts[0] == "namespaces" else None
         if method != "GET" or plural not in KINDS or len(parts) not in (1, 3):
@@ -543,8 +552,8 @@ class ApiServer:
         content_type: str = "application/json",
         request_timeout: float = 60.0,
     ) -> Any:
-        """`fastctl.kube._http.request_json`: the Lease client's requests, and the
-        controllers' reads and patches of single objects."""
+        """`fastctl.kube._http.request_json` for the Lease client (and single objects, as
+        `request` answers them)."""
         if path.startswith(GROUP_PATH):
             return await self._object_request(method, path, body)
         return await self._lease_request(method, path, body)
@@ -576,6 +585,15 @@ class ApiServer:
         if old is None:
             raise self._error(404, "NotFound", method, path)
         patch = orjson.loads(body or b"{}")
+        meta = patch.get("metadata") or {}
+        wanted = meta.get("resourceVersion")
+        if wanted is not None and wanted != old["metadata"]["resourceVersion"]:
+            raise self._error(409, "Conflict", method, path)  # a precondition, refused
+        if wanted is not None:  # a condition, not a change
+            rest = {k: v for k, v in meta.items() if k != "resourceVersion"}
+            patch = {k: v for k, v in patch.items() if k != "metadata"}
+            if rest:
+                patch["metadata"] = rest
         if subresource == "status":
             patch = {"status": patch.get("status")} if "status" in patch else {}
         new = merge_patch(old, patch)

@@ -29,7 +29,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-import fastctl.kube._objects as objects_module
+import fastctl.kube._http as http_module
 import fastctl.kube._watcher as watcher_module
 from fastctl import Action, Controller, ObjectRef, Resource
 from fastctl.kube import patch
@@ -147,10 +147,11 @@ class _Reconciler:
 
 @contextlib.contextmanager
 def _wired(server: ApiServer) -> Iterator[None]:
-    """Point the watchers and the object API at the in-memory server."""
+    """Point the watchers and fastctl's HTTP layer (every JSON request, the object API's
+    writes among them) at the in-memory server."""
     patches: list[tuple[Any, str, Any]] = [
         (watcher_module, "request", server.request),
-        (objects_module, "request_json", server.request_json),
+        (http_module, "request", server.request),
         (rest_module, "ssl", ssl_once()),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
