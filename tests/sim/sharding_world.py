@@ -107,7 +107,6 @@ class ShardRecord(Record):
     stop_asked_of: dict[str, float] = field(default_factory=dict)
     stopped_at: dict[str, float] = field(default_factory=dict)
     ended_how: dict[str, str] = field(default_factory=dict)
-    faults_until: float = 0.0
 
 
 class _Reconciler:
@@ -326,7 +325,6 @@ async def _simulate(schedule: ShardSchedule, record: ShardRecord) -> None:
         for op in schedule.ops:
             await asyncio.sleep(op.delay)
             until = _apply(op, server, leases, members, start)
-            record.faults_until = max(record.faults_until, until)
             last = max(last, loop.time(), until)
         await asyncio.sleep(max(0.0, last - loop.time()) + SETTLE)
         await _until_idle([m for m in members if m.running])
@@ -344,10 +342,10 @@ async def _simulate(schedule: ShardSchedule, record: ShardRecord) -> None:
             await asyncio.wait(pending, timeout=schedule.drain_timeout + STOP_BOUND)
         for m in members:
             if not m.task.done():
-                record.ended_how[m.name] = "stop hung"
                 m.task.cancel()
                 with contextlib.suppress(BaseException):
                     await m.task
+                record.ended_how[m.name] = "stop hung"  # not "cancelled": that was us
             await m.close()
 
 
