@@ -51,7 +51,7 @@ FASTCTL_ALL = _names(
     ReconcileTimeout Recorder ResolvedResource Resource ResourceNotFound Scheduler Store
     Trigger WatchError WatchEvent WatchStreamError applier finalizer load_client reflector
     watcher
-    CustomResource KubeModel PrinterColumn Rule InvalidObject SchemaError
+    CustomResource KubeModel PrinterColumn ValidationRule InvalidObject SchemaError
     Predicate all_of annotations_changed any_of generation_changed labels_changed
     """
 )
@@ -62,7 +62,7 @@ KUBE_ALL = _names(
     Resource ResourceNotFound Store WatchEvent add_finalizer apply apply_status
     controller_uid create delete finalizer get load_client patch reflector remove_finalizer
     resolved watcher MetadataOnlyUnsupported
-    CustomResource KubeModel ObjectMeta PrinterColumn Rule crd InvalidObject SchemaError
+    CustomResource KubeModel ObjectMeta PrinterColumn ValidationRule crd InvalidObject SchemaError
     """
 )
 RUNTIME_ALL = _names(
@@ -74,7 +74,7 @@ RUNTIME_ALL = _names(
 )
 DEPLOY_ALL = _names(
     """
-    BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions Rule
+    BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions PolicyRule
     collect_crds deployment derive describe manifests metrics_rbac needs needs_of rbac_objects
     resolve_offline resolve_resources service_account to_yaml
     CA_NOTE CERT_DIR MANAGED_RULES shared_secret_rules webhook_objects webhook_rules

@@ -24,7 +24,7 @@ from fastctl.demo import widgets
 from fastctl.deploy import (
     LEASE_RULE,
     Permissions,
-    Rule,
+    PolicyRule,
     collect_crds,
     derive,
     describe,
@@ -61,7 +61,7 @@ async def permissions_of(built: Any, module: Any = None, **kw: Any) -> Permissio
     return derive(operator.controllers, resolved, extra=operator.rules, **kw)
 
 
-def by_resource(rules: tuple[Rule, ...]) -> dict[tuple[str, str], tuple[str, ...]]:
+def by_resource(rules: tuple[PolicyRule, ...]) -> dict[tuple[str, str], tuple[str, ...]]:
     out: dict[tuple[str, str], tuple[str, ...]] = {}
     for rule in rules:
         for resource in rule.resources:
@@ -149,7 +149,7 @@ async def test_the_module_level_rbac_list_is_granted_where_the_controllers_are(
     offline: ApiClient,
 ) -> None:
     module = types.ModuleType("op")
-    module.RBAC = [Rule("apps", ("deployments",), ("get",))]  # type: ignore[attr-defined]
+    module.RBAC = [PolicyRule("apps", ("deployments",), ("get",))]  # type: ignore[attr-defined]
     module.CRD = widgets.CRD  # type: ignore[attr-defined]
     operator = describe(widgets.make_controller(offline, namespace="n"), module)
     resolved = await resolve_resources(operator)
@@ -190,8 +190,8 @@ async def test_a_rule_limited_to_names_stays_limited_when_merged(offline: ApiCli
         ctl,
         rules=[
             {**token, "resourceNames": ["token"]},
-            Rule("", ("secrets",), ("get", "update"), resource_names=("token",)),
-            Rule("", ("configmaps",), ("get",), resource_names=("settings",)),
+            PolicyRule("", ("secrets",), ("get", "update"), resource_names=("token",)),
+            PolicyRule("", ("configmaps",), ("get",), resource_names=("settings",)),
         ],
     )
     rules = (await permissions_of(ctl, widgets)).namespaced["n"]
@@ -206,10 +206,10 @@ async def test_a_rule_limited_to_names_stays_limited_when_merged(offline: ApiCli
          "resourceNames": ["token"]},
     ]  # fmt: skip
     assert ("", "secrets") not in by_resource(tuple(r for r in rules if not r.resource_names))
-    assert Rule.of({**token, "resourceNames": ["token"]})[0].grants() == set()
+    assert PolicyRule.of({**token, "resourceNames": ["token"]})[0].grants() == set()
     # A verb the resource's own rule grants on every object is not repeated by name.
     owner = Controller(offline, widgets.WIDGET, _noop, namespace="n").owns(widgets.CONFIGMAP)
-    named = Rule("", ("configmaps",), ("get",), resource_names=("settings",))
+    named = PolicyRule("", ("configmaps",), ("get",), resource_names=("settings",))
     needs(owner, owned=("create", "patch", "delete", "get"), rules=[named])
     again = (await permissions_of(owner, widgets)).namespaced["n"]
     assert [r for r in again if r.resource_names] == []
@@ -218,16 +218,16 @@ async def test_a_rule_limited_to_names_stays_limited_when_merged(offline: ApiCli
 def test_a_rule_limited_to_names_refuses_what_rbac_cannot_limit() -> None:
     for verb in ("create", "deletecollection", "*"):
         with pytest.raises(ValueError, match=f"cannot grant {re.escape(verb)}: RBAC"):
-            Rule("", ("secrets",), ("get", verb), resource_names=("a",))
+            PolicyRule("", ("secrets",), ("get", verb), resource_names=("a",))
     with pytest.raises(TypeError, match="tuple of names, got the string 'abc'"):
-        Rule("", ("secrets",), ("get",), resource_names="abc")  # type: ignore[arg-type]
+        PolicyRule("", ("secrets",), ("get",), resource_names="abc")  # type: ignore[arg-type]
 
 
 def test_policy_rules_need_groups_resources_and_verbs() -> None:
     with pytest.raises(ValueError, match="apiGroups"):
-        Rule.of({"resources": ["secrets"], "verbs": ["get"]})
+        PolicyRule.of({"resources": ["secrets"], "verbs": ["get"]})
     with pytest.raises(ValueError, match="resources and verbs"):
-        Rule("", ("secrets",), ())
+        PolicyRule("", ("secrets",), ())
 
 
 # -- the command ----------------------------------------------------------------------

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fastctl.deploy._rbac import Permissions, Rule
+from fastctl.deploy._rbac import Permissions, PolicyRule
 from fastctl.deploy._webhooks import (
     CERT_DIR,
     CertificateMode,
@@ -132,7 +132,7 @@ def rbac_objects(options: DeployOptions, permissions: Permissions) -> list[Obj]:
         "namespace": options.operator_namespace,
     }
     out: list[Obj] = []
-    scopes: list[tuple[str | None, Sequence[Rule]]] = []
+    scopes: list[tuple[str | None, Sequence[PolicyRule]]] = []
     if permissions.cluster:
         scopes.append((None, permissions.cluster))
     scopes.extend(sorted(permissions.namespaced.items()))

@@ -22,7 +22,7 @@ from fastctl.errors import (
     SchemaError,
 )
 from fastctl.kube._client import load_client
-from fastctl.kube._crd_schema import PrinterColumn, Rule
+from fastctl.kube._crd_schema import PrinterColumn, ValidationRule
 from fastctl.kube._events import Recorder
 from fastctl.kube._finalizer import add_finalizer, finalizer, remove_finalizer
 from fastctl.kube._objects import (
@@ -80,9 +80,9 @@ __all__ = [
     "ResolvedResource",
     "Resource",
     "ResourceNotFound",
-    "Rule",
     "SchemaError",
     "Store",
+    "ValidationRule",
     "WatchConfig",
     "WatchEvent",
     "add_finalizer",
