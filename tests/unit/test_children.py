@@ -261,7 +261,7 @@ def test_a_full_watch_sends_no_metadata_accept(monkeypatch: pytest.MonkeyPatch) 
 
 async def test_a_shared_watch_fills_the_cache_and_keeps_metadata_only_watches_apart() -> None:
     from fastctl.runtime._shared_watch import SharedWatch
-    from fastctl.runtime.controller import Environment
+    from fastctl.runtime.controller._environment import Environment
 
     async def nothing() -> Any:
         yield WatchEvent(EventKind.INIT)

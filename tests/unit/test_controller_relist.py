@@ -21,7 +21,8 @@ from fastctl import Action, ObjectRef
 from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import EventKind, WatchEvent
 from fastctl.runtime._shared_watch import SharedWatch
-from fastctl.runtime.controller import Controller, Environment, _environment, _run
+from fastctl.runtime.controller import Controller, _environment, _run
+from fastctl.runtime.controller._environment import Environment
 
 # plural and scope given: resolving needs no server
 WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)

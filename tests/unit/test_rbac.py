@@ -21,17 +21,10 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.cli import build_parser, main
 from fastctl.demo import widgets
-from fastctl.deploy import (
-    LEASE_RULE,
-    Permissions,
-    PolicyRule,
-    collect_crds,
-    derive,
-    describe,
-    needs,
-    resolve_offline,
-    resolve_resources,
-)
+from fastctl.deploy import Permissions, PolicyRule, derive, needs
+from fastctl.deploy._manifests import collect_crds
+from fastctl.deploy._operator import describe, resolve_resources
+from fastctl.deploy._rbac import LEASE_RULE, resolve_offline
 from fastctl.kube import Resource
 from fastctl.runtime import Controller, LeaderElection, Manager
 from fastctl.types import ObjectRef

@@ -12,9 +12,8 @@ from typing import Any, cast
 import pytest
 
 from fastctl.kube._watcher import EventKind, WatchEvent
-from fastctl.runtime.sharding import shard_selector
 from fastctl.runtime.sharding._gate import ShardGate
-from fastctl.runtime.sharding._slots import ShardKey
+from fastctl.runtime.sharding._slots import ShardKey, shard_selector
 from fastctl.runtime.sharding._watch import sharded_events
 
 SLOTS = 4
@@ -234,8 +233,7 @@ async def test_the_client_filter_matches_the_selector_ranges(key: str) -> None:
     gate = ShardGate(FakeMember(set()), key, 16)  # type: ignore[arg-type]
     owned = frozenset({0, 3, 4, 5, 11})
     keep = gate.in_slots(owned)
-    from fastctl.runtime.sharding import fnv1a_64
-    from fastctl.runtime.sharding._slots import merge_slots
+    from fastctl.runtime.sharding._slots import fnv1a_64, merge_slots
 
     ranges = merge_slots(owned, 16)
     dropped = 0
@@ -270,7 +268,8 @@ def _sharded_controller(member: FakeMember, key: ShardKey, mapped: bool) -> Any:
 
     from fastctl import ObjectRef
     from fastctl.kube._resource import Resource
-    from fastctl.runtime.controller import Controller, Environment, ShardAssignment
+    from fastctl.runtime.controller import Controller
+    from fastctl.runtime.controller._environment import Environment, ShardAssignment
     from fastctl.runtime.controller._run import ControllerRun
 
     widget = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)

@@ -33,7 +33,6 @@ from fastctl.kube._objects import (
     delete,
     get,
     patch,
-    resolved,
 )
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.kube._retry import Backoff
@@ -98,6 +97,5 @@ __all__ = [
     "patch",
     "reflector",
     "remove_finalizer",
-    "resolved",
     "watcher",
 ]
