@@ -19,7 +19,7 @@ from fastctl.kube._http import ApiError
 from fastctl.kube._objects import apply, delete, patch
 from fastctl.kube._resource import Resource
 from fastctl.kube._store import Store, reflector
-from fastctl.kube._watcher import Backoff, EventKind, WatchEvent, watcher
+from fastctl.kube._watcher import Backoff, EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.testing import ControlPlane
 from fastctl.types import ObjectRef
 
@@ -45,7 +45,8 @@ async def test_paginated_list_then_watch(
 ) -> None:
     for i in range(7):
         await make_configmap(client, namespace, f"cm-{i}", {"i": str(i)})
-    events = collect(watcher(proxied, CM, namespace=namespace, page_size=2, streaming_list=False))
+    paginated = WatchConfig(page_size=2, streaming_list=False)
+    events = collect(watcher(proxied, CM, namespace=namespace, config=paginated))
     await events.wait_for(initial_done())
     kinds = [e.kind for e in events.events]
     assert kinds == [EventKind.INIT, *[EventKind.INIT_APPLY] * 7, EventKind.INIT_DONE]
@@ -114,7 +115,11 @@ async def test_streaming_list_falls_back_to_pagination_on_4xx(
 
 async def test_cluster_scoped_resource(client: ApiClient, namespace: str, collect: Collect) -> None:
     events = collect(
-        watcher(client, Resource("v1", "Namespace"), field_selector=f"metadata.name={namespace}")
+        watcher(
+            client,
+            Resource("v1", "Namespace"),
+            config=WatchConfig(field_selector=f"metadata.name={namespace}"),
+        )
     )
     await events.wait_for(initial_done())
     assert events.names(EventKind.INIT_APPLY) == [namespace]
@@ -244,7 +249,8 @@ async def test_silent_connection_is_dropped_after_read_timeout(
     proxied: ApiClient, proxy: FaultProxy, client: ApiClient, namespace: str, collect: Collect
 ) -> None:
     await make_configmap(client, namespace, "a")
-    events = collect(watcher(proxied, CM, namespace=namespace, read_timeout=2.0, backoff=FAST))
+    quick = WatchConfig(read_timeout=2.0)
+    events = collect(watcher(proxied, CM, namespace=namespace, config=quick, backoff=FAST))
     await events.wait_for(initial_done())
     await events.wait_for(lambda _: proxy.freeze() == 1)  # the open watch goes silent
     await patch(client, CM, "a", {"data": {"x": "1"}}, namespace=namespace)
@@ -321,7 +327,7 @@ async def test_forbidden_is_a_clear_error_and_is_retried(
             restricted,
             CM,
             namespace=namespace,
-            streaming_list=streaming,
+            config=WatchConfig(streaming_list=streaming),
             backoff=FAST,
             on_error=errors.append,
         )

@@ -84,7 +84,8 @@ CLIENT = ApiClient.__new__(ApiClient)  # never used: the watcher is faked
 
 
 def controller(name: str, *, strip: bool = True, client: ApiClient = CLIENT) -> Controller:
-    return Controller(client, WIDGET, nothing, name=name, strip_managed_fields=strip).owns(CHILD)
+    watch = WatchConfig(strip_managed_fields=strip)
+    return Controller(client, WIDGET, nothing, name=name, watch_config=watch).owns(CHILD)
 
 
 async def test_every_controller_counts_the_errors_of_a_shared_watch(

@@ -6,6 +6,7 @@ next step of the test's script, and the test checks the requests and the events.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import sys
 import types
@@ -22,6 +23,7 @@ from fastctl.kube._watcher import (
     INITIAL_EVENTS_END,
     Backoff,
     MetadataOnlyUnsupported,
+    WatchConfig,
     WatchEvent,
     watcher,
 )
@@ -131,14 +133,17 @@ def run(
     **options: Any,
 ) -> list[WatchEvent]:
     """Run a watcher against `server` until it has yielded `events` events or the script
-    is over."""
+    is over. `options` are the watcher's keywords and the fields of its `WatchConfig`."""
+    fields = {field.name for field in dataclasses.fields(WatchConfig)}
+    config = WatchConfig(**{k: v for k, v in options.items() if k in fields})
+    options = {k: v for k, v in options.items() if k not in fields}
     monkeypatch.setattr(_watcher, "request", server.request)
     monkeypatch.setattr(_watcher, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
     options.setdefault("backoff", Backoff(jitter=0.0))
     got: list[WatchEvent] = []
 
     async def main(loop: VirtualTimeLoop) -> None:
-        gen = watcher(client(), CM, namespace="ns", **options)
+        gen = watcher(client(), CM, namespace="ns", config=config, **options)
         try:
             async for event in gen:
                 got.append(event)

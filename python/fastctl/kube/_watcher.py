@@ -132,9 +132,9 @@ class _StreamingListUnsupported(Exception):
 class WatchConfig:
     """How a `watcher` lists and watches: every option once, with its default.
 
-    A value (frozen, comparable), so one config can serve many watchers; ``watcher(...)``
-    takes the same options as keywords and builds this. Invalid values raise `ValueError`
-    here, at construction, not on the first event.
+    A value (frozen, comparable), so one config can serve many watchers and controllers
+    (``watcher(..., config=)``, ``Controller(..., watch_config=)``). Invalid values raise
+    `ValueError` here, at construction, not on the first event.
     """
 
     label_selector: str | None = None
@@ -173,23 +173,17 @@ async def watcher(
     *,
     namespace: str | None = None,
     label_selector: str | None = None,
-    field_selector: str | None = None,
-    page_size: int = 500,
-    timeout_seconds: int = 290,
-    read_timeout: float = 90.0,
-    streaming_list: bool | None = None,
-    strip_managed_fields: bool = False,
-    metadata_only: bool = False,
+    config: WatchConfig | None = None,
     backoff: Backoff | None = None,
     on_error: Callable[[BaseException], None] | None = None,
-    config: WatchConfig | None = None,
     shard_selector: str | None = None,
     shard_filter: Callable[[dict[str, Any]], bool] | None = None,
 ) -> AsyncIterator[WatchEvent]:
     """Events of `resource` (in `namespace`, or all namespaces), forever.
 
-    The options between `namespace` and `backoff` are those of `WatchConfig` (see its
-    fields); pass them as keywords or as one `config`, not both. `backoff` is the retry
+    `config` states every option of the list and the watch once (`WatchConfig`, see its
+    fields); its common one, `label_selector`, is also a keyword: pass it or `config`, not
+    both. `backoff` is the retry
     state (a fresh `Backoff` by default). `on_error` hears every error the watcher retries
     (for metrics, health, tests). A `Resource` is resolved first with `resolve_patiently`:
     discovery is retried while the API server is unreachable; a resource it still does not
@@ -200,16 +194,7 @@ async def watcher(
     """
     options = pick(
         config,
-        WatchConfig(
-            label_selector=label_selector,
-            field_selector=field_selector,
-            page_size=page_size,
-            timeout_seconds=timeout_seconds,
-            read_timeout=read_timeout,
-            streaming_list=streaming_list,
-            strip_managed_fields=strip_managed_fields,
-            metadata_only=metadata_only,
-        ),
+        WatchConfig(label_selector=label_selector),
         _DEFAULT_CONFIG,
     )
     if shard_selector == "":
