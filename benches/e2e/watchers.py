@@ -84,10 +84,10 @@ async def consume_fastctl(kubeconfig: str, namespace: str, phases: Phases) -> No
         store, watcher(client, Resource(CM_API_VERSION, "ConfigMap"), namespace=namespace)
     )
     async for event in events:
-        obj = event.obj
         if event.kind is EventKind.INIT_APPLY:
             done = phases.event()
-        elif event.kind is EventKind.APPLY and obj is not None:
+        elif event.kind is EventKind.APPLY:
+            obj = event.obj
             key = f"{obj['metadata']['name']}/{(obj.get('data') or {}).get('round')}"
             done = phases.event(key)
         else:

@@ -13,7 +13,7 @@ import pytest
 
 from fastctl import Action, generation_changed
 from fastctl.kube._resource import ResolvedResource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ObjectEvent
 from fastctl.kube._writes import WRITE_OBSERVER, observed_write
 from fastctl.runtime._filters import EventFilter
 from fastctl.runtime._own_writes import OwnWrites
@@ -77,12 +77,12 @@ async def test_status_writes_do_not_trigger_requeues_and_resyncs_still_do(
     ctl.reconcile_all_on(resync())
     feed = sources.feeds[WIDGET]
     async with running(ctl):
-        feed.push(INIT, WatchEvent(EventKind.INIT_APPLY, widget("a", 1)), DONE)
+        feed.push(INIT, ObjectEvent(EventKind.INIT_APPLY, widget("a", 1)), DONE)
         await until(lambda: len(calls) == 1, "the listed Widget reconciled")
-        feed.push(WatchEvent(EventKind.APPLY, widget("a", 1, "Ready")))  # a status write
-        feed.push(WatchEvent(EventKind.APPLY, widget("b", 1)))  # first event: passes
+        feed.push(ObjectEvent(EventKind.APPLY, widget("a", 1, "Ready")))  # a status write
+        feed.push(ObjectEvent(EventKind.APPLY, widget("b", 1)))  # first event: passes
         await until(lambda: calls.count(("b", 1, "")) == 2, "b requeued and reconciled again")
-        feed.push(WatchEvent(EventKind.APPLY, widget("a", 2, "Ready")))  # a spec change
+        feed.push(ObjectEvent(EventKind.APPLY, widget("a", 2, "Ready")))  # a spec change
         await until(lambda: ("a", 2, "Ready") in calls, "the spec change reconciled")
         ticks.put_nowait(None)
         await until(lambda: len(calls) == 6, "the resync reconciled both")
@@ -101,7 +101,7 @@ def test_a_controller_rejects_an_event_filter_that_is_not_callable() -> None:
 async def test_the_echo_of_an_own_write_is_held_back_and_a_foreign_write_passes() -> None:
     own = OwnWrites([CHILD])
     f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
-    assert f.admits(WatchEvent(EventKind.APPLY, configmap("x", "1")))  # someone made it
+    assert f.admits(ObjectEvent(EventKind.APPLY, configmap("x", "1")))  # someone made it
 
     async def reconcile(obj: Any, ctx: Any) -> None:
         for version in ("5", "6"):  # two writes of one object in one reconcile
@@ -113,10 +113,10 @@ async def test_the_echo_of_an_own_write_is_held_back_and_a_foreign_write_passes(
     await observed(own, reconcile)
     assert WRITE_OBSERVER.get() is None  # reset after the reconcile
     assert len(own) == 1  # "x" only: the Event is not remembered
-    assert not f.admits(WatchEvent(EventKind.APPLY, configmap("x", "5")))
-    assert not f.admits(WatchEvent(EventKind.APPLY, configmap("x", "6")))
+    assert not f.admits(ObjectEvent(EventKind.APPLY, configmap("x", "5")))
+    assert not f.admits(ObjectEvent(EventKind.APPLY, configmap("x", "6")))
     assert len(own) == 0  # both echoes used up
-    assert f.admits(WatchEvent(EventKind.APPLY, configmap("x", "9")))  # someone else's
+    assert f.admits(ObjectEvent(EventKind.APPLY, configmap("x", "9")))  # someone else's
 
 
 async def test_an_echo_that_comes_before_the_answer_waits_for_it() -> None:
@@ -138,7 +138,7 @@ async def test_an_echo_that_comes_before_the_answer_waits_for_it() -> None:
     answered.set()
     await waiting
     await task
-    assert not f.admits(WatchEvent(EventKind.APPLY, echo))
+    assert not f.admits(ObjectEvent(EventKind.APPLY, echo))
     assert len(own) == 0
 
 
@@ -155,7 +155,7 @@ async def test_own_writes_go_with_their_object() -> None:
     with pytest.raises(RuntimeError):
         await observed(own, reconcile)
     assert len(own) == 1  # "x"'s version; the failed write of "y" left nothing behind
-    f.admits(WatchEvent(EventKind.DELETE, configmap("x", "4")))
+    f.admits(ObjectEvent(EventKind.DELETE, configmap("x", "4")))
     assert len(own) == 0
 
 
@@ -174,5 +174,5 @@ async def test_the_echo_of_a_create_by_generate_name_is_held_back_and_a_dry_run_
 
     await observed(own, reconcile)
     assert len(own) == 1  # the created object's version; nothing of the dry run
-    assert not f.admits(WatchEvent(EventKind.APPLY, made))  # its echo
-    assert f.admits(WatchEvent(EventKind.APPLY, configmap("y", "4")))
+    assert not f.admits(ObjectEvent(EventKind.APPLY, made))  # its echo
+    assert f.admits(ObjectEvent(EventKind.APPLY, configmap("y", "4")))

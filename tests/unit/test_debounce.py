@@ -17,7 +17,7 @@ import pytest
 
 from fastctl import Action, ObjectRef, Scheduler, applier
 from fastctl import _applier as applier_module
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ObjectEvent
 from fastctl.runtime.controller import Controller, _environment, _run
 
 from .test_controller_relist import WIDGET, Feed, client, listing, widget
@@ -124,7 +124,7 @@ def test_a_burst_of_changes_through_a_controller_is_one_reconcile_a_window_later
         await asyncio.sleep(2.0)
         for version in range(1, 5):
             pushed.append(loop.now)
-            feed.push(WatchEvent(EventKind.APPLY, widget("a", version)))
+            feed.push(ObjectEvent(EventKind.APPLY, widget("a", version)))
             await asyncio.sleep(0.2)
         await asyncio.sleep(2.0)
         ctl.shutdown()

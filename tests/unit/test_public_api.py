@@ -33,10 +33,11 @@ PUBLIC: dict[str, frozenset[str]] = {
         """
         INITIAL_LIST_PRIORITY Action ApiError ApplierConfig Controller CustomResource Discovery
         DiscoveryError ErrorPolicy EventKind FastctlError InvalidObject KubeModel
-        KubeconfigError LeaderElection LeaderElector LeadershipLost Manager Mapper ObjectRef
-        Predicate PrinterColumn Reconcile ReconcileCancelled ReconcileResult ReconcileTimeout
-        Recorder ResolvedResource Resource ResourceNotFound Scheduler SchemaError ServerOptions
-        Sharding Store Trigger ValidationRule WatchConfig WatchError WatchEvent WatchStreamError
+        KubeconfigError LeaderElection LeaderElector LeadershipLost ListFrame Manager Mapper
+        ObjectEvent ObjectRef Predicate PrinterColumn Reconcile ReconcileCancelled
+        ReconcileResult ReconcileTimeout Recorder ResolvedResource Resource ResourceNotFound
+        Scheduler SchemaError ServerOptions Sharding Store Trigger ValidationRule WatchConfig
+        WatchError WatchEvent WatchStreamError
         all_of annotations_changed any_of applier finalizer generation_changed labels_changed
         load_client reflector watcher
         """
@@ -44,10 +45,11 @@ PUBLIC: dict[str, frozenset[str]] = {
     "fastctl.kube": _names(
         """
         ApiError Backoff CustomResource Discovery DiscoveryError EventKind InvalidObject
-        KubeModel KubeconfigError MetadataOnlyUnsupported ObjectMeta PatchType PrinterColumn
-        Recorder ResolvedResource Resource ResourceNotFound SchemaError Store ValidationRule
-        WatchConfig WatchEvent add_finalizer apply apply_status controller_uid crd create
-        delete finalizer get load_client patch reflector remove_finalizer watcher
+        KubeModel KubeconfigError ListFrame MetadataOnlyUnsupported ObjectEvent ObjectMeta
+        PatchType PrinterColumn Recorder ResolvedResource Resource ResourceNotFound
+        SchemaError Store ValidationRule WatchConfig WatchEvent add_finalizer apply
+        apply_status controller_uid crd create delete finalizer get load_client patch
+        reflector remove_finalizer watcher
         """
     ),
     "fastctl.runtime": _names(

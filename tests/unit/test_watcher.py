@@ -14,6 +14,8 @@ from fastctl.kube._watcher import (
     INITIAL_EVENTS_END,
     Backoff,
     EventKind,
+    ListFrame,
+    ObjectEvent,
     WatchConfig,
     _Gone,
     _StreamingListUnsupported,
@@ -98,8 +100,7 @@ def test_strip_managed_fields() -> None:
     w = make(strip=True)
     w.rv = "1"
     event = w._event("MODIFIED", obj("a", "2", managedFields=[{"manager": "x"}]), initial=False)
-    assert event is not None
-    assert event.obj is not None
+    assert isinstance(event, ObjectEvent)
     assert "managedFields" not in event.obj["metadata"]
 
 
@@ -107,3 +108,18 @@ async def test_unconfigured_client_is_a_clear_error() -> None:
     async with ApiClient(Configuration(host="")) as client:
         with pytest.raises(ValueError, match="no host"):
             await request(client, "GET", "/api")
+
+
+def test_an_event_carries_an_object_exactly_when_its_kind_does() -> None:
+    """`ObjectEvent` is the kinds with an object, `ListFrame` the list's frames: a kind on
+    the wrong class, or an object event without its object, is refused when it is made."""
+    assert ObjectEvent(EventKind.APPLY, {"metadata": {}}).obj == {"metadata": {}}
+    assert ListFrame(EventKind.INIT_DONE).kind is EventKind.INIT_DONE
+    for kind in (EventKind.INIT, EventKind.INIT_DONE):
+        with pytest.raises(ValueError, match="INIT_APPLY, APPLY or DELETE"):
+            ObjectEvent(kind, {})  # type: ignore[arg-type]
+    for kind in (EventKind.INIT_APPLY, EventKind.APPLY, EventKind.DELETE):
+        with pytest.raises(ValueError, match="INIT or INIT_DONE"):
+            ListFrame(kind)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="carries a dict, not NoneType"):
+            ObjectEvent(kind, None)  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from fastctl.kube._watcher import (
     INITIAL_EVENTS_END,
     Backoff,
     MetadataOnlyUnsupported,
+    ObjectEvent,
     WatchConfig,
     WatchEvent,
     watcher,
@@ -159,7 +160,7 @@ def run(
 
 def framing(events: list[WatchEvent]) -> list[str]:
     return [
-        e.kind.name if e.obj is None else f"{e.kind.name} {e.obj['metadata']['name']}"
+        f"{e.kind.name} {e.obj['metadata']['name']}" if isinstance(e, ObjectEvent) else e.kind.name
         for e in events
     ]
 
@@ -366,7 +367,8 @@ def test_listed_objects_get_their_type_lose_managed_fields_and_pagination_resume
     got = run(
         server, monkeypatch, events=20, streaming_list=False, page_size=1, strip_managed_fields=True
     )
-    listed = [e.obj for e in got if e.obj is not None and e.obj["metadata"]["name"] == "a"]
+    objs = [e.obj for e in got if isinstance(e, ObjectEvent)]
+    listed = [o for o in objs if o["metadata"]["name"] == "a"]
     assert listed == [
         {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "10"}}
         | {"apiVersion": "v1", "kind": "ConfigMap"}
@@ -462,7 +464,7 @@ def test_a_metadata_only_list_gives_its_objects_the_resources_type(
     answers = [metadata_page("PartialObjectMetadataList", "PartialObjectMetadata")]
     server = Server(lambda q: answers.pop(0) if answers else None)
     got = run(server, monkeypatch, streaming_list=False, metadata_only=True)
-    (listed,) = [e.obj for e in got if e.obj is not None]
+    (listed,) = [e.obj for e in got if isinstance(e, ObjectEvent)]
     assert (listed["apiVersion"], listed["kind"]) == ("v1", "ConfigMap")
 
 

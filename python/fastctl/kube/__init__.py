@@ -39,7 +39,9 @@ from fastctl.kube._retry import Backoff
 from fastctl.kube._store import Store, controller_uid, reflector
 from fastctl.kube._watcher import (
     EventKind,
+    ListFrame,
     MetadataOnlyUnsupported,
+    ObjectEvent,
     WatchConfig,
     WatchEvent,
     watcher,
@@ -71,7 +73,9 @@ __all__ = [
     "InvalidObject",
     "KubeModel",
     "KubeconfigError",
+    "ListFrame",
     "MetadataOnlyUnsupported",
+    "ObjectEvent",
     "ObjectMeta",
     "PatchType",
     "PrinterColumn",

@@ -54,7 +54,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
@@ -72,7 +72,9 @@ from fastctl.log import RedactingFilter
 __all__ = [
     "Backoff",
     "EventKind",
+    "ListFrame",
     "MetadataOnlyUnsupported",
+    "ObjectEvent",
     "WatchConfig",
     "WatchEvent",
     "WatchStreamError",
@@ -98,7 +100,8 @@ class MetadataOnlyUnsupported(WatchError):
 
 
 class EventKind(enum.Enum):
-    """What a `WatchEvent` says. A (re)list is framed ``INIT, INIT_APPLY*, INIT_DONE``."""
+    """What a `WatchEvent` says. A (re)list is framed ``INIT, INIT_APPLY*, INIT_DONE``: the
+    frames are `ListFrame`s, the rest `ObjectEvent`s."""
 
     INIT = "init"
     """A (re)list starts: objects follow as `INIT_APPLY`; drop any half-received list."""
@@ -112,12 +115,48 @@ class EventKind(enum.Enum):
     """An object was deleted; `obj` is its last known state."""
 
 
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """One event of a watcher: `kind` and the parsed object (``None`` for INIT/INIT_DONE)."""
+ObjectKind: TypeAlias = Literal[EventKind.INIT_APPLY, EventKind.APPLY, EventKind.DELETE]
+"""The kinds of event that carry an object."""
+FrameKind: TypeAlias = Literal[EventKind.INIT, EventKind.INIT_DONE]
+"""The kinds of event that frame a list and carry none."""
 
-    kind: EventKind
-    obj: dict[str, Any] | None = None
+_OBJECT_KINDS = frozenset({EventKind.INIT_APPLY, EventKind.APPLY, EventKind.DELETE})
+_FRAME_KINDS = frozenset({EventKind.INIT, EventKind.INIT_DONE})
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectEvent:
+    """An event about one object (`INIT_APPLY`, `APPLY`, `DELETE`): it always carries the
+    parsed object, so no consumer checks for a missing one."""
+
+    kind: ObjectKind
+    obj: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        if self.kind not in _OBJECT_KINDS:
+            raise ValueError(f"an ObjectEvent is INIT_APPLY, APPLY or DELETE, not {self.kind}")
+        if not isinstance(self.obj, dict):
+            raise TypeError(f"an ObjectEvent carries a dict, not {type(self.obj).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class ListFrame:
+    """The start (`INIT`) or the end (`INIT_DONE`) of a (re)list: no object."""
+
+    kind: FrameKind
+
+    def __post_init__(self) -> None:
+        if self.kind not in _FRAME_KINDS:
+            raise ValueError(f"a ListFrame is INIT or INIT_DONE, not {self.kind}")
+
+
+WatchEvent: TypeAlias = ObjectEvent | ListFrame
+"""One event of a watcher. The two classes split on `kind`, so a type checker narrows
+``event.kind is EventKind.APPLY`` to an `ObjectEvent` and its ``obj`` needs no check (as
+does ``isinstance(event, ObjectEvent)`` or a ``match``)."""
+
+_INIT = ListFrame(EventKind.INIT)
+_INIT_DONE = ListFrame(EventKind.INIT_DONE)
 
 
 class _Gone(Exception):
@@ -376,7 +415,7 @@ class _Watcher:
                 raise self._no_metadata(f"it answered with a {list_kind!r} list")
             if cont is None:
                 self._check_sharded(meta)
-                yield WatchEvent(EventKind.INIT)
+                yield _INIT
             api_version, kind = self.resource.api_version, self.resource.kind
             keep = self.shard_filter if self.filtering else None
             for obj in items:
@@ -390,7 +429,7 @@ class _Watcher:
                     obj.get("metadata", {}).pop("managedFields", None)
                 if self.sensitive:
                     remember(obj)
-                yield WatchEvent(EventKind.INIT_APPLY, obj)
+                yield ObjectEvent(EventKind.INIT_APPLY, obj)
             cont = meta.get("continue") or None
             if cont is None:
                 self.rv = str(meta.get("resourceVersion") or "") or None
@@ -398,7 +437,7 @@ class _Watcher:
                 self.backoff.reset()
                 if self.rv is None:  # pragma: no cover - every real server sets it
                     raise WatchStreamError("list response without metadata.resourceVersion")
-                yield WatchEvent(EventKind.INIT_DONE)
+                yield _INIT_DONE
                 return
 
     def _check_sharded(self, meta: dict[str, Any]) -> None:
@@ -440,7 +479,7 @@ class _Watcher:
                     raise _StreamingListUnsupported(str(err))
                 raise err
             if initial:
-                yield WatchEvent(EventKind.INIT)
+                yield _INIT
             lines = 0
             content = resp.content
             while True:
@@ -510,7 +549,7 @@ class _Watcher:
                 if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) != "true":
                     raise _StreamingListUnsupported("bookmark without initial-events-end")
                 self.rv = rv
-                return WatchEvent(EventKind.INIT_DONE)
+                return _INIT_DONE
             if rv:
                 self.rv = rv
             return None
@@ -521,14 +560,14 @@ class _Watcher:
         if initial:
             if etype != "ADDED":
                 raise _StreamingListUnsupported(f"{etype} event before initial-events-end")
-            return WatchEvent(EventKind.INIT_APPLY, obj)
+            return ObjectEvent(EventKind.INIT_APPLY, obj)
         if rv:
             self.rv = rv
         if self.filtering and self.shard_filter is not None and not self.shard_filter(obj):
             return None
         if etype in ("ADDED", "MODIFIED"):
-            return WatchEvent(EventKind.APPLY, obj)
+            return ObjectEvent(EventKind.APPLY, obj)
         if etype == "DELETED":
-            return WatchEvent(EventKind.DELETE, obj)
+            return ObjectEvent(EventKind.DELETE, obj)
         log.warning("%s: unknown watch event type %r ignored", self, etype)
         return None
