@@ -147,7 +147,7 @@ async def _drive(mode: str, answers: list[tuple[int, bytes]]) -> list[WatchEvent
         None,
     )
     if mode == "watch":
-        watcher.rv = "1"
+        watcher.state.rv = "1"
     pending = list(answers)
 
     async def get(query: object) -> StreamResponse:
