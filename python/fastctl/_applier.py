@@ -32,13 +32,13 @@ import contextlib
 import inspect
 import logging
 import math
-import time
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fastctl._clock import loop_clock, monotonic
 from fastctl._core import Scheduler
 from fastctl._fair import FairBy, check_group_concurrency, group_function
 from fastctl._options import pick
@@ -73,25 +73,36 @@ yields to the event loop (keeps one wake-up from starving other tasks)."""
 
 class SchedulerLike(Protocol):
     """What the applier needs of a scheduler: `fastctl.Scheduler`, or the pure-Python model
-    `fastctl.testing.model.ModelScheduler` (used to measure what the Rust core buys)."""
+    `fastctl.testing.model.ModelScheduler` (used to measure what the Rust core buys).
+
+    The applier gives every call that depends on the time the runtime's clock (``now``,
+    `fastctl._clock`), so the scheduler's ready times are on the clock its timers run on,
+    a virtual one included."""
 
     def add(
-        self, key: str, *, after: float = ..., priority: int = ..., group: str | None = ...
+        self,
+        key: str,
+        *,
+        after: float = ...,
+        priority: int = ...,
+        group: str | None = ...,
+        now: float | None = ...,
     ) -> None: ...
-    def pop_many(self, max: int) -> list[str]: ...
+    def pop_many(self, max: int, *, now: float | None = ...) -> list[str]: ...
     def done(
         self,
         key: str,
         *,
         requeue_after: float | None = ...,
         failed: bool = ...,
+        now: float | None = ...,
     ) -> None: ...
-    def done_many(self, keys: Iterable[str]) -> None: ...
+    def done_many(self, keys: Iterable[str], *, now: float | None = ...) -> None: ...
     def next_ready_at(self) -> float | None: ...
     @property
     def in_flight(self) -> int: ...
     def __len__(self) -> int: ...
-    def stats(self) -> SchedulerStats: ...
+    def stats(self, *, now: float | None = ...) -> SchedulerStats: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +213,7 @@ class _Driver:
             scheduler if scheduler is not None else config.new_scheduler()
         )
         self.loop: asyncio.AbstractEventLoop  # set when the iteration starts
+        self.now: Callable[[], float] = monotonic  # `loop_clock(loop)` once it runs
         self.running: dict[str, asyncio.Task[None]] = {}
         self.completed: deque[ReconcileResult] = deque()
         self.orphans: set[str] = set()  # cancelled while their thread runs on
@@ -242,13 +254,14 @@ class _Driver:
             self.timer = None
         self.timer_at = at
         if at is not None:
-            self.timer = self.loop.call_later(max(0.0, at - time.monotonic()), self._on_timer)
+            # The scheduler's times are on the loop's clock (`now=`): a past one fires at once.
+            self.timer = self.loop.call_at(at, self._on_timer)
 
     # -- ingest -----------------------------------------------------------------------------
 
     async def ingest(self) -> None:
         """Feed triggers into the scheduler as they arrive; it de-duplicates them at once."""
-        add = self.scheduler.add
+        add, now = self.scheduler.add, self.now
         group_of, store = self.group_of, self.store
         note = self.reasons.queued if self.reasons is not None else None
         try:
@@ -257,19 +270,19 @@ class _Driver:
                     ref = item if isinstance(item, ObjectRef) else item.ref
                     trigger = item if isinstance(item, Trigger) else None
                     priority = 0 if trigger is None else trigger.priority
-                    add(ref.key, priority=priority, group=group_of(ref, store))
+                    add(ref.key, priority=priority, group=group_of(ref, store), now=now())
                     if note is not None:
                         note(ref.key, None if trigger is None else trigger.reason)
                 elif type(item) is ObjectRef:
-                    add(item.key)
+                    add(item.key, now=now())
                     if note is not None:
                         note(item.key, None)
                 elif isinstance(item, Trigger):
-                    add(item.ref.key, priority=item.priority)
+                    add(item.ref.key, priority=item.priority, now=now())
                     if note is not None:
                         note(item.ref.key, item.reason)
                 elif isinstance(item, ObjectRef):
-                    add(item.key)
+                    add(item.key, now=now())
                     if note is not None:
                         note(item.key, None)
                 else:
@@ -305,8 +318,8 @@ class _Driver:
                     return
             else:
                 free = _UNBOUNDED_BATCH
-            self.popped_at = time.monotonic()
-            keys = scheduler.pop_many(free)
+            self.popped_at = now = self.now()
+            keys = scheduler.pop_many(free, now=now)
             # Fewer keys than asked: none ready, or the scheduler's own limit (it may be
             # lower than ours, or shared) is reached. `arm_ready_timer` tells which.
             self.blocked = len(keys) < free
@@ -329,7 +342,7 @@ class _Driver:
                 if reasons is not None:
                     reasons.started(key)
             if gone:
-                scheduler.done_many(gone)
+                scheduler.done_many(gone, now=now)
             if not self.concurrency:
                 return
 
@@ -342,7 +355,7 @@ class _Driver:
         `BaseException`, a cancellation from inside. `KeyboardInterrupt` and `SystemExit`
         release it and are then raised by the iterator: they ask the process to stop."""
         current_object.set(ref)
-        started = time.monotonic()
+        started = self.now()
         returned: Any = None
         error: BaseException | None = None
         try:
@@ -360,7 +373,8 @@ class _Driver:
         except BaseException as exc:  # whatever ends it, the slot comes back
             error = exc
         del self.running[key]
-        result = self.finish(key, ref, obj, returned, error, time.monotonic() - started)
+        ended = self.now()
+        result = self.finish(key, ref, obj, returned, error, ended - started, ended)
         if result is not None:
             self.completed.append(result)
         self.wake()
@@ -409,7 +423,7 @@ class _Driver:
         """A thread whose reconcile was cancelled has returned: release its key now."""
         self.orphans.discard(key)
         log.warning("reconcile of %s: its thread returned after the applier stopped", key)
-        self.scheduler.done(key)
+        self.scheduler.done(key, now=self.now())
         self._note_end(key, None, None)
         self.wake_peers(everyone=True)
 
@@ -430,17 +444,18 @@ class _Driver:
         returned: Any,
         error: BaseException | None,
         duration: float,
+        ended: float,
     ) -> ReconcileResult | None:
-        """Tell the scheduler how a reconcile ended and build its result (``None`` for an
-        ending that stops the applier)."""
+        """Tell the scheduler how a reconcile ended (at `ended`, on the clock) and build its
+        result (``None`` for an ending that stops the applier)."""
         if error is None:
             action: Action = returned if returned is not None else _AWAIT
-            self.scheduler.done(key, requeue_after=action.requeue_after)
+            self.scheduler.done(key, requeue_after=action.requeue_after, now=ended)
             if self.reasons is not None:
                 self._note_end(key, None, None if action.requeue_after is None else "requeue")
         elif isinstance(error, KeyboardInterrupt | SystemExit):
             log.error("reconcile of %s raised %r: stopping the applier", key, error)
-            self.scheduler.done(key, failed=True)
+            self.scheduler.done(key, failed=True, now=ended)
             self._note_end(key, error, "error retry")
             if self.fatal is None:
                 self.fatal = error
@@ -481,11 +496,13 @@ class _Driver:
                 log.exception("error_policy failed for %s; using the default backoff", key)
             else:
                 if action.requeue_after is None:
-                    self.scheduler.done(key)
+                    self.scheduler.done(key, now=self.now())
                 else:
-                    self.scheduler.done(key, requeue_after=action.requeue_after, failed=True)
+                    self.scheduler.done(
+                        key, requeue_after=action.requeue_after, failed=True, now=self.now()
+                    )
                 return action
-        self.scheduler.done(key, failed=True)
+        self.scheduler.done(key, failed=True, now=self.now())
         return _BACKOFF
 
     async def cancel_running(self) -> None:
@@ -502,7 +519,7 @@ class _Driver:
             await asyncio.gather(*tasks, return_exceptions=True)
         keys = list(self.running)
         self.running.clear()
-        self.scheduler.done_many(keys)
+        self.scheduler.done_many(keys, now=self.now())
         for key in keys:
             self._note_end(key, None, None)
         self.completed.clear()
@@ -512,6 +529,7 @@ class _Driver:
 
     async def results(self) -> AsyncIterator[ReconcileResult]:
         self.loop = asyncio.get_running_loop()
+        self.now = loop_clock(self.loop)
         self.ingest_task = self.loop.create_task(self.ingest(), name="fastctl-applier-ingest")
         if not self.store_ready:
             self.ready_task = self.loop.create_task(

@@ -173,10 +173,11 @@ impl Fair {
     pub fn insert(&mut self, seq: u64, idx: u32, gid: u32, groups: &Groups) {
         match self.members.get_mut(&gid) {
             Some(m) => {
-                // An entry at the back is not the group's first (the group has one already);
-                // one that went elsewhere (a raised key, with its older sequence number) may
-                // be. A parked group's first is not in the tournament.
-                if !m.queue.insert(seq, idx) && !m.parked && m.queue.first() == Some((seq, idx)) {
+                // A newly ready key is appended behind the group's first; a raised key, with
+                // its older sequence number, may be the new first (also when it goes to the
+                // back of an emptied deque, ahead of late keys). A parked group's first is
+                // not in the tournament.
+                if m.queue.insert(seq, idx) && !m.parked {
                     self.heads.set(gid, seq, idx);
                 }
             }

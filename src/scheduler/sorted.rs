@@ -49,16 +49,27 @@ impl<K> Default for Sorted<K> {
 }
 
 impl<K: Ord + Copy + Hash> Sorted<K> {
-    /// Insert an entry; true if it went to the back (it is above every other entry).
+    /// Insert an entry; true if it is now the first.
+    ///
+    /// Going to the back of the deque does not make an entry the last: once the deque has
+    /// emptied, `late` may still hold entries above it. Only a deque with a (live) front
+    /// says the entry is not the first without a look at `late`.
     #[inline]
     pub(super) fn insert(&mut self, k: K, idx: u32) -> bool {
         self.len += 1;
-        if self.fifo.back().is_none_or(|&(tail, _)| tail < k) {
-            self.fifo.push_back((k, idx));
-            true
-        } else {
-            self.rare_mut().late.insert((k, idx));
-            false
+        match self.fifo.back() {
+            Some(&(tail, _)) if tail < k => {
+                self.fifo.push_back((k, idx));
+                false
+            }
+            Some(_) => {
+                self.rare_mut().late.insert((k, idx));
+                self.first() == Some((k, idx))
+            }
+            None => {
+                self.fifo.push_back((k, idx));
+                self.first() == Some((k, idx))
+            }
         }
     }
 
@@ -202,11 +213,11 @@ mod tests {
     #[test]
     fn entries_above_the_back_are_appended_and_the_others_go_late() {
         let mut q = Sorted::default();
-        assert!(q.insert(10, 1), "the first entry is the back");
-        assert!(q.insert(20, 2));
-        assert!(!q.insert(15, 3), "below the back: late");
-        assert!(!q.insert(5, 4), "below the front: late");
-        assert!(q.insert(30, 5), "above the back again");
+        assert!(q.insert(10, 1), "the first entry is the first");
+        assert!(!q.insert(20, 2), "appended behind it");
+        assert!(!q.insert(15, 3), "below the back: late, not the first");
+        assert!(q.insert(5, 4), "below the front: late, and the first");
+        assert!(!q.insert(30, 5), "above the back again");
         assert_eq!(q.len, 5);
         assert_eq!(q.deque_len(), 3, "late entries are not in the deque");
         assert_eq!(
@@ -271,6 +282,34 @@ mod tests {
         );
     }
 
+    /// Once the deque has emptied, late entries may be all that is left: an entry that then
+    /// goes to the back of the deque can still be below them, and so the first.
+    #[test]
+    fn an_entry_appended_to_an_emptied_deque_below_late_ones_is_the_first() {
+        let mut q = queue(&[30]);
+        assert!(
+            q.insert(20, 20),
+            "below the only entry: late, and the first"
+        );
+        q.remove(30, 30);
+        assert_eq!((q.deque_len(), q.first()), (0, Some((20, 20))));
+        assert!(
+            q.insert(10, 10),
+            "appended, but below the late 20: the first"
+        );
+        assert!(!q.insert(40, 40), "appended behind 10");
+        assert_eq!(q.entries(), [(10, 10), (20, 20), (40, 40)]);
+        q.check().unwrap();
+        let mut q = queue(&[30]);
+        q.insert(20, 20);
+        q.remove(30, 30);
+        assert!(
+            !q.insert(25, 25),
+            "appended above the late 20: not the first"
+        );
+        assert_eq!(q.first(), Some((20, 20)));
+    }
+
     /// A queue that only appends and pops from the front (most groups' queues at a fair
     /// level) never allocates the tombstones and late entries it does not use.
     #[test]
@@ -303,8 +342,9 @@ mod tests {
                         next
                     };
                     if used.insert(k) {
-                        q.insert(k, step);
                         model.insert((k, step));
+                        let first = model.first() == Some(&(k, step));
+                        assert_eq!(q.insert(k, step), first, "insert of {k}: the first?");
                     }
                 }
                 4 | 5 if !model.is_empty() => {

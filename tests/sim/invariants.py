@@ -19,7 +19,7 @@ property's name, so a failing test says which rule broke and how:
 - ``successor-overlap``: no write while another replica holds the lease;
 - ``crash``: the run ends only when stopped (or, under a Manager, on a lost lease);
 - ``spin``: ``pop_many`` calls stay within a constant factor of adds and dones, and the
-  loop never goes round and round at one virtual instant (`clock.Spin`);
+  loop never goes round and round at one virtual instant (`fastctl.testing.Spin`);
 - ``timeout-report``: only a reconcile that ran past its timeout is reported as timed out.
 """
 

@@ -16,6 +16,7 @@ import pytest
 
 from fastctl import Action
 from fastctl.runtime.controller import Controller, _environment, _run
+from fastctl.runtime.manager import Manager
 
 from .test_controller_relist import WIDGET, Feed, client, listing, until, widget
 
@@ -85,4 +86,49 @@ async def test_a_second_signal_cancels_at_once(monkeypatch: pytest.MonkeyPatch) 
     await until(task.done, "run() to end")
     assert task.cancelled()
     assert work.cancelled == work.started
+    assert work.ended == []
+
+
+async def _manager_running_one_of_two(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Work, Manager, asyncio.Task[None]]:
+    """The same controller in a Manager (long drain timeout: only signals end the drain)."""
+    feed = Feed()
+    monkeypatch.setattr(_environment, "watcher", lambda *a, **kw: feed.events())
+    work = Work()
+    ctl = Controller(client(), WIDGET, work.reconcile, name="widgets", concurrency=1)
+    manager = Manager(client(), metrics_port=None, probe_port=None, drain_timeout=3600)
+    manager.add(ctl)
+    feed.push(*listing(widget("a", 0), widget("b", 0)))
+    task = asyncio.create_task(manager.run())
+    await until(lambda: len(work.started) == 1, "the first reconcile")
+    return work, manager, task
+
+
+async def test_a_managers_first_signal_drains(monkeypatch: pytest.MonkeyPatch) -> None:
+    work, _, task = await _manager_running_one_of_two(monkeypatch)
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert not task.done(), "a graceful stop waits for the running reconcile"
+    work.release.set()
+    await until(task.done, "run() to return")
+    assert task.exception() is None
+    assert work.ended == work.started == ["a"]
+    handlers = asyncio.get_running_loop()._signal_handlers  # type: ignore[attr-defined]
+    assert signal.SIGTERM not in handlers
+
+
+async def test_a_managers_second_signal_cancels_the_running_reconciles_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As for a lone controller: the second signal does not wait out the drain timeout."""
+    work, _, task = await _manager_running_one_of_two(monkeypatch)
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert not task.done()
+    os.kill(os.getpid(), signal.SIGINT)
+    await until(task.done, "run() to end")
+    assert work.cancelled == ["a"]
     assert work.ended == []

@@ -475,3 +475,26 @@ def test_fastctl_crd_reports_bad_targets_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("fastctl: error: ")
     assert message in err
+
+
+def test_fastctl_crd_of_an_operator_prints_what_the_manifests_ship(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One declaration: ``fastctl crd module:attr`` reads the operator as ``fastctl
+    manifests`` does, so the CRDs are the same (the manifests add only the conversion
+    stanza of a converter's CRD, which this operator has none of)."""
+    import yaml  # untyped: mypy reports it once per file, at the import above
+
+    from fastctl.cli import main
+
+    target = "fastctl.demo.widgets:make_controller"
+    assert main(["crd", "--json", target]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert main(["manifests", target, "--namespace", "shop"]) == 0
+    shipped = [
+        d
+        for d in yaml.safe_load_all(capsys.readouterr().out)
+        if d and d["kind"] == "CustomResourceDefinition"
+    ]
+    assert printed == shipped
+    assert [d["metadata"]["name"] for d in printed] == ["widgets.demo.fastctl.dev"]

@@ -8,7 +8,6 @@ ended (one that swallows the cancellation and goes on included); `run()` returns
 from __future__ import annotations
 
 import asyncio
-import types
 from typing import Any
 
 import pytest
@@ -16,13 +15,13 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action
 from fastctl.runtime.controller import Controller, _environment, _run
-from fastctl.runtime.leader import LeaderElection, LeaderElector, _elector
+from fastctl.runtime.leader import LeaderElection, LeaderElector
 from fastctl.runtime.manager import Manager, _manager
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .fake_lease import LeaseStore
 from .test_controller_relist import WIDGET, Feed, client, listing, widget
 from .test_leader import _FakeLeases
-from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
 
 DRAIN = 5.0
 ELECTION = LeaderElection(
@@ -76,7 +75,6 @@ def manager_client() -> ApiClient:
 def lease(monkeypatch: pytest.MonkeyPatch) -> Lease:
     store = Lease()
     elect_on(store, monkeypatch)
-    monkeypatch.setattr(_elector, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
     return store
 
 
@@ -124,7 +122,8 @@ def _stop_during_a_reconcile(
     )
     mgr.add(ctl)
 
-    async def main(loop: VirtualTimeLoop) -> tuple[float, float]:
+    async def main() -> tuple[float, float]:
+        loop = VirtualTimeLoop.current()
         feed.push(*listing(widget("a", 0)))
         run = asyncio.create_task(mgr.run())
         for _ in range(1000):
@@ -133,12 +132,12 @@ def _stop_during_a_reconcile(
             await asyncio.sleep(0.01)
         assert work.started is not None, f"never reconciled (leader: {mgr.is_leader})"
         await asyncio.sleep(1.0)
-        asked = loop.now
+        asked = loop.time()
         mgr.shutdown()
         await run  # a graceful stop: no exception
-        return asked, loop.now
+        return asked, loop.time()
 
-    asked, returned = run_virtual(main)
+    asked, returned = run_virtual(main())
     return ctl, asked, returned
 
 

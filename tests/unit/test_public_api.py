@@ -17,6 +17,7 @@ import pytest
 
 import fastctl
 import fastctl.errors
+import fastctl.testing
 import fastctl.webhook
 from fastctl._core import SCHEDULER_DEFAULTS
 
@@ -74,7 +75,8 @@ PUBLIC: dict[str, frozenset[str]] = {
     "fastctl.testing": _names(
         """
         ETCD_VERSION K8S_VERSION Binaries BinariesNotFoundError BuildError ControlPlane
-        ControlPlaneError StartupError build_binaries ensure_binaries find_binaries
+        ControlPlaneError Deadlock Spin StartupError VirtualTimeLoop build_binaries
+        ensure_binaries find_binaries run_virtual virtual_time
         """
     ),
     "fastctl.testing.model": _names("ModelScheduler"),
@@ -472,6 +474,8 @@ def _documented_keywords(doc: str, opening: str) -> dict[str, object]:
         ("kubernetes.md", "WatchConfig(", fastctl.WatchConfig),
         ("applier.md", "`fastctl.applier(", fastctl.applier),
         ("webhooks.md", "fastctl.webhook.WebhookServer(", fastctl.webhook.WebhookServer),
+        ("contract.md", "fastctl.testing.run_virtual(", fastctl.testing.run_virtual),
+        ("contract.md", "fastctl.testing.VirtualTimeLoop(", fastctl.testing.VirtualTimeLoop),
     ],
 )
 def test_documented_signatures_match_the_code(doc: str, opening: str, target: object) -> None:

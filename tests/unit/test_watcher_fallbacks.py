@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 import itertools
 import sys
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -28,9 +27,9 @@ from fastctl.kube._watcher import (
     WatchEvent,
     watcher,
 )
+from fastctl.testing import run_virtual
 
 from .test_controller_relist import client
-from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
 
 CM = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
 Query = dict[str, Any]
@@ -139,11 +138,10 @@ def run(
     config = WatchConfig(**{k: v for k, v in options.items() if k in fields})
     options = {k: v for k, v in options.items() if k not in fields}
     monkeypatch.setattr(_watcher, "request", server.request)
-    monkeypatch.setattr(_watcher, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
     options.setdefault("backoff", Backoff(jitter=0.0))
     got: list[WatchEvent] = []
 
-    async def main(loop: VirtualTimeLoop) -> None:
+    async def main() -> None:
         gen = watcher(client(), CM, namespace="ns", config=config, **options)
         try:
             async for event in gen:
@@ -154,7 +152,7 @@ def run(
             pass
         await gen.aclose()  # type: ignore[attr-defined]
 
-    run_virtual(main)
+    run_virtual(main())
     return got
 
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -60,6 +59,7 @@ import aiohttp
 from aiohttp.http_exceptions import LineTooLong
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl._clock import monotonic
 from fastctl._options import pick
 from fastctl._redact import is_sensitive, remember
 from fastctl.errors import ApiError, WatchError, WatchStreamError
@@ -555,7 +555,7 @@ class _Watcher:
             query["resourceVersionMatch"] = "NotOlderThan"
         else:
             query["resourceVersion"] = state.rv
-        started = time.monotonic()
+        started = monotonic()
         async with await self._get(query) as resp:
             if resp.status != 200:
                 err = error_from_response(
@@ -614,7 +614,7 @@ class _Watcher:
                 yield event
         if state.needs_list:
             raise WatchStreamError("watch ended before the initial list was complete")
-        if lines == 0 and time.monotonic() - started < 1.0:
+        if lines == 0 and monotonic() - started < 1.0:
             # An empty stream that ends at once would otherwise be a busy loop; and since
             # it did not reset the backoff, a server (or proxy) that keeps doing it is
             # asked less and less often, as after any other failure.

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from fastctl._clock import monotonic
 from fastctl._tls import ServingCertificate
 from fastctl.webhook._admission import AdmissionWebhook
 from fastctl.webhook._metrics import WebhookMetrics
@@ -121,6 +121,13 @@ class WebhookServer:
             )
         log.info("serving %d webhook(s) on %s", len(self._routes), self.url)
 
+    def is_ready(self) -> tuple[bool, str]:
+        """Listening, or false with the reason: a Manager's ``/readyz`` holds until the
+        replica can answer the API server's reviews."""
+        if self._runner is None:
+            return False, "webhook server not serving"
+        return True, "webhooks served"
+
     async def stop(self) -> None:
         if self._watch is not None:
             self._watch.cancel()
@@ -145,13 +152,13 @@ class WebhookServer:
 
     async def _serve(self, request: web.Request) -> web.Response:
         path = request.path
-        started = time.perf_counter()
+        started = monotonic()
         self.metrics.in_flight.labels(path).inc()
         try:
             response = await self._answer(request, self._routes[path])
         finally:
             self.metrics.in_flight.labels(path).dec()
-        self.metrics.latency.labels(path).observe(time.perf_counter() - started)
+        self.metrics.latency.labels(path).observe(monotonic() - started)
         self.metrics.requests.labels(path, str(response.status)).inc()
         return response
 
