@@ -5,6 +5,7 @@ owner index, and the metadata-only watch's requests and checks (docs/authoring.m
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from fastctl.kube._watcher import (
 from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._triggers import RelatedTriggers
 from fastctl.runtime.controller import Controller
+from fastctl.testing import VirtualTimeLoop
 from fastctl.types import ObjectRef
 
 from .test_controller_relist import client
@@ -165,8 +167,7 @@ def test_mapped_to_may_answer_from_events_the_triggers_have_not_reached() -> Non
     from fastctl.kube._store import reflector
     from fastctl.runtime._own_writes import OwnWrites
     from fastctl.runtime._settled_events import settled
-
-    from .virtual_time import VirtualTimeLoop, run_virtual
+    from fastctl.testing import run_virtual
 
     async def main(loop: VirtualTimeLoop) -> None:
         cache = RelatedCache(CM)
@@ -213,7 +214,7 @@ def test_mapped_to_may_answer_from_events_the_triggers_have_not_reached() -> Non
         assert len(arrived) == 3 + 2 + 64 + 1  # one taken, one more read ahead
         await stream.aclose()  # type: ignore[attr-defined]
 
-    run_virtual(main)
+    run_virtual(_with_the_loop(main))
 
 
 def test_the_builder_refuses_what_it_cannot_do() -> None:
@@ -342,3 +343,8 @@ async def test_a_shared_watch_fills_the_cache_and_keeps_metadata_only_watches_ap
     other = Controller(client(), WIDGET, lambda obj, ctx: None).owns(CM, metadata_only=True)
     # the Manager shares a watch only between equal watch configs
     assert other.spec.watch_config_for(CM) != ctl.spec.watch_config_for(CM)
+
+
+async def _with_the_loop(main: Callable[[VirtualTimeLoop], Awaitable[None]]) -> None:
+    """Run `main` with the virtual loop it runs on."""
+    await main(VirtualTimeLoop.current())

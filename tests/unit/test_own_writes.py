@@ -25,10 +25,10 @@ from fastctl.kube._objects import patch
 from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._watcher import EventKind, WatchEvent
 from fastctl.kube._writes import observed_write
-from fastctl.runtime.controller import Controller
 from fastctl.runtime._filters import EventFilter
 from fastctl.runtime._own_writes import NOTE_TTL, OwnWrites
 from fastctl.runtime._settled_events import settled
+from fastctl.runtime.controller import Controller
 
 from .test_controller_relist import (
     CHILD,
