@@ -483,7 +483,7 @@ def test_fastctl_crd_of_an_operator_prints_what_the_manifests_ship(
     """One declaration: ``fastctl crd module:attr`` reads the operator as ``fastctl
     manifests`` does, so the CRDs are the same (the manifests add only the conversion
     stanza of a converter's CRD, which this operator has none of)."""
-    import yaml  # untyped: mypy reports it once per file, at the import above
+    import yaml
 
     from fastctl.cli import main
 

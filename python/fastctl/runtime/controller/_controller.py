@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike
+from fastctl._clock import monotonic
 from fastctl._options import pick
 from fastctl._reasons import ReasonLog
 from fastctl.kube._events import Recorder
@@ -297,7 +298,7 @@ class Controller:
 
     def scheduler_stats(self) -> SchedulerStats:
         """The scheduler's counters and histograms (for metrics)."""
-        return self.scheduler.stats()
+        return self.scheduler.stats(now=monotonic())
 
     # -- looking into the queue (docs/inspect.md) -------------------------------------------
 
@@ -324,7 +325,7 @@ class Controller:
                 f"controller {self.name}: its scheduler ({type(self.scheduler).__name__}) "
                 "cannot be inspected"
             )
-        record = look(ref.key)
+        record = look(ref.key, now=monotonic())
         return inspect_key(
             self.name,
             ref,
@@ -344,7 +345,7 @@ class Controller:
                 f"controller {self.name}: its scheduler ({type(self.scheduler).__name__}) "
                 "has no queue summary"
             )
-        return summarize(self.name, summary(), self.store)
+        return summarize(self.name, summary(now=monotonic()), self.store)
 
     @property
     def resources(self) -> list[Resource]:
