@@ -8,6 +8,7 @@ signals are real, sent to this process; what is checked is what happened, not wh
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 from typing import Any
@@ -59,12 +60,16 @@ async def _running_one_of_two(
 
 @pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGINT])
 async def test_the_first_signal_drains(
-    monkeypatch: pytest.MonkeyPatch, first: signal.Signals
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, first: signal.Signals
 ) -> None:
+    caplog.set_level(logging.INFO, "fastctl.signals")
     work, task = await _running_one_of_two(monkeypatch)
     os.kill(os.getpid(), first)
     for _ in range(200):
         await asyncio.sleep(0)
+    assert [r.getMessage() for r in caplog.records if r.name == "fastctl.signals"] == [
+        f"controller widgets: {first.name}: stopping gracefully; again to cancel at once"
+    ]
     assert not task.done(), "a graceful stop waits for the running reconcile"
     assert work.cancelled == []
     work.release.set()
