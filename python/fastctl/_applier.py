@@ -5,8 +5,10 @@ as they arrive (the scheduler de-duplicates them at once, so memory is bounded b
 of distinct objects, never by the number of triggers). The driver pops ready keys up to the
 free slots, starts one task per reconcile, and when a task ends calls ``done`` with the
 requeue or the failure. It sleeps on a single future that is woken by a new trigger, a
-finished reconcile, or a timer armed for the scheduler's next ready time: no polling, no
-busy loop, and O(1) work per wake-up however many reconciles are running.
+finished reconcile, a timer armed for the scheduler's next ready time, or the scheduler
+itself when a group's cap changes (``set_group_concurrency``, which may release held
+keys): no polling, no busy loop, and O(1) work per wake-up however many reconciles are
+running.
 
 How the rules are kept:
 
@@ -32,6 +34,7 @@ import contextlib
 import inspect
 import logging
 import math
+import threading
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import Executor
@@ -213,6 +216,7 @@ class _Driver:
         )
         self.loop: asyncio.AbstractEventLoop  # set when the iteration starts
         self.now: Callable[[], float] = monotonic  # `loop_clock(loop)` once it runs
+        self.thread = 0  # the loop's thread, set then too
         self.running: dict[str, asyncio.Task[None]] = {}
         self.completed: deque[ReconcileResult] = deque()
         self.orphans: set[str] = set()  # cancelled while their thread runs on
@@ -238,6 +242,14 @@ class _Driver:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def wake_from_any_thread(self) -> None:
+        """`wake`, from whatever thread calls (a scheduler's waker may run in another)."""
+        if threading.get_ident() == self.thread:
+            self.wake()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to wake
+            self.loop.call_soon_threadsafe(self.wake)
 
     def _on_timer(self) -> None:
         self.timer = None
@@ -529,12 +541,13 @@ class _Driver:
     async def results(self) -> AsyncIterator[ReconcileResult]:
         self.loop = asyncio.get_running_loop()
         self.now = loop_clock(self.loop)
+        self.thread = threading.get_ident()
         self.ingest_task = self.loop.create_task(self.ingest(), name="fastctl-applier-ingest")
         if not self.store_ready:
             self.ready_task = self.loop.create_task(
                 self.await_store(), name="fastctl-applier-ready"
             )
-        _PEERS.setdefault(id(self.scheduler), []).append(self)
+        _join(self)
         try:
             while True:
                 if self.fatal is not None:
@@ -565,10 +578,7 @@ class _Driver:
                 if task is not None and not task.done():
                     task.cancel()
             await self.cancel_running()
-            peers = _PEERS[id(self.scheduler)]
-            peers.remove(self)
-            if not peers:
-                del _PEERS[id(self.scheduler)]
+            _leave(self)
 
     def _has_free_slot(self) -> bool:
         return not self.concurrency or len(self.running) < self.concurrency
@@ -603,6 +613,42 @@ def _uncancel() -> None:
 _PEERS: dict[int, list[_Driver]] = {}
 """The appliers running on each scheduler (by ``id``): a key released by one, or by a
 thread that outlived its applier, may be what another one waits for."""
+
+
+def _join(driver: _Driver) -> None:
+    """Count `driver` among its scheduler's appliers; the first one sets the scheduler's
+    waker (a scheduler without ``_set_waker``, a user's own, has none)."""
+    sid = id(driver.scheduler)
+    peers = _PEERS.setdefault(sid, [])
+    if not peers:
+        set_waker = getattr(driver.scheduler, "_set_waker", None)
+        if set_waker is not None:
+            set_waker(_waker(sid))
+    peers.append(driver)
+
+
+def _leave(driver: _Driver) -> None:
+    sid = id(driver.scheduler)
+    peers = _PEERS[sid]
+    peers.remove(driver)
+    if not peers:
+        del _PEERS[sid]
+        set_waker = getattr(driver.scheduler, "_set_waker", None)
+        if set_waker is not None:
+            set_waker(None)
+
+
+def _waker(sid: int) -> Callable[[], None]:
+    """What the scheduler calls when a cap changes: wake every applier running on it. By
+    the scheduler's ``id``, not the scheduler: it keeps the waker, and a reference back
+    would be a cycle the garbage collector cannot see."""
+
+    def wake() -> None:
+        for driver in list(_PEERS.get(sid, ())):
+            driver.wake_from_any_thread()
+
+    return wake
+
 
 _AWAIT = Action.await_change()
 _BACKOFF = Action(None)

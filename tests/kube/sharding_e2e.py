@@ -117,6 +117,11 @@ class Cluster:
     directory: Path
     slots: int = 256
     work: float = 0.1
+    lease: tuple[float, float, float] = (3.0, 2.0, 0.3)
+    """The member Leases' duration, renew deadline and retry period, in seconds."""
+    operator: str = OPERATOR
+    """What the replicas run: the recording ConfigMap operator, or another one that records
+    its reconciles the same way (the demo's ``fastctl.demo.widgets:make_controller``)."""
     replicas: dict[str, Replica] = field(default_factory=dict)
     writes: int = 0
 
@@ -129,7 +134,7 @@ class Cluster:
             "-m",
             "fastctl.cli",
             "run",
-            OPERATOR,
+            self.operator,
             "--kubeconfig",
             str(self.cp.kubeconfig),
             "--namespace",
@@ -143,18 +148,23 @@ class Cluster:
             "--lease-namespace",
             self.namespace,
             "--lease-duration",
-            "3",
+            str(self.lease[0]),
             "--renew-deadline",
-            "2",
+            str(self.lease[1]),
             "--retry-period",
-            "0.3",
+            str(self.lease[2]),
             "--metrics-port",
             str(port),
             "--metrics-insecure",
             "--probe-port",
             str(probe_port),
         ]
-        env = {**os.environ, "RECORD_FILE": str(record), "RECONCILE_SECONDS": str(self.work)}
+        env = {
+            **os.environ,
+            "RECORD_FILE": str(record),
+            "FASTCTL_DEMO_RECORD": str(record),  # the demo operator's name for it
+            "RECONCILE_SECONDS": str(self.work),
+        }
         proc = subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
         replica = Replica(name, proc, record, log, port, probe_port)
         self.replicas[name] = replica

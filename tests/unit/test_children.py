@@ -4,6 +4,8 @@ owner index, and the metadata-only watch's requests and checks (docs/authoring.m
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from fastctl.kube._watcher import (
 from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._triggers import RelatedTriggers
 from fastctl.runtime.controller import Controller
+from fastctl.testing import VirtualTimeLoop
 from fastctl.types import ObjectRef
 
 from .test_controller_relist import client
@@ -151,6 +154,69 @@ def test_mapped_to_reads_the_mapper_memory_and_the_store() -> None:
     assert cache.mapped_to(ref("b")) == []
 
 
+def test_mapped_to_may_answer_from_events_the_triggers_have_not_reached() -> None:
+    """docs/authoring.md, "Cached children": with ``ignore_own_writes`` the cache is fed as
+    events arrive and the triggers after the settling stage, which reads up to 64 events
+    ahead and holds one more while it waits to hand it over. `mapped_to` takes *which*
+    objects map to a target from the triggers' memory and *their state* from the cache:
+    an object moved away shows under its old target in its new state, one that now maps
+    to the target is missing, and each difference is an event on its way that triggers
+    the target when it arrives. The pipeline is the controller's (`_watch_related`)."""
+    from collections.abc import AsyncIterator
+
+    from fastctl.kube._store import reflector
+    from fastctl.runtime._own_writes import OwnWrites
+    from fastctl.runtime._settled_events import settled
+    from fastctl.testing import run_virtual
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        cache = RelatedCache(CM)
+        related = RelatedTriggers(mapper, "watched", controller="c", kind="K", index=True)
+        cache._bind(related)
+        arrived: list[WatchEvent] = []
+        queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+
+        async def watch() -> AsyncIterator[WatchEvent]:
+            while True:
+                event = await queue.get()
+                arrived.append(event)
+                yield event
+
+        stream = settled(OwnWrites([CM]), CM, reflector(cache.store, watch()))
+
+        async def through(count: int) -> list[str]:
+            """`count` events through the triggers; the targets they triggered."""
+            triggered: list[str] = []
+            for _ in range(count):
+                triggered += names(related.on_event(await anext(stream)))
+            await asyncio.sleep(1)  # virtual: everything else runs until it waits
+            return triggered
+
+        queue.put_nowait(INIT)
+        queue.put_nowait(WatchEvent(EventKind.INIT_APPLY, pointer("x", "w1")))
+        queue.put_nowait(DONE)
+        assert await through(3) == ["w1"]
+        assert cache.mapped_to(ref("w1")) == [pointer("x", "w1")]
+        queue.put_nowait(WatchEvent(EventKind.APPLY, pointer("x", "w2")))  # moved to w2
+        queue.put_nowait(WatchEvent(EventKind.APPLY, pointer("y", "w1")))  # new, to w1
+        for i in range(200):
+            queue.put_nowait(WatchEvent(EventKind.APPLY, pointer(f"f{i}")))
+        await asyncio.sleep(1)
+        assert len(arrived) == 3 + 64 + 1, "the cache runs 65 events ahead, no more"
+        assert len(cache.store) == 2 + 63
+        # x in its new state under its old target; y, which maps to w1, not yet.
+        assert cache.mapped_to(ref("w1")) == [pointer("x", "w2")]
+        assert cache.mapped_to(ref("w2")) == []
+        # The events on their way trigger both of x's targets, then y's.
+        assert await through(2) == ["w1", "w2", "w1"]
+        assert cache.mapped_to(ref("w1")) == [pointer("y", "w1")]
+        assert cache.mapped_to(ref("w2")) == [pointer("x", "w2")]
+        assert len(arrived) == 3 + 2 + 64 + 1  # one taken, one more read ahead
+        await stream.aclose()  # type: ignore[attr-defined]
+
+    run_virtual(_with_the_loop(main))
+
+
 def test_the_builder_refuses_what_it_cannot_do() -> None:
     ctl = Controller(client(), WIDGET, lambda obj, ctx: None)
     ctl.owns(CM, cache=True, metadata_only=True)
@@ -277,3 +343,8 @@ async def test_a_shared_watch_fills_the_cache_and_keeps_metadata_only_watches_ap
     other = Controller(client(), WIDGET, lambda obj, ctx: None).owns(CM, metadata_only=True)
     # the Manager shares a watch only between equal watch configs
     assert other.spec.watch_config_for(CM) != ctl.spec.watch_config_for(CM)
+
+
+async def _with_the_loop(main: Callable[[VirtualTimeLoop], Awaitable[None]]) -> None:
+    """Run `main` with the virtual loop it runs on."""
+    await main(VirtualTimeLoop.current())

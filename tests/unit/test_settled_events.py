@@ -52,16 +52,21 @@ def seen(event: WatchEvent) -> str:
 
 
 class HangingWrite:
-    """A write of ours whose answer comes only when the test sets `answered`."""
+    """A write of ours whose answer comes only when the test sets `answered`: a change of
+    the version the controller knows (HTTP 200), or with `status` 201 a create."""
 
-    def __init__(self) -> None:
+    def __init__(self, status: int = 200) -> None:
         self.answered, self.writing = asyncio.Event(), asyncio.Event()
+        self.status = status
 
     async def __call__(self, resource: ResolvedResource, name: str, answer: dict[str, Any]) -> None:
-        with observed_write(resource, NS, name) as seen:
+        async def send(version: str | None) -> tuple[int, Any]:
             self.writing.set()
             await self.answered.wait()
-            seen(answer)
+            return self.status, answer
+
+        with observed_write(resource, NS, name, conditional=True) as write:
+            await write.send(send)
 
     async def start(self, own: OwnWrites, name: str) -> asyncio.Task[None]:
         """Widget `name`'s write, reported to `own` as a reconcile's, under way."""
@@ -174,7 +179,7 @@ async def test_a_controller_reconciles_others_while_one_objects_write_hangs(
 async def test_a_hanging_write_of_a_child_holds_back_only_that_childs_events(
     sources: Sources,
 ) -> None:
-    hanging = HangingWrite()
+    hanging = HangingWrite(201)  # a's reconcile creates its child
     calls: list[str] = []
 
     async def reconcile(obj: dict[str, Any], ctx: Any) -> None:

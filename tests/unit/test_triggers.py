@@ -3,6 +3,7 @@ triggers nothing until it is complete, and a relation's relist reports what vani
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -86,6 +87,52 @@ def test_a_live_move_triggers_the_old_and_the_new_target_and_a_delete_both_too()
     # a DELETE whose object no longer maps (e.g. its owner reference was removed first)
     assert feed(related, WatchEvent(EventKind.DELETE, obj("x", None))) == [("w2", 0)]
     assert len(related) == 0
+
+
+def test_a_move_across_a_relist_triggers_the_old_and_the_new_target() -> None:
+    """An object moved to another primary while the watch was down (its change compacted
+    away, then a 410 and a relist): the primary that lost it is reconciled as well as the
+    one that gained it, as a live move would do, and both as changes (live priority)."""
+    related = RelatedTriggers(to_target, "child", controller="c", kind="K")
+    feed(related, INIT, apply("x", "w1"), apply("y", "w3"), apply("z", "w5"), DONE)
+    low = INITIAL_LIST_PRIORITY
+    relist = [INIT, apply("x", "w2"), apply("y", "w3"), apply("z", "w5"), DONE]
+    assert feed(related, *relist) == [("w1", 0), ("w2", 0), ("w3", low), ("w5", low)]
+    # the memory follows the move: the next live change of x triggers w2 only
+    assert feed(related, WatchEvent(EventKind.APPLY, obj("x", "w2"))) == [("w2", 0)]
+
+
+def test_a_fan_out_that_changed_across_a_relist_triggers_every_target_it_gained_or_lost() -> None:
+    def to_targets(o: dict[str, Any]) -> list[ObjectRef]:
+        return [ObjectRef(name, "ns") for name in o["target"].split(",")]
+
+    related = RelatedTriggers(to_targets, "child", controller="c", kind="K", index=True)
+    feed(related, INIT, apply("x", "a,b"), DONE)
+    relist = [INIT, apply("x", "b,c"), DONE]
+    assert feed(related, *relist) == [("a", 0), ("b", INITIAL_LIST_PRIORITY), ("c", 0)]
+    assert related.sources_of(ObjectRef("a", "ns")) == ()
+    assert related.sources_of(ObjectRef("c", "ns")) == (ObjectRef("x", "ns"),)
+
+
+def test_a_move_the_filter_holds_back_across_a_relist_triggers_nothing_as_live() -> None:
+    """The event filter said the change needs no reconcile: a relist does what the live
+    event would have done (nothing), though the memory follows the move."""
+    from fastctl.runtime._filters import EventFilter
+
+    held_back = {"x"}
+
+    def predicate(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        return new["metadata"]["name"] not in held_back
+
+    event_filter = EventFilter(predicate, controller="c", kind="K")
+    related = RelatedTriggers(
+        to_target, "child", controller="c", kind="K", event_filter=event_filter
+    )
+    held_back.clear()
+    feed(related, INIT, apply("x", "w1"), DONE)
+    held_back.add("x")
+    assert feed(related, INIT, apply("x", "w2"), DONE) == []
+    assert feed(related, WatchEvent(EventKind.DELETE, obj("x", None))) == [("w2", 0)]
 
 
 def test_a_failing_mapper_or_a_wrong_value_is_logged_and_skipped(

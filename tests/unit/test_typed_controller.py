@@ -151,11 +151,11 @@ async def test_apply_status_sends_the_set_fields_of_a_status_model_by_alias(
 ) -> None:
     sent: list[tuple[str, bytes]] = []
 
-    async def request_json(client: Any, method: str, path: str, **kw: Any) -> Any:
+    async def request_json_status(client: Any, method: str, path: str, **kw: Any) -> Any:
         sent.append((path, kw["body"]))
-        return {}
+        return 200, {}
 
-    monkeypatch.setattr(_objects, "request_json", request_json)
+    monkeypatch.setattr(_objects, "request_json_status", request_json_status)
     obj = Gizmo.model_validate(gizmo("a", 2))
     # ready_replicas left unset; message set to None, its default: "no value", left out too
     status = Status(observed_generation=4, message=None)

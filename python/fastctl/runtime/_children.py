@@ -79,7 +79,13 @@ class RelatedCache:
 
     def mapped_to(self, target: ObjectRef | Mapping[str, Any]) -> list[Obj]:
         """The cached objects the `watches` mapper last mapped to `target` (a primary
-        object or its `ObjectRef`); for `owns`, the controlled children of that name."""
+        object or its `ObjectRef`); for `owns`, the controlled children of that name.
+
+        Which objects: the triggers' memory; their state: the cache, which may be ahead of
+        the triggers (up to 65 events with ``ignore_own_writes``, more behind a shared
+        watch's buffer): an object moved away may show in its new state, one moved here
+        may be missing, and the event on its way triggers `target` (docs/authoring.md,
+        "Cached children")."""
         if self._index is None:
             raise RuntimeError(f"the cache of {self.resource} is not running yet")
         ref = target if isinstance(target, ObjectRef) else ObjectRef.from_object(target)

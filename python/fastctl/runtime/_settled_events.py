@@ -13,7 +13,8 @@ a watch shared by a Manager, the other controllers' too.
 object's events in their order; every other event passes at once. The markers that frame
 a (re)list (``INIT``, ``INIT_DONE``, no object) wait for every held event before them, so
 a listed object stays inside its list (a filter or store that reads the list as a whole
-sees all of it before ``INIT_DONE``).
+sees all of it before ``INIT_DONE``). Each event but a delete also tells the registry the
+object's latest version, which our next write to it carries as its precondition.
 
 Events are read ahead of the consumer (up to `_BUFFER`, plus the held ones), so a store
 that a reflector feeds before this point may be that far ahead of the triggers: a reconcile
@@ -29,7 +30,7 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import WatchEvent
+from fastctl.kube._watcher import EventKind, WatchEvent
 from fastctl.runtime._own_writes import OwnWrites
 
 __all__ = ["settled"]
@@ -64,6 +65,8 @@ class _Holding:
             await self.drain()
             await self._out.put(event)
             return
+        if event.kind is not EventKind.DELETE:
+            self._own.saw(self._resource, obj)  # the version our next write builds on
         meta = obj.get("metadata") or {}
         name = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         queue = self._held.get(name)

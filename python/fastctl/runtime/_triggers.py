@@ -18,9 +18,13 @@ triggers nothing until it is complete:
   does: a related object that vanished meanwhile (a child deleted while the watch was down,
   whose ``DELETED`` event was compacted away) re-triggers the primaries it mapped to, so an
   owner recreates its child. A change that moves an object from one primary to another
-  triggers both. The map costs a ref per target: a mapper that fans one object out to many
-  primaries costs as many. With a shared watch the reflector also sends a ``DELETE`` for
-  each vanished object; its triggers repeat the diff's, and the scheduler merges them.
+  triggers both, live or across a relist: the primaries a known object was moved to or
+  taken from while the watch was down are triggered as changes (live priority), the
+  others that a listed object maps to (an object new to the memory included) as a list
+  (`INITIAL_LIST_PRIORITY`). The map costs a ref per target: a mapper that fans one
+  object out to many primaries costs as many. With a shared watch the reflector also
+  sends a ``DELETE`` for each vanished object; its triggers repeat the diff's, and the
+  scheduler merges them.
   This memory is also what makes a removed reference count: an update that drops a target
   triggers the old target as well as the new ones, and a delete triggers the last targets,
   even when the deleted object's final state no longer names them.
@@ -179,19 +183,31 @@ class RelatedTriggers:
             for ref, targets in new.items():
                 for target in targets:
                     self._sources.setdefault(target, set()).add(ref)
-        vanished: dict[ObjectRef, None] = {}
-        for ref, targets in old.items():
-            if ref not in new:
-                vanished.update(dict.fromkeys(targets))
-        listed: dict[ObjectRef, None] = {}
+        # Changes, at live priority: a vanished related object (a child to recreate), and
+        # the primaries a listed one was added to or taken from while the watch was down
+        # (a move: both sides, as a live update triggers both, unless the filter holds the
+        # change back, as it would have held back the live update).
+        changed: dict[ObjectRef, None] = {}
         held, self._held = self._held, set()
+        for ref, targets in old.items():
+            now = new.get(ref)
+            if now is None:
+                changed.update(dict.fromkeys(targets))
+            elif now != targets and ref not in held:
+                changed.update(dict.fromkeys(t for t in targets if t not in now))
+        listed: dict[ObjectRef, None] = {}
         for ref, targets in new.items():
-            if ref not in held:
-                listed.update(dict.fromkeys(targets))
-        # A vanished related object is a change (a child to recreate): live priority.
+            if ref in held:
+                continue
+            before = old.get(ref)
+            for target in targets:
+                if before is None or target in before:
+                    listed[target] = None  # unchanged, or an object new to this memory
+                else:
+                    changed[target] = None
         return [
-            *self._triggers(vanished, 0),
-            *self._triggers((r for r in listed if r not in vanished), INITIAL_LIST_PRIORITY),
+            *self._triggers(changed, 0),
+            *self._triggers((r for r in listed if r not in changed), INITIAL_LIST_PRIORITY),
         ]
 
     def _triggers(

@@ -78,6 +78,7 @@ class ShardMember:
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
+        self._cut: asyncio.TimerHandle | None = None  # a leave's drain, cut at the tenure's end
         self._drains: set[asyncio.Task[None]] = set()
         self._last_error = ""
         self._last_serving: frozenset[int] = frozenset()
@@ -295,11 +296,15 @@ class ShardMember:
         self._notify()
 
     def _abandon(self) -> frozenset[int]:
-        """Forget every slot and the tenure, as after a crash; the slots that were live."""
+        """Forget every slot and the tenure, as after a crash; the slots that were live.
+
+        A tenure already over whose timer has not run yet (a busy loop) is ended first, as
+        the timer would have: its reconciles are cancelled, not forgotten."""
         rules = self._rules
-        live = (
-            frozenset(rules.serving | rules.draining) if rules.valid(self._now()) else frozenset()
-        )
+        expired = rules.check(self._now())
+        if expired:
+            self._stopped(frozenset(expired), "renewals failed for the renew deadline")
+        live = frozenset(rules.serving | rules.draining)  # empty unless the tenure holds
         rules.serving.clear()
         rules.claiming.clear()
         rules.draining.clear()
@@ -321,16 +326,31 @@ class ShardMember:
         """Leave the group on purpose: stop serving everything, wait for the drainer, then
         publish no slot (and no holder) so the others take over at once instead of waiting
         for the Lease to expire. True if that last write succeeded within `timeout`
-        (default: `renew_deadline`)."""
+        (default: `renew_deadline`).
+
+        The drain lets the running reconciles finish only while the tenure lasts: renewals
+        stop here, and at the tenure's end (which may come first when renewals were already
+        failing) the reconciles still running are cancelled, as at any tenure's end, even
+        if this call has given up waiting."""
         self._stop.set()
+        tenure_end = self._rules.deadline
         everything = self._abandon()
         if everything:
             self.handovers.stopped(everything, self._now())
             self._notify()
+            # The drain is graceful only while the tenure lasts: once it ends, the others
+            # may count the Lease as expired and take the slots, so whatever still runs is
+            # cancelled then, whether this leave still waits or has given up.
+            self._cut = asyncio.get_running_loop().call_at(
+                tenure_end, self._tenure_ended_leaving, everything
+            )
         budget = self.config.renew_deadline if timeout is None else timeout
         try:
             async with asyncio.timeout(budget):
                 await self._drainer(everything, False)
+                if self._cut is not None:  # drained: nothing left for the tenure's end
+                    self._cut.cancel()
+                    self._cut = None
                 body = member_lease(self.config.lease_name, self.config.group, "", 1, frozenset())
                 self._lease = await self._leases.write(self._lease, body)
             self.handovers.published(frozenset(), self._now())
@@ -338,6 +358,17 @@ class ShardMember:
             log.warning("shard group %s: could not leave cleanly: %s", self.config.group, exc)
             return False
         return True
+
+    def _tenure_ended_leaving(self, slots: frozenset[int]) -> None:
+        """The tenure ended while a leave still drained `slots`: cancel what still runs."""
+        self._cut = None
+        log.warning(
+            "shard group %s: the tenure ended while leaving: cancelling the reconciles of "
+            "%d slots that still run",
+            self.config.group,
+            len(slots),
+        )
+        self._start_drain(slots, urgent=True)
 
 
 def _version(lease: Mapping[str, Any]) -> object:

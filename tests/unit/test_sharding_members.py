@@ -1,0 +1,207 @@
+"""Real `ShardMember` loops with real `ShardGate`s, on a virtual clock against the in-memory
+Lease store of the protocol tests: what the gate admits while the member drains, and what a
+leave does to the reconciles still running when the tenure runs out.
+
+The protocol tests model a member's reconciles by its drainer alone, and the runtime tests
+give the gate a fake member with no drains; here the two real halves meet, and the rule is
+checked at every turn of the loop on the reconciles themselves: **no slot has a running
+reconcile on one member while another serves it** (or runs one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import pytest
+
+from fastctl.runtime.sharding import assign
+from fastctl.runtime.sharding._gate import ShardGate
+from fastctl.runtime.sharding._member import ShardMember
+from fastctl.testing import VirtualTimeLoop, run_virtual
+
+from .test_sharding_protocol import SLOTS, LeaseStore, Link, config
+
+
+class Node:
+    """One replica: its member, its gate (the member's drainer), its link to the store."""
+
+    def __init__(self, name: str, store: LeaseStore) -> None:
+        self.link = Link(store, random.Random(name))
+        self.link.lossy = False
+        self.member = ShardMember(self.link, config(name), drainer=self._drain)
+        self.gate = ShardGate(self.member, "uid", SLOTS)
+        self.gate.bind(asyncio.get_running_loop())
+        self.task = asyncio.get_running_loop().create_task(self.member.run())
+
+    async def _drain(self, slots: frozenset[int], urgent: bool) -> None:
+        await self.gate.drain(slots, urgent)
+
+    def active(self, slot: int) -> bool:
+        """Serving `slot`, or still running a reconcile of it."""
+        return self.member.serves(slot) or self.gate.running(frozenset({slot})) > 0
+
+    def start(self, obj: dict[str, Any], reconcile: Callable[..., Any]) -> asyncio.Task[Any]:
+        tracked = cast(Callable[..., Any], self.gate.track(reconcile))
+        return asyncio.get_running_loop().create_task(tracked(obj, None))
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+class Group:
+    """The nodes of one group, checked at every turn of the loop."""
+
+    def __init__(self, loop: VirtualTimeLoop) -> None:
+        self.loop = loop
+        self.store = LeaseStore()
+        self.nodes: list[Node] = []
+        self.violations: list[str] = []
+        loop.on_step.append(self.check)
+
+    def join(self, name: str) -> Node:
+        node = Node(name, self.store)
+        self.nodes.append(node)
+        return node
+
+    def check(self) -> None:
+        for slot in range(SLOTS):
+            active = [n.member.identity for n in self.nodes if n.active(slot)]
+            if len(active) > 1:
+                self.violations.append(f"t={self.loop.time():.3f}: slot {slot} on {active}")
+
+    async def stop(self) -> None:
+        for node in self.nodes:
+            await node.stop()
+        await asyncio.sleep(1)  # the urgent drains of the loops' ends
+
+
+def obj_in(gate: ShardGate, slot: int, name: str) -> dict[str, Any]:
+    """An object whose uid falls in `slot`."""
+    for i in range(10_000):
+        uid = f"{name}-{i}"
+        if gate.slot_of(uid) == slot:
+            return {"metadata": {"name": name, "namespace": "ns", "uid": uid}}
+    raise AssertionError("no uid found")
+
+
+async def until_changed(member: ShardMember, done: Callable[[], bool]) -> None:
+    """Wait for `done()`, checked at each change of `member`'s slots, for at most a minute
+    of the virtual clock (a broken rule may leave the slots as they are for good)."""
+    async with asyncio.timeout(60):
+        while not done():
+            await member.wait_change(member.version)
+
+
+def test_the_gate_refuses_a_slot_while_the_member_drains_it() -> None:
+    """A join moves a slot away while a reconcile of it runs: the member drains the slot
+    gracefully, and in that time the gate starts no reconcile of it (the running one goes
+    on to its end); the joiner serves the slot only after the drain."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        first = group.join("m0")
+        await asyncio.sleep(10)
+        assert first.member.serving == set(range(SLOTS))
+        moving = min(assign(["m0", "m1"], SLOTS)["m1"])
+        release = asyncio.Event()
+        ran: list[str] = []
+
+        async def reconcile(obj: dict[str, Any], ctx: Any) -> str:
+            ran.append(obj["metadata"]["name"])
+            await release.wait()
+            return "done"
+
+        running = first.start(obj_in(first.gate, moving, "long"), reconcile)
+        await asyncio.sleep(0)
+        assert ran == ["long"]
+        second = group.join("m1")
+        await until_changed(first.member, lambda: moving not in first.member.serving)
+        # The slot left `serving` and drains: its reconcile runs on, and none may start.
+        assert first.gate.running(frozenset({moving})) == 1
+        later = obj_in(first.gate, moving, "later")
+        assert not first.gate.admits(later)
+        assert await first.start(later, reconcile) is None
+        assert ran == ["long"], "the gate started a reconcile of a slot being drained"
+        await asyncio.sleep(20)  # rounds go by: still drained, never taken over
+        assert moving not in second.member.serving
+        assert not first.member.serves(moving)
+        release.set()
+        assert await running == "done"
+        await until_changed(second.member, lambda: moving in second.member.serving)
+        await group.stop()
+        assert group.violations == []
+
+    run_virtual(_with_the_loop(main))
+
+
+async def two_members(loop: VirtualTimeLoop) -> tuple[Group, Node, Node]:
+    group = Group(loop)
+    first, second = group.join("m0"), group.join("m1")
+    await asyncio.sleep(20)
+    assert first.member.serving | second.member.serving == set(range(SLOTS))
+    return group, first, second
+
+
+async def forever(obj: dict[str, Any], ctx: Any) -> None:
+    await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("timeout", [None, 1.0], ids=["default-timeout", "short-timeout"])
+def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(timeout: float | None) -> None:
+    """Renewals already fail (the member is cut off) when `leave()` starts, half a second
+    before the tenure ends: its graceful drain must not keep the reconcile running past the
+    tenure, since the other member takes the slot over once the Lease expires. With a
+    `timeout` shorter than the time left, leave() gives up first, and the tenure's end
+    still cancels the reconcile."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, leaving, other = await two_members(loop)
+        slot = min(leaving.member.serving)
+        running = leaving.start(obj_in(leaving.gate, slot, "long"), forever)
+        await asyncio.sleep(0)
+        assert leaving.gate.running() == 1
+        leaving.link.cut_until = loop.time() + 120
+        await asyncio.sleep(0.2)  # requests already in flight wait for the cut to heal
+        tenure_end = leaving.member._rules.deadline
+        assert tenure_end > loop.time() + 1
+        await asyncio.sleep(tenure_end - 0.5 - loop.time())
+        assert leaving.member.serves(slot)
+        assert await leaving.member.leave(timeout=timeout) is False  # cut off: not written
+        await until_changed(other.member, lambda: slot in other.member.serving)
+        assert group.violations == []
+        assert running.cancelled()
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_leave_after_the_tenure_ran_out_cancels_what_still_runs() -> None:
+    """The tenure's end is a timer; a leave that runs after the deadline but before that
+    timer (a busy loop) must still cancel the running reconciles, not forget them."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, leaving, other = await two_members(loop)
+        slot = min(leaving.member.serving)
+        running = leaving.start(obj_in(leaving.gate, slot, "long"), forever)
+        await asyncio.sleep(0)
+        leaving.link.cut_until = loop.time() + 120
+        await asyncio.sleep(0.2)
+        leaving.member._rules.deadline = loop.time()  # over now; the timer has not run yet
+        await leaving.member.leave()
+        await until_changed(other.member, lambda: slot in other.member.serving)
+        assert group.violations == []
+        assert running.cancelled()
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+async def _with_the_loop(main: Callable[[VirtualTimeLoop], Awaitable[None]]) -> None:
+    """Run `main` with the virtual loop it runs on."""
+    await main(VirtualTimeLoop.current())
