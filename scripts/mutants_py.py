@@ -133,6 +133,9 @@ TARGETS: dict[str, Target] = {
             "python/fastctl/runtime/manager/_collectors.py",
         ),
         (
+            "tests/unit/test_manager_options.py",
+            "tests/unit/test_manager_servers.py",
+            "tests/unit/test_manager_lifecycle.py",
             "tests/unit/test_manager_drain.py",
             "tests/unit/test_manager_mixed.py",
             "tests/unit/test_manager_scrape.py",
