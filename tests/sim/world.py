@@ -43,6 +43,7 @@ from fastctl.types import ReconcileResult
 
 from .apiserver import NAMESPACE, ApiServer, ServerConfig
 from .record import Record, Run
+from .tls import rest_module, ssl_once
 
 WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
 CHILD = Resource("example.com/v1", "Child", plural="children", namespaced=True)
@@ -382,6 +383,7 @@ def _wired(server: ApiServer, record: Record) -> Iterator[None]:
         (watcher_module, "request", server.request),
         (lease_api_module, "request_json", server.request_json),
         (manager_module, "LeaderElector", _recording_elector(record)),
+        (rest_module, "ssl", ssl_once()),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
     for module, name, value in patches:
@@ -456,8 +458,8 @@ async def _simulate(schedule: Schedule, record: Record) -> None:
     server = ApiServer(record, schedule.server)
     for i in range(schedule.objects):
         server.put("widgets", name_of(i))
-    client = ApiClient(Configuration(host="http://sim.invalid"))
     with _wired(server, record):
+        client = ApiClient(Configuration(host="http://sim.invalid"))
         names = ["a", "b"][: schedule.controllers]
         bursts = {n: asyncio.Queue[None]() for n in names}
         pools = {n: SimExecutor() for n in names}

@@ -190,6 +190,7 @@ class Controller:
         `metadata_only` watches ``PartialObjectMetadata``: the cache (and the triggers)
         see only each object's metadata, a fraction of the memory and of the bytes.
         `event_filter` decides which changes of those objects trigger."""
+        self._check_related(resource)
         predicate = check_predicate(event_filter, "owns")
         rel = Relation(resource, None, f"owned {resource.kind} changed", event_filter=predicate)
         self._add(rel, cache, metadata_only)
@@ -210,6 +211,7 @@ class Controller:
         `metadata_only` as for `owns`; the cache's ``mapped_to(obj)`` gives the objects
         the mapper last mapped to a primary object. `event_filter` decides which changes
         of those objects trigger."""
+        self._check_related(resource)
         if not callable(mapper):
             raise TypeError(f"mapper must be callable, got {type(mapper).__name__}")
         predicate = check_predicate(event_filter, "watches")
@@ -217,11 +219,14 @@ class Controller:
         self._add(rel, cache, metadata_only)
         return self
 
-    def _add(self, rel: Relation, cache: bool, metadata_only: bool) -> None:
+    def _check_related(self, resource: object) -> None:
+        """Before anything reads `resource`: a clear error for what is not one."""
         self._check_not_running()
-        resource = rel.resource
         if not isinstance(resource, Resource):
             raise TypeError(f"resource must be a fastctl.Resource, got {type(resource).__name__}")
+
+    def _add(self, rel: Relation, cache: bool, metadata_only: bool) -> None:
+        resource = rel.resource
         if metadata_only and resource == self.resource:
             raise ValueError(
                 f"{resource} is the primary resource, watched with full objects: "
