@@ -27,6 +27,10 @@ use crate::scheduler::{
 #[pyclass(frozen, name = "Scheduler", module = "fastctl._core")]
 pub struct PyScheduler {
     inner: Mutex<Scheduler>,
+    /// Called with no arguments after `set_group_concurrency`, which may release a held
+    /// group: the applier running on this scheduler sleeps until something wakes it, and
+    /// it knows of its own calls only (`_set_waker`).
+    waker: Mutex<Option<Py<PyAny>>>,
 }
 
 /// The key as `&str`, or a `TypeError` naming what was passed instead.
@@ -287,6 +291,20 @@ impl PyScheduler {
             .lock_py_attached(py)
             .map_err(|_| PyRuntimeError::new_err("Scheduler is unusable: an earlier call panicked"))
     }
+
+    /// Call the waker, if one is set (outside the scheduler's lock). Its failure is not the
+    /// caller's: it is reported as unraisable, and the call that woke it stands.
+    fn wake(&self, py: Python<'_>) {
+        let waker = match self.waker.lock_py_attached(py) {
+            Ok(slot) => slot.as_ref().map(|w| w.clone_ref(py)),
+            Err(_) => None,
+        };
+        if let Some(waker) = waker {
+            if let Err(err) = waker.call0(py) {
+                err.write_unraisable(py, Some(waker.bind(py)));
+            }
+        }
+    }
 }
 
 #[pymethods]
@@ -366,6 +384,7 @@ impl PyScheduler {
         }
         Ok(Self {
             inner: Mutex::new(inner),
+            waker: Mutex::new(None),
         })
     }
 
@@ -503,7 +522,33 @@ impl PyScheduler {
             Some(group_cap(cap)?)
         };
         let result = self.lock(py)?.set_group_concurrency(name, cap);
-        result.map_err(|e| to_py_err(e, None))
+        result.map_err(|e| to_py_err(e, None))?;
+        self.wake(py);
+        Ok(())
+    }
+
+    /// Call `waker()` after each `set_group_concurrency` (None: no more). The applier sets
+    /// one while it runs on this scheduler: a raised cap releases held keys, and nothing
+    /// else would wake it to start them. The waker must not refer to the scheduler (the
+    /// reference is not visible to the garbage collector).
+    #[pyo3(signature = (waker, /))]
+    fn _set_waker(&self, py: Python<'_>, waker: Option<Py<PyAny>>) -> PyResult<()> {
+        if let Some(w) = &waker {
+            if !w.bind(py).is_callable() {
+                return Err(PyTypeError::new_err(format!(
+                    "waker must be callable or None, not {}",
+                    type_name(w.bind(py))
+                )));
+            }
+        }
+        let previous = {
+            let mut slot = self.waker.lock_py_attached(py).map_err(|_| {
+                PyRuntimeError::new_err("Scheduler is unusable: an earlier call panicked")
+            })?;
+            std::mem::replace(&mut *slot, waker)
+        };
+        drop(previous); // outside the lock: dropping a Python object may run Python code
+        Ok(())
     }
 
     /// The cap on keys in flight of fair group `group` (its own, else the default; 0: none).

@@ -5,8 +5,10 @@ as they arrive (the scheduler de-duplicates them at once, so memory is bounded b
 of distinct objects, never by the number of triggers). The driver pops ready keys up to the
 free slots, starts one task per reconcile, and when a task ends calls ``done`` with the
 requeue or the failure. It sleeps on a single future that is woken by a new trigger, a
-finished reconcile, or a timer armed for the scheduler's next ready time: no polling, no
-busy loop, and O(1) work per wake-up however many reconciles are running.
+finished reconcile, a timer armed for the scheduler's next ready time, or the scheduler
+itself when a group's cap changes (``set_group_concurrency``, which may release held
+keys): no polling, no busy loop, and O(1) work per wake-up however many reconciles are
+running.
 
 How the rules are kept:
 
@@ -32,13 +34,14 @@ import contextlib
 import inspect
 import logging
 import math
-import time
+import threading
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fastctl._clock import loop_clock, monotonic
 from fastctl._core import Scheduler
 from fastctl._fair import FairBy, check_group_concurrency, group_function
 from fastctl._options import pick
@@ -73,34 +76,46 @@ yields to the event loop (keeps one wake-up from starving other tasks)."""
 
 class SchedulerLike(Protocol):
     """What the applier needs of a scheduler: `fastctl.Scheduler`, or the pure-Python model
-    `fastctl.testing.model.ModelScheduler` (used to measure what the Rust core buys)."""
+    `fastctl.testing.model.ModelScheduler` (used to measure what the Rust core buys).
+
+    The applier gives every call that depends on the time the runtime's clock (``now``,
+    `fastctl._clock`), so the scheduler's ready times are on the clock its timers run on,
+    a virtual one included."""
 
     def add(
-        self, key: str, *, after: float = ..., priority: int = ..., group: str | None = ...
+        self,
+        key: str,
+        *,
+        after: float = ...,
+        priority: int = ...,
+        group: str | None = ...,
+        now: float | None = ...,
     ) -> None: ...
-    def pop_many(self, max: int) -> list[str]: ...
+    def pop_many(self, max: int, *, now: float | None = ...) -> list[str]: ...
     def done(
         self,
         key: str,
         *,
         requeue_after: float | None = ...,
         failed: bool = ...,
+        now: float | None = ...,
     ) -> None: ...
-    def done_many(self, keys: Iterable[str]) -> None: ...
+    def done_many(self, keys: Iterable[str], *, now: float | None = ...) -> None: ...
     def next_ready_at(self) -> float | None: ...
     @property
     def in_flight(self) -> int: ...
     def __len__(self) -> int: ...
-    def stats(self) -> SchedulerStats: ...
+    def stats(self, *, now: float | None = ...) -> SchedulerStats: ...
 
 
 @dataclass(frozen=True, slots=True)
 class ApplierConfig:
     """How an applier runs reconciles: every option once, with its default.
 
-    A value (frozen, comparable), so one config can serve many appliers or controllers;
-    ``applier(...)`` and ``Controller(...)`` take the same options as keywords and build
-    this. Invalid values raise `ValueError` here, at construction.
+    A value (frozen, comparable), so one config can serve many appliers or controllers
+    (``applier(..., config=)``, ``Controller(..., config=)``; their keywords `concurrency`,
+    `debounce` and `timeout` build one too). Invalid values raise `ValueError` here, at
+    construction.
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -201,6 +216,8 @@ class _Driver:
             scheduler if scheduler is not None else config.new_scheduler()
         )
         self.loop: asyncio.AbstractEventLoop  # set when the iteration starts
+        self.now: Callable[[], float] = monotonic  # `loop_clock(loop)` once it runs
+        self.thread = 0  # the loop's thread, set then too
         self.running: dict[str, asyncio.Task[None]] = {}
         self.completed: deque[ReconcileResult] = deque()
         self.orphans: set[str] = set()  # cancelled while their thread runs on
@@ -227,6 +244,14 @@ class _Driver:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def wake_from_any_thread(self) -> None:
+        """`wake`, from whatever thread calls (a scheduler's waker may run in another)."""
+        if threading.get_ident() == self.thread:
+            self.wake()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to wake
+            self.loop.call_soon_threadsafe(self.wake)
+
     def _on_timer(self) -> None:
         self.timer = None
         self.timer_at = None
@@ -241,13 +266,14 @@ class _Driver:
             self.timer = None
         self.timer_at = at
         if at is not None:
-            self.timer = self.loop.call_later(max(0.0, at - time.monotonic()), self._on_timer)
+            # The scheduler's times are on the loop's clock (`now=`): a past one fires at once.
+            self.timer = self.loop.call_at(at, self._on_timer)
 
     # -- ingest -----------------------------------------------------------------------------
 
     async def ingest(self) -> None:
         """Feed triggers into the scheduler as they arrive; it de-duplicates them at once."""
-        add = self.scheduler.add
+        add, now = self.scheduler.add, self.now
         group_of, store = self.group_of, self.store
         note = self.reasons.queued if self.reasons is not None else None
         try:
@@ -256,19 +282,19 @@ class _Driver:
                     ref = item if isinstance(item, ObjectRef) else item.ref
                     trigger = item if isinstance(item, Trigger) else None
                     priority = 0 if trigger is None else trigger.priority
-                    add(ref.key, priority=priority, group=group_of(ref, store))
+                    add(ref.key, priority=priority, group=group_of(ref, store), now=now())
                     if note is not None:
                         note(ref.key, None if trigger is None else trigger.reason)
                 elif type(item) is ObjectRef:
-                    add(item.key)
+                    add(item.key, now=now())
                     if note is not None:
                         note(item.key, None)
                 elif isinstance(item, Trigger):
-                    add(item.ref.key, priority=item.priority)
+                    add(item.ref.key, priority=item.priority, now=now())
                     if note is not None:
                         note(item.ref.key, item.reason)
                 elif isinstance(item, ObjectRef):
-                    add(item.key)
+                    add(item.key, now=now())
                     if note is not None:
                         note(item.key, None)
                 else:
@@ -304,8 +330,8 @@ class _Driver:
                     return
             else:
                 free = _UNBOUNDED_BATCH
-            self.popped_at = time.monotonic()
-            keys = scheduler.pop_many(free)
+            self.popped_at = now = self.now()
+            keys = scheduler.pop_many(free, now=now)
             # Fewer keys than asked: none ready, or the scheduler's own limit (it may be
             # lower than ours, or shared) is reached. `arm_ready_timer` tells which.
             self.blocked = len(keys) < free
@@ -328,7 +354,7 @@ class _Driver:
                 if reasons is not None:
                     reasons.started(key)
             if gone:
-                scheduler.done_many(gone)
+                scheduler.done_many(gone, now=now)
             if not self.concurrency:
                 return
 
@@ -341,7 +367,7 @@ class _Driver:
         `BaseException`, a cancellation from inside. `KeyboardInterrupt` and `SystemExit`
         release it and are then raised by the iterator: they ask the process to stop."""
         current_object.set(ref)
-        started = time.monotonic()
+        started = self.now()
         returned: Any = None
         error: BaseException | None = None
         try:
@@ -359,7 +385,8 @@ class _Driver:
         except BaseException as exc:  # whatever ends it, the slot comes back
             error = exc
         del self.running[key]
-        result = self.finish(key, ref, obj, returned, error, time.monotonic() - started)
+        ended = self.now()
+        result = self.finish(key, ref, obj, returned, error, ended - started, ended)
         if result is not None:
             self.completed.append(result)
         self.wake()
@@ -408,7 +435,7 @@ class _Driver:
         """A thread whose reconcile was cancelled has returned: release its key now."""
         self.orphans.discard(key)
         log.warning("reconcile of %s: its thread returned after the applier stopped", key)
-        self.scheduler.done(key)
+        self.scheduler.done(key, now=self.now())
         self._note_end(key, None, None)
         self.wake_peers(everyone=True)
 
@@ -429,17 +456,18 @@ class _Driver:
         returned: Any,
         error: BaseException | None,
         duration: float,
+        ended: float,
     ) -> ReconcileResult | None:
-        """Tell the scheduler how a reconcile ended and build its result (``None`` for an
-        ending that stops the applier)."""
+        """Tell the scheduler how a reconcile ended (at `ended`, on the clock) and build its
+        result (``None`` for an ending that stops the applier)."""
         if error is None:
             action: Action = returned if returned is not None else _AWAIT
-            self.scheduler.done(key, requeue_after=action.requeue_after)
+            self.scheduler.done(key, requeue_after=action.requeue_after, now=ended)
             if self.reasons is not None:
                 self._note_end(key, None, None if action.requeue_after is None else "requeue")
         elif isinstance(error, KeyboardInterrupt | SystemExit):
             log.error("reconcile of %s raised %r: stopping the applier", key, error)
-            self.scheduler.done(key, failed=True)
+            self.scheduler.done(key, failed=True, now=ended)
             self._note_end(key, error, "error retry")
             if self.fatal is None:
                 self.fatal = error
@@ -480,11 +508,13 @@ class _Driver:
                 log.exception("error_policy failed for %s; using the default backoff", key)
             else:
                 if action.requeue_after is None:
-                    self.scheduler.done(key)
+                    self.scheduler.done(key, now=self.now())
                 else:
-                    self.scheduler.done(key, requeue_after=action.requeue_after, failed=True)
+                    self.scheduler.done(
+                        key, requeue_after=action.requeue_after, failed=True, now=self.now()
+                    )
                 return action
-        self.scheduler.done(key, failed=True)
+        self.scheduler.done(key, failed=True, now=self.now())
         return _BACKOFF
 
     async def cancel_running(self) -> None:
@@ -501,7 +531,7 @@ class _Driver:
             await asyncio.gather(*tasks, return_exceptions=True)
         keys = list(self.running)
         self.running.clear()
-        self.scheduler.done_many(keys)
+        self.scheduler.done_many(keys, now=self.now())
         for key in keys:
             self._note_end(key, None, None)
         self.completed.clear()
@@ -511,12 +541,14 @@ class _Driver:
 
     async def results(self) -> AsyncIterator[ReconcileResult]:
         self.loop = asyncio.get_running_loop()
+        self.now = loop_clock(self.loop)
+        self.thread = threading.get_ident()
         self.ingest_task = self.loop.create_task(self.ingest(), name="fastctl-applier-ingest")
         if not self.store_ready:
             self.ready_task = self.loop.create_task(
                 self.await_store(), name="fastctl-applier-ready"
             )
-        _PEERS.setdefault(id(self.scheduler), []).append(self)
+        _join(self)
         try:
             while True:
                 if self.fatal is not None:
@@ -547,10 +579,7 @@ class _Driver:
                 if task is not None and not task.done():
                     task.cancel()
             await self.cancel_running()
-            peers = _PEERS[id(self.scheduler)]
-            peers.remove(self)
-            if not peers:
-                del _PEERS[id(self.scheduler)]
+            _leave(self)
 
     def _has_free_slot(self) -> bool:
         return not self.concurrency or len(self.running) < self.concurrency
@@ -586,6 +615,42 @@ _PEERS: dict[int, list[_Driver]] = {}
 """The appliers running on each scheduler (by ``id``): a key released by one, or by a
 thread that outlived its applier, may be what another one waits for."""
 
+
+def _join(driver: _Driver) -> None:
+    """Count `driver` among its scheduler's appliers; the first one sets the scheduler's
+    waker (a scheduler without ``_set_waker``, a user's own, has none)."""
+    sid = id(driver.scheduler)
+    peers = _PEERS.setdefault(sid, [])
+    if not peers:
+        set_waker = getattr(driver.scheduler, "_set_waker", None)
+        if set_waker is not None:
+            set_waker(_waker(sid))
+    peers.append(driver)
+
+
+def _leave(driver: _Driver) -> None:
+    sid = id(driver.scheduler)
+    peers = _PEERS[sid]
+    peers.remove(driver)
+    if not peers:
+        del _PEERS[sid]
+        set_waker = getattr(driver.scheduler, "_set_waker", None)
+        if set_waker is not None:
+            set_waker(None)
+
+
+def _waker(sid: int) -> Callable[[], None]:
+    """What the scheduler calls when a cap changes: wake every applier running on it. By
+    the scheduler's ``id``, not the scheduler: it keeps the waker, and a reference back
+    would be a cycle the garbage collector cannot see."""
+
+    def wake() -> None:
+        for driver in list(_PEERS.get(sid, ())):
+            driver.wake_from_any_thread()
+
+    return wake
+
+
 _AWAIT = Action.await_change()
 _BACKOFF = Action(None)
 """The action reported when the scheduler's default backoff decides the retry time."""
@@ -602,16 +667,14 @@ def applier(
     debounce: float = 0.0,
     timeout: float | None = None,
     scheduler: SchedulerLike | None = None,
-    executor: Executor | None = None,
-    fair_by: FairBy | None = None,
-    group_concurrency: int = 0,
     config: ApplierConfig | None = None,
 ) -> AsyncIterator[ReconcileResult]:
     """Reconcile the objects named by `triggers`, concurrently, under the rules of docs/contract.md.
 
     Each reconcile reads its object from `store` when it starts (objects missing from the
     store are skipped). `reconcile(obj, context)` returns an `Action` or ``None`` (await
-    change); a plain function runs in `executor` (default: the loop's thread pool). An
+    change); a plain function runs in `ApplierConfig.executor` (default: the loop's thread
+    pool). An
     exception, a wrong return type, or running past `timeout` is an error: `error_policy`
     (``None``: the scheduler's per-key exponential backoff, reset on success) decides when
     to retry. If `store` has ``wait_ready`` (a `fastctl.Store`), nothing starts until it is
@@ -621,25 +684,16 @@ def applier(
     ends. Cancelling the iteration cancels the running reconciles (a plain function's thread
     cannot be stopped: its key stays in flight until it returns). A reconcile raising
     `KeyboardInterrupt` or `SystemExit` releases its slot, then the iterator raises it.
-    `scheduler` replaces the default ``Scheduler(concurrency=concurrency,
-    debounce=debounce, group_concurrency=group_concurrency)`` (for metrics, or to run on the
-    pure-Python model; give it the group cap yourself). `concurrency`, `debounce`,
-    `timeout`, `executor`, `fair_by` (fair shares between tenants) and `group_concurrency`
-    (the most reconciles of one group at once) are the fields of `ApplierConfig`: pass them
-    as keywords or as one `config`, not both. Close the
-    iterator when you stop early (``contextlib.aclosing``) so its reconciles are cancelled
-    at once.
+    `config` states every option once (`ApplierConfig`: also `executor`, and `fair_by` with
+    `group_concurrency` for fair shares between tenants); its common fields `concurrency`,
+    `debounce` and `timeout` are also keywords: pass those or `config`, not both.
+    `scheduler` replaces the default ``config.new_scheduler()`` (for metrics, or to run on
+    the pure-Python model; give it the group cap yourself). Close the iterator when you stop
+    early (``contextlib.aclosing``) so its reconciles are cancelled at once.
     """
     options = pick(
         config,
-        ApplierConfig(
-            concurrency=concurrency,
-            debounce=debounce,
-            timeout=timeout,
-            executor=executor,
-            fair_by=fair_by,
-            group_concurrency=group_concurrency,
-        ),
+        ApplierConfig(concurrency=concurrency, debounce=debounce, timeout=timeout),
         _DEFAULT_CONFIG,
     )
     return _Driver(reconcile, error_policy, context, store, triggers, options, scheduler).results()

@@ -1,6 +1,6 @@
 """Type stub of the Rust extension `fastctl._core` (see docs/scheduler.md)."""
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, Literal, Self, TypedDict, final
 
 __all__ = ["MAX_DELAY", "SCHEDULER_DEFAULTS", "Scheduler", "__version__"]
@@ -225,6 +225,12 @@ class Scheduler:
         """Give fair group `group` its own cap on keys in flight (0: none; None: the default
         `group_concurrency` again), kept by name like a weight. Takes effect at once: a group
         that now has its cap in flight is held, one that no longer has it is released."""
+
+    def _set_waker(self, waker: Callable[[], object] | None, /) -> None:
+        """Call `waker()` after each `set_group_concurrency` (None: no more): the applier
+        sets one while it runs on this scheduler, so that held keys a raised cap releases
+        start at once. The waker must not refer to the scheduler (the garbage collector
+        cannot see that reference)."""
 
     def group_concurrency_of(self, group: str) -> int:
         """The cap on keys in flight of fair group `group` (its own, else the default; 0:

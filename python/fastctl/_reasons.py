@@ -22,10 +22,10 @@ Only names and reason texts are kept, never an object.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fastctl._clock import monotonic
 from fastctl._redact import scrub
 
 __all__ = ["MAX_ERROR", "MAX_REASONS", "KeyReasons", "Reason", "ReasonLog", "error_text"]
@@ -39,7 +39,8 @@ MAX_ERROR = 300
 
 @dataclass(slots=True)
 class Reason:
-    """One kind of trigger merged into a run: how often, first and last (monotonic)."""
+    """One kind of trigger merged into a run: how often, first and last (on the runtime's
+    clock, `fastctl._clock`)."""
 
     reason: str
     count: int
@@ -82,7 +83,7 @@ class ReasonLog:
     __slots__ = ("_clock", "_keys", "default_reason")
 
     def __init__(
-        self, default_reason: str = "changed", *, clock: Callable[[], float] = time.monotonic
+        self, default_reason: str = "changed", *, clock: Callable[[], float] = monotonic
     ) -> None:
         self.default_reason = default_reason
         """The reason of a trigger that gives none (a bare ObjectRef: a primary change)."""

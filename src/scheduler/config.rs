@@ -3,8 +3,8 @@
 //! keyword from it and publishes it as `fastctl._core.SCHEDULER_DEFAULTS`), and `Settings`,
 //! the validated form the scheduler runs with.
 
+use super::error::Error;
 use super::time::{check_delay, MAX_DELAY};
-use super::Error;
 
 /// Scheduler settings, as given by the caller (validated by `Scheduler::new`).
 #[derive(Debug, Clone, PartialEq)]

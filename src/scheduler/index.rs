@@ -216,7 +216,7 @@ mod tests {
         reserve_huge(&mut small, 10);
         assert!(small.capacity() >= 13 && small == [1, 2, 3]);
     }
-    use crate::scheduler::SplitMix64;
+    use crate::scheduler::backoff::SplitMix64;
     use std::collections::HashMap;
 
     /// A model: key id → slot, with each key's hash chosen by the test (so collisions and

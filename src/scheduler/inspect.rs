@@ -12,9 +12,10 @@
 //! it. `queue_summary` is O(priority levels + keys in flight); it does not split waiting keys
 //! by priority, which would take a scan of every waiting key under the scheduler's lock.
 
+use super::error::Error;
 use super::record::State;
 use super::time::check_now;
-use super::{Error, Scheduler};
+use super::Scheduler;
 
 /// Where a key is in its life cycle, as `inspect` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

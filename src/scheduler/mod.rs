@@ -37,24 +37,35 @@
 //!
 //! `config` (settings and their defaults), `error` (why an operation is refused), `time`
 //! (checks on times and delays), `schedule` (ready-time and debounce merging), `record`,
-//! `index`, `queues` and `running` (the per-key records and the queues over them),
-//! `backoff`, `stats` (counters and histograms), `inspect` (one key's state and a queue
-//! summary, for debugging), `invariants` (the consistency checker);
-//! this file holds the scheduler's operations.
+//! `index` and `keys` (the per-key records, the key index and the key texts), `sorted` (the
+//! append-mostly ordered queue), `queues` (the waiting and ready queues built on it),
+//! `level` (one ready priority level, plain or fair), `fair` (a level serving its groups in
+//! turn), `groups` (group numbers, weights, caps and which groups are held), `names` and
+//! `tournament` (building blocks of the groups), `running` (the keys in flight), `backoff`,
+//! `stats` (counters and histograms), `inspect` (one key's state and a queue summary, for
+//! debugging), `invariants` (the consistency checker); this file holds the scheduler's
+//! operations.
+//!
+//! Below this file no module uses one that uses it back (docs/scheduler.md, "Inside", lists
+//! what each uses). `inspect` and `invariants` use this file's `Scheduler` because they add
+//! its methods, and this file re-exports `inspect`'s types.
 
 mod backoff;
 mod config;
 mod error;
+mod fair;
 mod groups;
 mod index;
 mod inspect;
 mod invariants;
 mod keys;
+mod level;
 mod names;
 mod queues;
 mod record;
 mod running;
 mod schedule;
+mod sorted;
 mod stats;
 #[cfg(test)]
 mod tests;

@@ -1,15 +1,16 @@
 //! The two ordered queues of queued keys: waiting keys by ready time, ready keys by priority
 //! and age. In-flight keys are in neither, so no operation ever steps over a busy key.
 //!
-//! Both are built on `Sorted`, an ordered queue tuned for keys that mostly arrive in
-//! increasing order: ready keys are appended in the order they become ready, and waiting keys
-//! mostly have ready times later than all before them (a controller's requeue delay is
-//! usually one constant).
+//! Both are built on `Sorted` (`super::sorted`), an ordered queue tuned for keys that mostly
+//! arrive in increasing order: ready keys are appended in the order they become ready, and
+//! waiting keys mostly have ready times later than all before them (a controller's requeue
+//! delay is usually one constant).
 
-use super::groups::{Groups, Level};
-use hashbrown::HashSet;
+use super::groups::Groups;
+use super::level::Level;
+use super::sorted::Sorted;
 use std::cmp::{Ordering, Reverse};
-use std::collections::{btree_map, BTreeMap, BTreeSet, VecDeque};
+use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
 /// A finite, non-NaN time (the scheduler validates every time it accepts), ordered totally.
@@ -34,177 +35,6 @@ impl Hash for Time {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // Equal under total_cmp means equal bits.
         self.0.to_bits().hash(state);
-    }
-}
-
-/// Entries `(K, slot)` in `K` order, with `K` unique.
-///
-/// An entry whose `K` is above the last one appended goes to the back of a deque, O(1), and
-/// the first entry is the front of that deque or the first of the small ordered `late` set
-/// that takes the others. An entry removed from the middle of the deque stays there as a
-/// tombstone, listed in `removed`, until it reaches the front or tombstones outnumber the
-/// rest (then the deque is compacted), so every operation is O(log n) amortised.
-///
-/// `removed` and `late` live behind one pointer allocated the first time either is needed:
-/// a fair level keeps one `Sorted` per group, most of which only ever append and pop, and a
-/// small queue is one cache line where the three inline would be two.
-#[derive(Debug)]
-pub(super) struct Sorted<K> {
-    /// Entries in increasing `K` order, tombstones included; the front is never a tombstone.
-    fifo: VecDeque<(K, u32)>,
-    /// Tombstones and late entries, once there have been any.
-    rare: Option<Box<Rare<K>>>,
-    /// Live entries.
-    pub(super) len: usize,
-}
-
-#[derive(Debug)]
-struct Rare<K> {
-    /// The `K` of each tombstone in `fifo`.
-    removed: HashSet<K>,
-    /// Entries that arrived below the back of `fifo`.
-    late: BTreeSet<(K, u32)>,
-}
-
-impl<K> Default for Sorted<K> {
-    fn default() -> Self {
-        Self {
-            fifo: VecDeque::new(),
-            rare: None,
-            len: 0,
-        }
-    }
-}
-
-impl<K: Ord + Copy + Hash> Sorted<K> {
-    /// Insert an entry; true if it went to the back (it is above every other entry).
-    #[inline]
-    pub(super) fn insert(&mut self, k: K, idx: u32) -> bool {
-        self.len += 1;
-        if self.fifo.back().is_none_or(|&(tail, _)| tail < k) {
-            self.fifo.push_back((k, idx));
-            true
-        } else {
-            self.rare_mut().late.insert((k, idx));
-            false
-        }
-    }
-
-    #[inline]
-    pub(super) fn remove(&mut self, k: K, idx: u32) {
-        let late = self.rare.as_mut().is_some_and(|r| r.late.remove(&(k, idx)));
-        if !late {
-            if self.fifo.front() == Some(&(k, idx)) {
-                self.fifo.pop_front();
-            } else {
-                self.rare_mut().removed.insert(k);
-            }
-            self.drop_tombstones();
-        }
-        self.len -= 1;
-    }
-
-    #[inline]
-    pub(super) fn first(&self) -> Option<(K, u32)> {
-        let late = self.rare.as_ref().and_then(|r| r.late.first());
-        match (self.fifo.front(), late) {
-            (Some(&f), Some(&l)) => Some(f.min(l)),
-            (f, l) => f.or(l).copied(),
-        }
-    }
-
-    /// The slot of the deque's second entry: roughly the entry after the first (it may be
-    /// a tombstone, and a late entry may come first), good enough for a prefetch hint.
-    #[inline]
-    pub(super) fn second_slot(&self) -> Option<u32> {
-        self.fifo.get(1).map(|&(_, i)| i)
-    }
-
-    #[cold]
-    fn rare_mut(&mut self) -> &mut Rare<K> {
-        self.rare.get_or_insert_with(|| {
-            Box::new(Rare {
-                removed: HashSet::default(),
-                late: BTreeSet::new(),
-            })
-        })
-    }
-
-    #[inline]
-    fn drop_tombstones(&mut self) {
-        let Some(rare) = self.rare.as_mut() else {
-            return;
-        };
-        let removed = &mut rare.removed;
-        if removed.is_empty() {
-            return;
-        }
-        while let Some(&(k, _)) = self.fifo.front() {
-            if !removed.remove(&k) {
-                break;
-            }
-            self.fifo.pop_front();
-        }
-        if removed.len() > 32 && removed.len() * 2 > self.fifo.len() {
-            let removed = std::mem::take(removed);
-            self.fifo.retain(|(k, _)| !removed.contains(k));
-        }
-    }
-
-    fn is_tombstone(&self, k: &K) -> bool {
-        self.rare.as_ref().is_some_and(|r| r.removed.contains(k))
-    }
-
-    fn late(&self) -> impl Iterator<Item = &(K, u32)> + '_ {
-        self.rare.iter().flat_map(|r| r.late.iter())
-    }
-
-    /// How many live entries are below `k`: a binary search of the deque, less its
-    /// tombstones below `k`, plus the `late` entries below `k` (for `Ready::ahead`).
-    pub(super) fn rank(&self, k: K) -> usize {
-        let in_fifo = self.fifo.partition_point(|&(x, _)| x < k);
-        let (tombstones, late) = self.rare.as_ref().map_or((0, 0), |r| {
-            (
-                r.removed.iter().filter(|&&x| x < k).count(),
-                r.late.range(..(k, 0)).count(),
-            )
-        });
-        in_fifo - tombstones + late
-    }
-
-    /// Live entries in order (O(n log n); for checks).
-    pub(super) fn entries(&self) -> Vec<(K, u32)> {
-        let mut live: Vec<(K, u32)> = self
-            .fifo
-            .iter()
-            .filter(|(k, _)| !self.is_tombstone(k))
-            .chain(self.late())
-            .copied()
-            .collect();
-        live.sort_unstable();
-        live
-    }
-
-    pub(super) fn check(&self) -> Result<(), String> {
-        let (removed, late) = self
-            .rare
-            .as_ref()
-            .map_or((0, 0), |r| (r.removed.len(), r.late.len()));
-        if self.fifo.len() - removed + late != self.len {
-            return Err("queue length is stale".into());
-        }
-        if self.fifo.front().is_some_and(|(k, _)| self.is_tombstone(k)) {
-            return Err("queue starts with a tombstone".into());
-        }
-        if !self
-            .fifo
-            .iter()
-            .zip(self.fifo.iter().skip(1))
-            .all(|(a, b)| a.0 < b.0)
-        {
-            return Err("queue is out of order".into());
-        }
-        Ok(())
     }
 }
 
@@ -259,7 +89,7 @@ impl Waiting {
 }
 
 /// Ready keys in serving order: highest priority first; within a priority, groups in turn
-/// (`super::groups`), and by sequence number inside a group, which the scheduler hands out in
+/// (`super::level`), and by sequence number inside a group, which the scheduler hands out in
 /// the order keys become ready, so it is FIFO by ready time. Without named groups a level is
 /// one FIFO.
 ///
@@ -634,6 +464,7 @@ impl Ready {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::backoff::SplitMix64;
     use crate::scheduler::groups::NO_GROUP;
     use std::sync::OnceLock;
 
@@ -712,40 +543,10 @@ mod tests {
         let Level::Plain(level) = &r.levels[&Reverse(0)] else {
             panic!("a level without named groups is plain");
         };
-        assert!(level.fifo.len() < 600, "compacted: {}", level.fifo.len());
+        assert!(level.deque_len() < 600, "compacted: {}", level.deque_len());
         let got: Vec<u64> = std::iter::from_fn(|| r.pop_first(g()).map(|e| e.1)).collect();
         assert_eq!(got, (0..1000).step_by(4).collect::<Vec<_>>());
         assert!(r.levels.is_empty() && r.heads.is_empty());
-    }
-
-    /// The deque is compacted exactly when tombstones are more than 32 and more than half
-    /// of it: fewer would make removals O(n) (a compaction per removal), more would let
-    /// tombstones pile up without bound behind a live front entry.
-    #[test]
-    fn tombstones_are_compacted_past_32_and_past_half_the_deque() {
-        // `n` entries in order, the first one (the front) kept, the others removed in order:
-        // each removal leaves a tombstone behind the live front. The deque's length after
-        // each removal, as (removals, length) at each change.
-        let lengths = |n: u64| {
-            let mut q: Sorted<u64> = Sorted::default();
-            for k in 0..n {
-                q.insert(k, k as u32);
-            }
-            let mut changes = vec![(0, q.fifo.len())];
-            for k in 1..n {
-                q.remove(k, k as u32);
-                q.check().unwrap();
-                if q.fifo.len() != changes.last().unwrap().1 {
-                    changes.push((k, q.fifo.len()));
-                }
-            }
-            changes
-        };
-        // 63 entries: 32 tombstones are more than half, but not more than 32; the 33rd
-        // compacts, leaving the 30 live entries.
-        assert_eq!(lengths(63), [(0, 63), (33, 30)]);
-        // 66 entries: 33 tombstones are exactly half, not more; the 34th compacts.
-        assert_eq!(lengths(66), [(0, 66), (34, 32)]);
     }
 
     #[test]
@@ -767,7 +568,7 @@ mod tests {
     #[test]
     fn waiting_handles_out_of_order_times_and_removals() {
         let mut w = Waiting::default();
-        let mut rng = crate::scheduler::SplitMix64::new(5);
+        let mut rng = SplitMix64::new(5);
         let mut model = BTreeSet::new();
         for seq in 0..5_000u64 {
             // Mostly increasing times, sometimes earlier ones, sometimes removals.
@@ -796,26 +597,7 @@ mod tests {
     }
 
     #[test]
-    fn check_finds_a_stale_length_a_leading_tombstone_and_disorder() {
-        let valid = || {
-            let mut q: Sorted<u64> = Sorted::default();
-            for k in [1, 2, 3] {
-                q.insert(k, k as u32);
-            }
-            q.check().unwrap();
-            q
-        };
-        let mut q = valid();
-        q.len += 1;
-        assert!(q.check().is_err(), "stale length");
-        let mut q = valid();
-        q.rare_mut().removed.insert(1);
-        q.len -= 1;
-        assert!(q.check().is_err(), "tombstone at the front");
-        let mut q = valid();
-        q.fifo.push_back((3, 9));
-        q.len += 1;
-        assert!(q.check().is_err(), "a key twice in the deque");
+    fn waiting_check_checks_its_queue() {
         let mut w = Waiting::default();
         w.insert(1.0, 1, 1);
         w.check().unwrap();

@@ -1,7 +1,7 @@
 //! Times and delays as the scheduler accepts them: the checks every operation applies to its
 //! `now` and delay arguments before it changes anything.
 
-use super::Error;
+use super::error::Error;
 
 /// The longest delay the scheduler accepts, in seconds (180 days, as kube-runtime clamps
 /// requeues): longer delays, including infinity, are cut to this. It keeps every sum of a

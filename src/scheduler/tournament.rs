@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn matches_a_scan_under_random_updates() {
-        let mut rng = crate::scheduler::SplitMix64::new(7);
+        let mut rng = crate::scheduler::backoff::SplitMix64::new(7);
         let mut t = Tournament::default();
         let mut model = vec![None::<u64>; 300];
         for _ in 0..20_000 {

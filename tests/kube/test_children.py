@@ -23,8 +23,8 @@ from fastctl.kube._objects import apply, create, delete, patch
 from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import MetadataOnlyUnsupported
 from fastctl.runtime._children import RelatedCache
-from fastctl.runtime._controller import Controller
-from fastctl.runtime._manager import Manager
+from fastctl.runtime.controller import Controller
+from fastctl.runtime.manager import Manager
 from fastctl.testing import ControlPlane
 from fastctl.types import ObjectRef
 

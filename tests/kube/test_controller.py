@@ -18,7 +18,7 @@ from fastctl.kube import _retry
 from fastctl.kube._client import load_client
 from fastctl.kube._http import ApiError, request_json
 from fastctl.kube._resource import Resource, ResourceNotFound
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
 from fastctl.testing.control_plane import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]

@@ -18,7 +18,7 @@ from fastctl import Action
 from fastctl.kube._objects import create, patch
 from fastctl.kube._resource import Resource
 from fastctl.runtime import generation_changed
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
 from fastctl.types import ObjectRef
 
 from .faultproxy import FaultProxy

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl import Resource, Scheduler
+from fastctl import ApplierConfig, Resource, Scheduler
 from fastctl.cli import main
-from fastctl.runtime import Controller, Manager
+from fastctl.runtime import Controller, Manager, ServerOptions
 from fastctl.testing import ControlPlane
 from fastctl.testing.pytest_plugin import namespace_name
 
@@ -52,7 +52,9 @@ async def inspecting(
     """`ctl` running in a Manager with its debug queue server, and ``ask(*argv)``: the
     output of ``fastctl inspect --address <that server> *argv`` (parsed with ``--json``).
     On the way out `release` is set (the tests' reconciles wait on it) and all stops."""
-    manager = Manager(client, metrics_port=None, probe_port=None, debug_queue_port=0)
+    manager = Manager(
+        client, servers=ServerOptions(metrics_port=None, probe_port=None, debug_queue_port=0)
+    )
     manager.add(ctl)
     run = asyncio.create_task(manager.run())
     try:
@@ -165,8 +167,7 @@ async def test_fastctl_inspect_shows_the_fair_group_and_its_turn(
         reconcile,
         name="fair",
         label_selector=f"fastctl.dev/fair-test={quiet}",
-        concurrency=1,
-        fair_by="namespace",
+        config=ApplierConfig(concurrency=1, fair_by="namespace"),
     )
     async with inspecting(client, ctl, release) as ask:
         # One reconcile holds the only slot; then a flood in one namespace, and one object
@@ -243,9 +244,7 @@ async def test_a_group_at_its_cap_is_held_and_inspect_says_so(
         reconcile,
         name="capped",
         label_selector=f"fastctl.dev/cap-test={other}",
-        concurrency=4,
-        fair_by="namespace",
-        group_concurrency=1,
+        config=ApplierConfig(concurrency=4, fair_by="namespace", group_concurrency=1),
     )
     async with inspecting(client, ctl, release) as ask:
         for i in range(3):

@@ -21,6 +21,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action, Controller, LeaderElection, LeadershipLost, Manager, Resource
 from fastctl.kube._http import ApiError, request_json
+from fastctl.runtime import ServerOptions
 from fastctl.testing.control_plane import ControlPlane
 
 from .faultproxy import FaultProxy
@@ -250,7 +251,9 @@ async def test_metrics_after_a_known_workload(
         return None
 
     ctl = Controller(client, Resource("v1", "ConfigMap"), reconcile, namespace=namespace, name="cm")
-    mgr = Manager(client, metrics_port=0, metrics_secure=False, probe_port=0).add(ctl)
+    mgr = Manager(
+        client, servers=ServerOptions(metrics_port=0, metrics_secure=False, probe_port=0)
+    ).add(ctl)
     task = asyncio.create_task(mgr.run())
     try:
         await wait_until(lambda: done == set(names), 60, "workload done")

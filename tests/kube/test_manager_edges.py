@@ -17,8 +17,8 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Controller, LeaderElection, LeadershipLost, Manager, Resource
 from fastctl.kube._http import request_json
-from fastctl.runtime import _manager
 from fastctl.runtime.leader import LeaderElector
+from fastctl.runtime.manager import _manager
 from fastctl.testing.control_plane import ControlPlane
 
 from .test_manager import create_configmaps, steal_lease

@@ -18,11 +18,12 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.deploy import DeployOptions, metrics_rbac
+from fastctl.deploy import DeployOptions
+from fastctl.deploy._manifests import metrics_rbac
 from fastctl.kube._resource import Resource
-from fastctl.runtime._controller import Controller
-from fastctl.runtime._manager import Manager
 from fastctl.runtime._metrics_auth import MetricsAuthorizer
+from fastctl.runtime.controller import Controller
+from fastctl.runtime.manager import Manager, ServerOptions
 from fastctl.testing import ControlPlane
 
 pytestmark = pytest.mark.kube
@@ -90,11 +91,13 @@ async def serving(client: ApiClient, namespace: str, *, secure: bool) -> AsyncIt
     ctl = Controller(client, Resource("v1", "ConfigMap"), reconcile, namespace=namespace)
     mgr = Manager(
         client,
-        metrics_port=0,
-        metrics_host="127.0.0.1",
-        metrics_secure=secure,
-        probe_port=0,
-        probe_host="127.0.0.1",
+        servers=ServerOptions(
+            metrics_port=0,
+            metrics_host="127.0.0.1",
+            metrics_secure=secure,
+            probe_port=0,
+            probe_host="127.0.0.1",
+        ),
     ).add(ctl)
     task = asyncio.create_task(mgr.run())
     try:

@@ -25,7 +25,7 @@ from fastctl import Action
 from fastctl.kube._http import request_json
 from fastctl.kube._objects import apply, create, delete, patch
 from fastctl.kube._resource import Resource
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
 from fastctl.testing import ControlPlane
 
 from .faultproxy import FaultProxy

@@ -27,7 +27,7 @@ from fastctl.kube._events import Recorder
 from fastctl.kube._http import request_json
 from fastctl.kube._resource import Resource
 from fastctl.log import RedactingFilter
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
 from fastctl.types import Action, ObjectRef, ReconcileResult
 
 pytestmark = pytest.mark.kube

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from fastctl import Controller, Manager, Resource
+from fastctl import Controller, Manager, Resource, ServerOptions
 from fastctl.testing.control_plane import ControlPlane
 
 from .faultproxy import FaultProxy, admin_ssl_context
@@ -61,14 +61,13 @@ async def test_a_manager_started_before_the_api_server_comes_up_and_reconciles(
         mgr = Manager(
             absent,
             leader_election=fast_election("startup", namespace),
-            metrics_port=0,
-            metrics_host="127.0.0.1",
-            probe_port=0,
-            probe_host="127.0.0.1",
+            servers=ServerOptions(
+                metrics_port=0, metrics_host="127.0.0.1", probe_port=0, probe_host="127.0.0.1"
+            ),
         ).add(ctl)
         run = asyncio.create_task(mgr.run())
         try:
-            await eventually(lambda: ctl._counters.watch_errors >= 2, what="refused lookups")
+            await eventually(lambda: ctl.counters.watch_errors >= 2, what="refused lookups")
             assert mgr.health is not None
             base = f"http://127.0.0.1:{mgr.health.port}"
             async with aiohttp.ClientSession() as http:
@@ -76,8 +75,8 @@ async def test_a_manager_started_before_the_api_server_comes_up_and_reconciles(
                 assert await _status(http, f"{base}/readyz") == 503
                 proxy.down = True  # there, but answering 503, as a server starting up
                 await proxy.start(port)
-                refused = ctl._counters.watch_errors
-                await eventually(lambda: ctl._counters.watch_errors > refused, what="a 503 retried")
+                refused = ctl.counters.watch_errors
+                await eventually(lambda: ctl.counters.watch_errors > refused, what="a 503 retried")
                 assert not run.done()
                 assert await _status(http, f"{base}/readyz") == 503
                 proxy.down = False

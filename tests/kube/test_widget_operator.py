@@ -15,7 +15,7 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl.demo import widgets
 from fastctl.kube._http import ApiError, request_json
 from fastctl.kube._objects import create, get, patch
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 

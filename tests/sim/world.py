@@ -1,10 +1,12 @@
-"""The simulated world: the real fastctl runtime on the in-memory API server and the
-virtual clock, driven by a `Schedule`, writing a `Record`.
+"""The simulated world: the real fastctl runtime on the in-memory API server and a
+`fastctl.testing.VirtualTimeLoop`, driven by a `Schedule`, writing a `Record`.
 
 What is fake, and why it is faithful:
 
-- `SimScheduler` wraps the real Rust `Scheduler`, passing it the virtual time (``now=``),
-  and writes every add, pop and done to the record (the applier accepts any scheduler).
+- time: the loop's virtual clock, which the runtime reads as its own (`fastctl._clock`)
+  and the applier passes to its scheduler: nothing is patched for it;
+- `SimScheduler` wraps the real Rust `Scheduler` and writes every add, pop and done to the
+  record (the applier accepts any scheduler).
 - `SimExecutor` stands in for the thread pool of plain-function reconciles: each call runs
   in a real thread (whatever fastctl wraps around the reconcile runs unchanged), in
   lockstep with the loop, and sleeps on the virtual clock; like a real thread it cannot be
@@ -30,17 +32,18 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 import fastctl.kube._watcher as watcher_module
-import fastctl.runtime._manager as manager_module
 import fastctl.runtime.leader._lease_api as lease_api_module
-from fastctl import Action, Controller, LeaderElection, Manager, Resource
+import fastctl.runtime.manager._manager as manager_module
+from fastctl import Action, ApplierConfig, Controller, LeaderElection, Manager, Resource
 from fastctl._core import Scheduler
 from fastctl.errors import LeadershipLost, ReconcileTimeout
 from fastctl.runtime.leader import LeaderElector
+from fastctl.testing import VirtualTimeLoop, run_virtual
 from fastctl.types import ReconcileResult
 
 from .apiserver import NAMESPACE, ApiServer, ServerConfig
-from .clock import VirtualClock, run_virtual
 from .record import Record, Run
+from .tls import rest_module, ssl_once
 
 WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
 CHILD = Resource("example.com/v1", "Child", plural="children", namespaced=True)
@@ -59,6 +62,12 @@ SETTLE = 150.0
 watcher's longest backoff (36 s), a relist, and the longest scheduler backoff (2 s)."""
 QUIET_AFTER = 60.0
 """From this long after the last operation on, nothing may react to stale state."""
+START = 1000.0
+"""The virtual clock's first reading (so that no time, minus a lease or a backoff, is
+negative)."""
+SPIN_LIMIT = 50_000
+"""Loop turns at one virtual instant that count as a busy loop (`fastctl.testing.Spin`): a
+schedule needs a few hundred at most."""
 LEASE = LeaderElection(
     "sim",
     namespace=NAMESPACE,
@@ -127,7 +136,8 @@ def key_of(index: int) -> str:
 
 
 class SimScheduler:
-    """The real Rust scheduler on the virtual clock, with every call recorded."""
+    """The real Rust scheduler, with every call recorded; the applier gives each call the
+    virtual time (``now``)."""
 
     def __init__(self, ctl: str, record: Record, concurrency: int) -> None:
         self._inner = Scheduler(concurrency=concurrency, backoff_base=0.05, backoff_max=2.0, seed=1)
@@ -140,13 +150,19 @@ class SimScheduler:
         return asyncio.get_running_loop().time()
 
     def add(
-        self, key: str, *, after: float = 0.0, priority: int = 0, group: str | None = None
+        self,
+        key: str,
+        *,
+        after: float = 0.0,
+        priority: int = 0,
+        group: str | None = None,
+        now: float | None = None,
     ) -> None:
         self._events += 1
         self._record.sched_call(self._ctl, "add", key)
-        self._inner.add(key, after=after, priority=priority, group=group, now=self._now())
+        self._inner.add(key, after=after, priority=priority, group=group, now=now)
 
-    def pop_many(self, max: int) -> list[str]:
+    def pop_many(self, max: int, *, now: float | None = None) -> list[str]:
         calls = self._record.pop_many_calls[self._ctl] = self._record.pop_many_calls[self._ctl] + 1
         if calls > 100 + 10 * self._events:
             self._record.spins.append(
@@ -154,20 +170,27 @@ class SimScheduler:
                 f"(virtual time {self._now():.3f})"
             )
             raise SimSpin(self._record.spins[-1])
-        keys = self._inner.pop_many(max, now=self._now())
+        keys = self._inner.pop_many(max, now=now)
         for key in keys:
             self._record.sched_call(self._ctl, "pop", key)
         return keys
 
-    def done(self, key: str, *, requeue_after: float | None = None, failed: bool = False) -> None:
+    def done(
+        self,
+        key: str,
+        *,
+        requeue_after: float | None = None,
+        failed: bool = False,
+        now: float | None = None,
+    ) -> None:
         self._events += 1
         retry = failed or requeue_after is not None
         self._record.sched_call(self._ctl, "done", key, retry=retry)
-        self._inner.done(key, requeue_after=requeue_after, failed=failed, now=self._now())
+        self._inner.done(key, requeue_after=requeue_after, failed=failed, now=now)
 
-    def done_many(self, keys: Iterable[str]) -> None:
+    def done_many(self, keys: Iterable[str], *, now: float | None = None) -> None:
         for key in keys:
-            self.done(key)
+            self.done(key, now=now)
 
     def next_ready_at(self) -> float | None:
         return self._inner.next_ready_at()
@@ -179,8 +202,8 @@ class SimScheduler:
     def __len__(self) -> int:
         return len(self._inner)
 
-    def stats(self) -> Any:
-        return self._inner.stats(now=self._now())
+    def stats(self, *, now: float | None = None) -> Any:
+        return self._inner.stats(now=self._now() if now is None else now)
 
 
 class _Reconciler:
@@ -360,6 +383,7 @@ def _wired(server: ApiServer, record: Record) -> Iterator[None]:
         (watcher_module, "request", server.request),
         (lease_api_module, "request_json", server.request_json),
         (manager_module, "LeaderElector", _recording_elector(record)),
+        (rest_module, "ssl", ssl_once()),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
     for module, name, value in patches:
@@ -396,10 +420,10 @@ def _controller(
         WIDGET,
         reconcile,
         name=name,
-        concurrency=schedule.concurrency,
-        timeout=schedule.timeout,
+        config=ApplierConfig(
+            concurrency=schedule.concurrency, timeout=schedule.timeout, executor=pool
+        ),
         namespace=NAMESPACE,
-        executor=pool,
         scheduler=SimScheduler(name, record, sched_concurrency),
     )
     ctl.owns(CHILD)
@@ -428,14 +452,14 @@ def _check_timeout_report(
         )
 
 
-async def _simulate(clock: VirtualClock, schedule: Schedule, record: Record) -> None:
+async def _simulate(schedule: Schedule, record: Record) -> None:
     random.seed(schedule.seed)
     loop = asyncio.get_running_loop()
     server = ApiServer(record, schedule.server)
     for i in range(schedule.objects):
         server.put("widgets", name_of(i))
-    client = ApiClient(Configuration(host="http://sim.invalid"))
     with _wired(server, record):
+        client = ApiClient(Configuration(host="http://sim.invalid"))
         names = ["a", "b"][: schedule.controllers]
         bursts = {n: asyncio.Queue[None]() for n in names}
         pools = {n: SimExecutor() for n in names}
@@ -556,15 +580,16 @@ def simulate(schedule: Schedule) -> Record:
     """Run `schedule` on a fresh virtual loop; return what happened."""
     record = Record()
 
-    async def main(clock: VirtualClock) -> None:
-        record.clock = clock.monotonic
-        await _simulate(clock, schedule, record)
+    async def main() -> None:
+        record.clock = VirtualTimeLoop.current().time
+        await _simulate(schedule, record)
 
     fastctl_log = logging.getLogger("fastctl")
     level = fastctl_log.level
     fastctl_log.setLevel(logging.CRITICAL)  # thousands of retry warnings cost real CPU
     try:
-        run_virtual(main)
+        # Simulated threads wait for the loop's timers: the loop must not wait for them.
+        run_virtual(main(), start=START, spin_limit=SPIN_LIMIT, thread_grace=0)
     finally:
         fastctl_log.setLevel(level)
     return record

@@ -40,8 +40,8 @@ class Recording(CountingScheduler):
         self.ready_asks = 0
         self.dones: list[tuple[str, float | None, bool]] = []
 
-    def pop_many(self, max: int) -> list[str]:
-        keys = super().pop_many(max)
+    def pop_many(self, max: int, *, now: float | None = None) -> list[str]:
+        keys = super().pop_many(max, now=now)
         self.events.append("pop " + " ".join(keys))
         return keys
 
@@ -50,14 +50,21 @@ class Recording(CountingScheduler):
         self.events.append("next_ready_at")
         return super().next_ready_at()
 
-    def done(self, key: str, *, requeue_after: float | None = None, failed: bool = False) -> None:
+    def done(
+        self,
+        key: str,
+        *,
+        requeue_after: float | None = None,
+        failed: bool = False,
+        now: float | None = None,
+    ) -> None:
         self.dones.append((key, requeue_after, failed))
-        super().done(key, requeue_after=requeue_after, failed=failed)
+        super().done(key, requeue_after=requeue_after, failed=failed, now=now)
 
-    def done_many(self, keys: Iterable[str]) -> None:
+    def done_many(self, keys: Iterable[str], *, now: float | None = None) -> None:
         keys = list(keys)
         self.dones.extend((key, None, False) for key in keys)
-        super().done_many(keys)
+        super().done_many(keys, now=now)
 
 
 async def turns(n: int) -> None:
@@ -310,14 +317,14 @@ async def test_one_timer_serves_every_wake_up_while_the_next_ready_time_stays(
     keys = refs(20)
     loop = asyncio.get_running_loop()
     armed = 0
-    real_call_later = loop.call_later
+    real_call_at = loop.call_at
 
-    def call_later(delay: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+    def call_at(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
         nonlocal armed
         armed += getattr(callback, "__name__", "") == "_on_timer"
-        return real_call_later(delay, callback, *args, **kwargs)
+        return real_call_at(when, callback, *args, **kwargs)
 
-    monkeypatch.setattr(loop, "call_later", call_later)
+    monkeypatch.setattr(loop, "call_at", call_at)  # `call_later` arms through it too
 
     async def reconcile(obj: Any, ctx: None) -> Action | None:
         return Action.requeue(30) if obj["name"] == "later" else None
@@ -522,7 +529,8 @@ async def test_a_key_released_by_its_late_thread_is_no_orphan_for_its_next_recon
 
     with ThreadPoolExecutor(1) as pool:
         feed = feed_of(ref)
-        it = applier(reconcile, None, None, store_of([ref]), feed, scheduler=sched, executor=pool)
+        config = ApplierConfig(executor=pool)
+        it = applier(reconcile, None, None, store_of([ref]), feed, scheduler=sched, config=config)
         nxt = asyncio.ensure_future(it.__anext__())
         try:
             await wait_for(lambda: calls == 1)

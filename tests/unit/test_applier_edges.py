@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 
 from fastctl import Action, ObjectRef, ReconcileResult, Scheduler, Trigger
-from fastctl._applier import applier
+from fastctl._applier import ApplierConfig, applier
 from fastctl._threads import live_threads
 from fastctl.errors import ReconcileCancelled, ReconcileTimeout
 from fastctl.log import current_object
@@ -277,7 +277,15 @@ async def test_a_thread_reconcile_that_never_started_is_skipped_on_cancel() -> N
             feed.put(ref)
         task = asyncio.create_task(
             collect(
-                applier(reconcile, None, None, store_of(keys), feed, scheduler=sched, executor=pool)
+                applier(
+                    reconcile,
+                    None,
+                    None,
+                    store_of(keys),
+                    feed,
+                    scheduler=sched,
+                    config=ApplierConfig(executor=pool),
+                )
             )
         )
         await wait_for(lambda: len(ran) == 1)
@@ -302,22 +310,35 @@ class CountingScheduler:
         self.events: list[str] = []
 
     def add(
-        self, key: str, *, after: float = 0.0, priority: int = 0, group: str | None = None
+        self,
+        key: str,
+        *,
+        after: float = 0.0,
+        priority: int = 0,
+        group: str | None = None,
+        now: float | None = None,
     ) -> None:
-        self.inner.add(key, after=after, priority=priority, group=group)
+        self.inner.add(key, after=after, priority=priority, group=group, now=now)
 
-    def pop_many(self, max: int) -> list[str]:
+    def pop_many(self, max: int, *, now: float | None = None) -> list[str]:
         self.pops += 1
-        return self.inner.pop_many(max)
+        return self.inner.pop_many(max, now=now)
 
-    def done(self, key: str, *, requeue_after: float | None = None, failed: bool = False) -> None:
+    def done(
+        self,
+        key: str,
+        *,
+        requeue_after: float | None = None,
+        failed: bool = False,
+        now: float | None = None,
+    ) -> None:
         self.events.append(f"done {key}")
-        self.inner.done(key, requeue_after=requeue_after, failed=failed)
+        self.inner.done(key, requeue_after=requeue_after, failed=failed, now=now)
 
-    def done_many(self, keys: Iterable[str]) -> None:
+    def done_many(self, keys: Iterable[str], *, now: float | None = None) -> None:
         keys = list(keys)
         self.events.extend(f"done {key}" for key in keys)
-        self.inner.done_many(keys)
+        self.inner.done_many(keys, now=now)
 
     def next_ready_at(self) -> float | None:
         return self.inner.next_ready_at()
@@ -329,8 +350,8 @@ class CountingScheduler:
     def __len__(self) -> int:
         return len(self.inner)
 
-    def stats(self) -> Any:
-        return self.inner.stats()
+    def stats(self, *, now: float | None = None) -> Any:
+        return self.inner.stats(now=now)
 
 
 async def test_a_scheduler_with_fewer_slots_than_the_applier_does_not_spin() -> None:
@@ -364,8 +385,8 @@ class SlowPopScheduler(CountingScheduler):
     """A `Scheduler` whose empty pops take a while, as on a loaded machine: a key waiting
     for its backoff becomes ready between the pop and whatever the driver does next."""
 
-    def pop_many(self, max: int) -> list[str]:
-        keys = super().pop_many(max)
+    def pop_many(self, max: int, *, now: float | None = None) -> list[str]:
+        keys = super().pop_many(max, now=now)
         if not keys:
             time.sleep(0.01)  # longer than the backoff below
         return keys

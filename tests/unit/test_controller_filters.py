@@ -13,11 +13,11 @@ import pytest
 
 from fastctl import Action, generation_changed
 from fastctl.kube._resource import ResolvedResource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
 from fastctl.kube._writes import WRITE_OBSERVER, observed_write
-from fastctl.runtime._controller import Controller
 from fastctl.runtime._filters import EventFilter
 from fastctl.runtime._own_writes import OwnWrites
+from fastctl.runtime.controller import Controller
 
 from .test_controller_relist import (
     CHILD,
@@ -77,12 +77,12 @@ async def test_status_writes_do_not_trigger_requeues_and_resyncs_still_do(
     ctl.reconcile_all_on(resync())
     feed = sources.feeds[WIDGET]
     async with running(ctl):
-        feed.push(INIT, WatchEvent(EventKind.INIT_APPLY, widget("a", 1)), DONE)
+        feed.push(INIT, ObjectEvent(EventKind.INIT_APPLY, widget("a", 1)), DONE)
         await until(lambda: len(calls) == 1, "the listed Widget reconciled")
-        feed.push(WatchEvent(EventKind.APPLY, widget("a", 1, "Ready")))  # a status write
-        feed.push(WatchEvent(EventKind.APPLY, widget("b", 1)))  # first event: passes
+        feed.push(ObjectEvent(EventKind.APPLY, widget("a", 1, "Ready")))  # a status write
+        feed.push(ObjectEvent(EventKind.APPLY, widget("b", 1)))  # first event: passes
         await until(lambda: calls.count(("b", 1, "")) == 2, "b requeued and reconciled again")
-        feed.push(WatchEvent(EventKind.APPLY, widget("a", 2, "Ready")))  # a spec change
+        feed.push(ObjectEvent(EventKind.APPLY, widget("a", 2, "Ready")))  # a spec change
         await until(lambda: ("a", 2, "Ready") in calls, "the spec change reconciled")
         ticks.put_nowait(None)
         await until(lambda: len(calls) == 6, "the resync reconciled both")
@@ -98,37 +98,71 @@ def test_a_controller_rejects_an_event_filter_that_is_not_callable() -> None:
         ctl.owns(CHILD, event_filter=1)  # type: ignore[arg-type]
 
 
+def deliver(f: EventFilter, own: OwnWrites, event: WatchEvent) -> bool:
+    """`event` through the own-writes watch as the controller passes it: the version noted
+    as the latest known (`fastctl.runtime._settled_events`), then the filter's verdict."""
+    if isinstance(event, ObjectEvent) and event.kind is not EventKind.DELETE:
+        own.saw(CHILD, event.obj)
+    return f.admits(event)
+
+
+async def wrote(
+    resource: ResolvedResource,
+    name: str | None,
+    answer: dict[str, Any],
+    *,
+    status: int = 200,
+    dry_run: bool = False,
+    sent: list[str | None] | None = None,
+) -> None:
+    """One write of ours answered with `answer` (`status`); the precondition it carried goes
+    to `sent`."""
+
+    async def send(version: str | None) -> tuple[int, Any]:
+        if sent is not None:
+            sent.append(version)
+        return status, answer
+
+    with observed_write(resource, "default", name, dry_run=dry_run, conditional=True) as write:
+        await write.send(send)
+
+
 async def test_the_echo_of_an_own_write_is_held_back_and_a_foreign_write_passes() -> None:
     own = OwnWrites([CHILD])
     f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
-    assert f.admits(WatchEvent(EventKind.APPLY, configmap("x", "1")))  # someone made it
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "1")))  # someone made it
+    sent: list[str | None] = []
 
     async def reconcile(obj: Any, ctx: Any) -> None:
         for version in ("5", "6"):  # two writes of one object in one reconcile
-            with observed_write(CONFIGMAPS, "default", "x") as seen:
-                seen(configmap("x", version))
-        with observed_write(EVENTS, "default", "note") as seen:  # not a watched kind
-            seen({"metadata": {"uid": "uid-event", "resourceVersion": "7"}})
+            await wrote(CONFIGMAPS, "x", configmap("x", version), sent=sent)
+        event = {"metadata": {"uid": "uid-event", "resourceVersion": "7"}}  # not watched
+        await wrote(EVENTS, "note", event, status=201, sent=sent)
 
     await observed(own, reconcile)
     assert WRITE_OBSERVER.get() is None  # reset after the reconcile
+    assert sent == ["1", "5", None]  # each on the version before it; the Event as it is
     assert len(own) == 1  # "x" only: the Event is not remembered
-    assert not f.admits(WatchEvent(EventKind.APPLY, configmap("x", "5")))
-    assert not f.admits(WatchEvent(EventKind.APPLY, configmap("x", "6")))
+    assert not deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "5")))
+    assert not deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "6")))
     assert len(own) == 0  # both echoes used up
-    assert f.admits(WatchEvent(EventKind.APPLY, configmap("x", "9")))  # someone else's
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "9")))  # someone else's
 
 
 async def test_an_echo_that_comes_before_the_answer_waits_for_it() -> None:
     own = OwnWrites([CHILD])
     f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "4")))
     echo = configmap("x", "5")
     answered = asyncio.Event()
 
     async def reconcile(obj: Any, ctx: Any) -> None:
-        with observed_write(CONFIGMAPS, "default", "x") as seen:
+        async def send(version: str | None) -> tuple[int, Any]:
             await answered.wait()  # the watch delivers the echo meanwhile
-            seen(echo)
+            return 200, echo
+
+        with observed_write(CONFIGMAPS, "default", "x", conditional=True) as write:
+            await write.send(send)
 
     task = asyncio.create_task(observed(own, reconcile))
     await asyncio.sleep(0)
@@ -138,25 +172,31 @@ async def test_an_echo_that_comes_before_the_answer_waits_for_it() -> None:
     answered.set()
     await waiting
     await task
-    assert not f.admits(WatchEvent(EventKind.APPLY, echo))
+    assert not deliver(f, own, ObjectEvent(EventKind.APPLY, echo))
     assert len(own) == 0
 
 
 async def test_own_writes_go_with_their_object() -> None:
     own = OwnWrites([CHILD])
     f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
+    deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "4")))
 
     async def reconcile(obj: Any, ctx: Any) -> None:
-        with observed_write(CONFIGMAPS, "default", "x") as seen:
-            seen(configmap("x", "5"))
-        with observed_write(CONFIGMAPS, "default", "y"):
+        await wrote(CONFIGMAPS, "x", configmap("x", "5"))
+
+        async def fail(version: str | None) -> tuple[int, Any]:
             raise RuntimeError("the write failed")
+
+        with observed_write(CONFIGMAPS, "default", "y", conditional=True) as write:
+            await write.send(fail)
 
     with pytest.raises(RuntimeError):
         await observed(own, reconcile)
     assert len(own) == 1  # "x"'s version; the failed write of "y" left nothing behind
-    f.admits(WatchEvent(EventKind.DELETE, configmap("x", "4")))
+    assert own.known == 1
+    deliver(f, own, ObjectEvent(EventKind.DELETE, configmap("x", "5")))
     assert len(own) == 0
+    assert own.known == 0  # its latest version went with it
 
 
 async def test_the_echo_of_a_create_by_generate_name_is_held_back_and_a_dry_run_is_not_noted() -> (
@@ -165,14 +205,14 @@ async def test_the_echo_of_a_create_by_generate_name_is_held_back_and_a_dry_run_
     own = OwnWrites([CHILD])
     f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
     made = configmap("x-7f2q", "11")
+    deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("y", "4")))
 
     async def reconcile(obj: Any, ctx: Any) -> None:
-        with observed_write(CONFIGMAPS, "default", None) as seen:  # the name comes back
-            seen(made)
-        with observed_write(CONFIGMAPS, "default", "y", dry_run=True) as seen:
-            seen(configmap("y", "4"))  # a dry run's answer: the version the object has
+        await wrote(CONFIGMAPS, None, made, status=201)  # the name comes back
+        # A dry run's answer: the version the object has, and no precondition sent.
+        await wrote(CONFIGMAPS, "y", configmap("y", "4"), dry_run=True)
 
     await observed(own, reconcile)
     assert len(own) == 1  # the created object's version; nothing of the dry run
-    assert not f.admits(WatchEvent(EventKind.APPLY, made))  # its echo
-    assert f.admits(WatchEvent(EventKind.APPLY, configmap("y", "4")))
+    assert not deliver(f, own, ObjectEvent(EventKind.APPLY, made))  # its echo
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("y", "5")))

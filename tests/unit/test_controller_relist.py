@@ -19,17 +19,17 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action, ObjectRef
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import EventKind, WatchEvent
-from fastctl.runtime import _controller
-from fastctl.runtime._controller import Controller
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime._shared_watch import SharedWatch
+from fastctl.runtime.controller import Controller, _environment, _run
+from fastctl.runtime.controller._environment import Environment
 
 # plural and scope given: resolving needs no server
 WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
 CHILD = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
 NS = "default"
-INIT = WatchEvent(EventKind.INIT)
-DONE = WatchEvent(EventKind.INIT_DONE)
+INIT = ListFrame(EventKind.INIT)
+DONE = ListFrame(EventKind.INIT_DONE)
 
 
 def widget(name: str, version: int) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def child(name: str, owner: str) -> dict[str, Any]:
 
 
 def listing(*objs: dict[str, Any]) -> list[WatchEvent]:
-    return [INIT, *(WatchEvent(EventKind.INIT_APPLY, o) for o in objs), DONE]
+    return [INIT, *(ObjectEvent(EventKind.INIT_APPLY, o) for o in objs), DONE]
 
 
 class Feed:
@@ -95,10 +95,12 @@ async def until(check: Callable[[], bool], what: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def running(ctl: Controller, *watches: SharedWatch) -> AsyncIterator[None]:
+async def running(
+    ctl: Controller, *watches: SharedWatch, env: Environment | None = None
+) -> AsyncIterator[None]:
     for watch in watches:
         watch.start()
-    task = asyncio.create_task(ctl.run(handle_signals=False))
+    task = asyncio.create_task(ctl.run(handle_signals=False, environment=env))
     try:
         yield
     finally:
@@ -122,15 +124,28 @@ class Sources:
         def fake_watcher(client: Any, resource: Resource, **_: Any) -> AsyncIterator[WatchEvent]:
             return self.feeds[resource].events()
 
-        monkeypatch.setattr(_controller, "watcher", fake_watcher)
+        monkeypatch.setattr(_environment, "watcher", fake_watcher)
+
+        monkeypatch.setattr(_run, "watcher", fake_watcher)
 
     def bind(self, ctl: Controller) -> list[SharedWatch]:
+        self.env: Environment | None = None
         if self.shared:
-            for use, resource, _ in ctl._watch_uses():
-                watch = SharedWatch(str(resource), self.feeds[resource].events)
-                ctl._use_shared_watch(use, watch)
-                self.watches.append(watch)
+            self.env, self.watches = shared_environment(ctl, self.feeds)
         return self.watches
+
+
+def shared_environment(
+    ctl: Controller, feeds: dict[Resource, Feed]
+) -> tuple[Environment, list[SharedWatch]]:
+    """An environment in which every watch use of `ctl` is a shared watch of its feed (as
+    a Manager would share them)."""
+    watches, sources = [], {}
+    for use in ctl.spec.watch_uses():
+        watch = SharedWatch(str(use.resource), feeds[use.resource].events)
+        sources[use.use] = watch.subscribe()
+        watches.append(watch)
+    return Environment(ctl.client, sources=sources), watches
 
 
 def client() -> ApiClient:
@@ -150,7 +165,7 @@ async def test_a_relist_triggers_reconciles_of_the_state_it_lists(sources: Sourc
     ctl = Controller(client(), WIDGET, seen.reconcile, name="widgets")
     watches = sources.bind(ctl)
     feed = sources.feeds[WIDGET]
-    async with running(ctl, *watches):
+    async with running(ctl, *watches, env=sources.env):
         feed.push(*listing(widget("changed", 0), widget("kept", 0), widget("deleted", 0)))
         await until(lambda: seen.names() == {"changed", "kept", "deleted"}, "initial list")
         before = len(seen.calls)
@@ -175,10 +190,10 @@ async def test_a_live_change_is_not_held_back_by_a_relation_relisting(sources: S
     watches = sources.bind(ctl)
     sources.feeds[WIDGET].push(*listing(widget("a", 0)))
     sources.feeds[CHILD].push(*listing(child("c", "a")))
-    async with running(ctl, *watches):
+    async with running(ctl, *watches, env=sources.env):
         await until(lambda: seen.last("a") == 0, "initial list")
-        sources.feeds[CHILD].push(INIT, WatchEvent(EventKind.INIT_APPLY, child("c", "a")))
-        sources.feeds[WIDGET].push(WatchEvent(EventKind.APPLY, widget("a", 1)))
+        sources.feeds[CHILD].push(INIT, ObjectEvent(EventKind.INIT_APPLY, child("c", "a")))
+        sources.feeds[WIDGET].push(ObjectEvent(EventKind.APPLY, widget("a", 1)))
         await until(lambda: seen.last("a") == 1, "live change")
 
 
@@ -197,7 +212,7 @@ async def test_the_owner_of_a_child_deleted_during_an_outage_is_retriggered(
     watches = sources.bind(ctl)
     sources.feeds[WIDGET].push(*listing(widget("w1", 0), widget("w2", 0), widget("w3", 0)))
     sources.feeds[CHILD].push(*listing(child("c1", "w1"), child("c2", "w2")))
-    async with running(ctl, *watches):
+    async with running(ctl, *watches, env=sources.env):
         await until(lambda: seen.names() == {"w1", "w2", "w3"}, "initial lists")
         await settle()
         before = len(seen.calls)
@@ -213,18 +228,14 @@ async def test_an_owner_that_lost_a_child_to_another_is_triggered() -> None:
     ctl = Controller(client(), WIDGET, seen.reconcile, name="widgets").owns(CHILD)
     widgets, children = Feed(), Feed()
     sources = {WIDGET: widgets, CHILD: children}
-    watches = []
-    for use, resource, _ in ctl._watch_uses():
-        watch = SharedWatch(str(resource), sources[resource].events)
-        ctl._use_shared_watch(use, watch)
-        watches.append(watch)
+    env, watches = shared_environment(ctl, sources)
     widgets.push(*listing(widget("w1", 0), widget("w2", 0)))
     children.push(*listing(child("c", "w1")))
-    async with running(ctl, *watches):
+    async with running(ctl, *watches, env=env):
         await until(lambda: seen.names() == {"w1", "w2"}, "initial lists")
         await settle()
         before = len(seen.calls)
-        children.push(WatchEvent(EventKind.APPLY, child("c", "w2")))
+        children.push(ObjectEvent(EventKind.APPLY, child("c", "w2")))
         await until(lambda: seen.names(before) == {"w1", "w2"}, "both owners")
 
 
@@ -242,7 +253,7 @@ async def test_a_reconcile_running_at_the_swap_gets_one_follow_up_with_the_new_s
     ctl = Controller(client(), WIDGET, slow, name="widgets")
     watches = sources.bind(ctl)
     feed = sources.feeds[WIDGET]
-    async with running(ctl, *watches):
+    async with running(ctl, *watches, env=sources.env):
         feed.push(*listing(widget("a", 0)))
         await until(lambda: seen.calls == [("a", 0)], "first reconcile running")
         feed.push(*listing(widget("a", 1)))  # the relist swaps while it runs
@@ -274,7 +285,7 @@ async def test_a_live_change_overtakes_the_listed_objects_still_queued(
     ctl = Controller(client(), WIDGET, reconcile, name="widgets", concurrency=1)
     watches = sources.bind(ctl)
     feed = sources.feeds[WIDGET]
-    async with running(ctl, *watches):
+    async with running(ctl, *watches, env=sources.env):
         if which == "relist":
             feed.push(*listing(*(widget(n, 0) for n in names)))
             await until(lambda: seen.names() == set(names), "the initial list")
@@ -285,8 +296,8 @@ async def test_a_live_change_overtakes_the_listed_objects_still_queued(
         await until(lambda: len(seen.calls) == before + 1, "the first listed object running")
         waiting = [n for n in names if n not in seen.names(before)]
         feed.push(
-            WatchEvent(EventKind.APPLY, widget("live", 1)),
-            WatchEvent(EventKind.APPLY, widget(waiting[-1], 2)),
+            ObjectEvent(EventKind.APPLY, widget("live", 1)),
+            ObjectEvent(EventKind.APPLY, widget(waiting[-1], 2)),
         )
         await settle()
         hold.set()

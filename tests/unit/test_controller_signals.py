@@ -8,6 +8,7 @@ signals are real, sent to this process; what is checked is what happened, not wh
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 from typing import Any
@@ -15,8 +16,8 @@ from typing import Any
 import pytest
 
 from fastctl import Action
-from fastctl.runtime import _controller
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller, _environment, _run
+from fastctl.runtime.manager import Manager
 
 from .test_controller_relist import WIDGET, Feed, client, listing, until, widget
 
@@ -47,7 +48,8 @@ async def _running_one_of_two(
 ) -> tuple[Work, asyncio.Task[None]]:
     """A controller (one reconcile at a time) with "a" running and "b" queued."""
     feed = Feed()
-    monkeypatch.setattr(_controller, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_environment, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_run, "watcher", lambda *a, **kw: feed.events())
     work = Work()
     ctl = Controller(client(), WIDGET, work.reconcile, name="widgets", concurrency=1)
     feed.push(*listing(widget("a", 0), widget("b", 0)))
@@ -58,12 +60,16 @@ async def _running_one_of_two(
 
 @pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGINT])
 async def test_the_first_signal_drains(
-    monkeypatch: pytest.MonkeyPatch, first: signal.Signals
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, first: signal.Signals
 ) -> None:
+    caplog.set_level(logging.INFO, "fastctl.signals")
     work, task = await _running_one_of_two(monkeypatch)
     os.kill(os.getpid(), first)
     for _ in range(200):
         await asyncio.sleep(0)
+    assert [r.getMessage() for r in caplog.records if r.name == "fastctl.signals"] == [
+        f"controller widgets: {first.name}: stopping gracefully; again to cancel at once"
+    ]
     assert not task.done(), "a graceful stop waits for the running reconcile"
     assert work.cancelled == []
     work.release.set()
@@ -86,3 +92,59 @@ async def test_a_second_signal_cancels_at_once(monkeypatch: pytest.MonkeyPatch) 
     assert task.cancelled()
     assert work.cancelled == work.started
     assert work.ended == []
+
+
+async def _manager_running_one_of_two(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Work, Manager, asyncio.Task[None]]:
+    """The same controller in a Manager (long drain timeout: only signals end the drain)."""
+    feed = Feed()
+    monkeypatch.setattr(_environment, "watcher", lambda *a, **kw: feed.events())
+    work = Work()
+    ctl = Controller(client(), WIDGET, work.reconcile, name="widgets", concurrency=1)
+    manager = Manager(client(), metrics_port=None, probe_port=None, drain_timeout=3600)
+    manager.add(ctl)
+    feed.push(*listing(widget("a", 0), widget("b", 0)))
+    task = asyncio.create_task(manager.run())
+    await until(lambda: len(work.started) == 1, "the first reconcile")
+    return work, manager, task
+
+
+async def test_a_managers_first_signal_drains(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Manager takes the signal (its controllers install no handlers of their own)."""
+    caplog.set_level(logging.INFO, "fastctl")
+    work, _, task = await _manager_running_one_of_two(monkeypatch)
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert not task.done(), "a graceful stop waits for the running reconcile"
+    assert [r.getMessage() for r in caplog.records if r.name == "fastctl.signals"] == [
+        "manager: SIGTERM: stopping gracefully; again to cancel at once"
+    ]
+    work.release.set()
+    await until(task.done, "run() to return")
+    assert task.exception() is None
+    assert work.ended == work.started == ["a"]
+    handlers = asyncio.get_running_loop()._signal_handlers  # type: ignore[attr-defined]
+    assert signal.SIGTERM not in handlers
+
+
+async def test_a_managers_second_signal_cancels_the_running_reconciles_at_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As for a lone controller: the second signal does not wait out the drain timeout."""
+    caplog.set_level(logging.WARNING, "fastctl.manager")
+    work, _, task = await _manager_running_one_of_two(monkeypatch)
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert not task.done()
+    os.kill(os.getpid(), signal.SIGINT)
+    await until(task.done, "run() to end")
+    assert work.cancelled == ["a"]
+    assert work.ended == []
+    assert [r.getMessage() for r in caplog.records if r.name == "fastctl.manager"] == [
+        "aborted: cancelling 1 controller(s) at once"
+    ]

@@ -2,72 +2,28 @@
 "Debounce"), on a virtual clock: a burst of triggers within the window is one reconcile,
 started when the window after the burst's last trigger has passed, never earlier.
 
-The scheduler is the one the option builds (`ApplierConfig.new_scheduler`); only its clock is
-the loop's, so the bounds below are exact, with no slack for a loaded machine.
+The scheduler is the one the option builds (`ApplierConfig.new_scheduler`), unpatched: the
+applier gives it the loop's (virtual) time, so the bounds below are exact, with no slack for a
+loaded machine.
 """
 
 from __future__ import annotations
 
 import asyncio
-import types
-from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
-from fastctl import Action, ObjectRef, Scheduler, applier
-from fastctl import _applier as applier_module
-from fastctl.kube._watcher import EventKind, WatchEvent
-from fastctl.runtime import _controller
-from fastctl.runtime._controller import Controller
+from fastctl import Action, ObjectRef, applier
+from fastctl.kube._watcher import EventKind, ObjectEvent
+from fastctl.runtime.controller import Controller, _environment, _run
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .test_controller_relist import WIDGET, Feed, client, listing, widget
-from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
-
-if TYPE_CHECKING:
-    from fastctl._core import SchedulerStats
 
 WINDOW = 0.5
 REF = ObjectRef("a", "default")
-
-
-class _OnLoopClock:
-    """The scheduler the options built, reading the event loop's (virtual) clock."""
-
-    def __init__(self, inner: Scheduler) -> None:
-        self.inner = inner
-
-    @staticmethod
-    def _now() -> float:
-        return asyncio.get_running_loop().time()
-
-    def add(self, key: str, *, after: float = 0.0, priority: int = 0) -> None:
-        self.inner.add(key, after=after, priority=priority, now=self._now())
-
-    def pop_many(self, max: int) -> list[str]:
-        return self.inner.pop_many(max, now=self._now())
-
-    def done(self, key: str, *, requeue_after: float | None = None, failed: bool = False) -> None:
-        self.inner.done(key, requeue_after=requeue_after, failed=failed, now=self._now())
-
-    def done_many(self, keys: Iterable[str]) -> None:
-        self.inner.done_many(keys, now=self._now())
-
-    def __getattr__(self, name: str) -> Any:  # next_ready_at, in_flight: no clock read
-        return getattr(self.inner, name)
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def stats(self) -> SchedulerStats:
-        return self.inner.stats(now=self._now())
-
-
-@pytest.fixture(autouse=True)
-def _schedulers_on_the_loop_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = Scheduler
-    monkeypatch.setattr(applier_module, "Scheduler", lambda **kw: _OnLoopClock(real(**kw)))
-    monkeypatch.setattr(applier_module, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
 
 
 class Starts:
@@ -87,22 +43,23 @@ def test_a_burst_through_the_applier_is_one_reconcile_a_window_after_its_last_tr
 
     async def triggers(loop: VirtualTimeLoop) -> AsyncIterator[ObjectRef]:
         for _ in range(5):  # one every 0.1 s: each within the window of the one before
-            sent.append(loop.now)
+            sent.append(loop.time())
             yield REF
             await asyncio.sleep(0.1)
         await asyncio.sleep(3 * WINDOW)
-        sent.append(loop.now)  # a lone trigger after the window: a reconcile of its own
+        sent.append(loop.time())  # a lone trigger after the window: a reconcile of its own
         yield REF
         await asyncio.sleep(3 * WINDOW)
 
-    async def main(loop: VirtualTimeLoop) -> None:
+    async def main() -> None:
+        loop = VirtualTimeLoop.current()
         store = {REF: {"metadata": {"name": "a", "namespace": "default"}}}
         async for _ in applier(
             starts.reconcile, None, None, store, triggers(loop), debounce=WINDOW
         ):
             pass
 
-    run_virtual(main)
+    run_virtual(main())
     assert starts.at == [pytest.approx(sent[4] + WINDOW), pytest.approx(sent[5] + WINDOW)]
     assert starts.at[0] >= sent[4] + WINDOW
     assert starts.at[1] >= sent[5] + WINDOW
@@ -113,24 +70,26 @@ def test_a_burst_of_changes_through_a_controller_is_one_reconcile_a_window_later
 ) -> None:
     starts = Starts()
     feed = Feed()
-    monkeypatch.setattr(_controller, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_environment, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_run, "watcher", lambda *a, **kw: feed.events())
     ctl = Controller(client(), WIDGET, starts.reconcile, name="widgets", debounce=WINDOW)
     pushed: list[float] = []
 
-    async def main(loop: VirtualTimeLoop) -> None:
+    async def main() -> None:
+        loop = VirtualTimeLoop.current()
         run = asyncio.create_task(ctl.run(handle_signals=False))
-        pushed.append(loop.now)
+        pushed.append(loop.time())
         feed.push(*listing(widget("a", 0)))
         await asyncio.sleep(2.0)
         for version in range(1, 5):
-            pushed.append(loop.now)
-            feed.push(WatchEvent(EventKind.APPLY, widget("a", version)))
+            pushed.append(loop.time())
+            feed.push(ObjectEvent(EventKind.APPLY, widget("a", version)))
             await asyncio.sleep(0.2)
         await asyncio.sleep(2.0)
         ctl.shutdown()
         await run
 
-    run_virtual(main)
+    run_virtual(main())
     assert starts.at == [pytest.approx(pushed[0] + WINDOW), pytest.approx(pushed[-1] + WINDOW)]
     assert starts.at[0] >= pushed[0] + WINDOW
     assert starts.at[1] >= pushed[-1] + WINDOW

@@ -13,7 +13,8 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from fastctl.cli import main
-from fastctl.deploy import CA_NOTE, CERT_DIR, DeployOptions, Permissions, manifests
+from fastctl.deploy import CERT_DIR, DeployOptions, Permissions, manifests
+from fastctl.deploy._webhooks import CA_NOTE
 from fastctl.webhook import Webhooks
 
 OPERATOR = str(Path(__file__).parents[1] / "kube" / "operators" / "webhooked.py") + ":make"
@@ -188,7 +189,7 @@ def test_a_converter_whose_crd_is_not_exported_is_an_error(
         "from fastctl.webhook import Webhooks\n"
         "CM = Resource('v1', 'ConfigMap', plural='configmaps', namespaced=True)\n"
         "async def noop(obj, ctx): return None\n"
-        "def make(client): return Controller(client, CM, noop)\n"
+        "def make(client, namespace=None): return Controller(client, CM, noop)\n"
         "WEBHOOKS = Webhooks()\n"
         "WEBHOOKS.conversion('bolts.hooked.fastctl.dev')\n"
     )

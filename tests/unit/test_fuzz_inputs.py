@@ -25,8 +25,8 @@ from fastctl.errors import ApiError, KubeconfigError
 from fastctl.kube._client import load_client
 from fastctl.kube._http import error_from_response
 from fastctl.runtime import _metrics_auth
-from fastctl.runtime._manager import Manager
 from fastctl.runtime._metrics_auth import MetricsAuthorizer
+from fastctl.runtime.manager import Manager
 
 from .fuzzing import SCALARS, fuzz_settings, shaped
 

@@ -9,18 +9,22 @@ never by time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, cast
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl import ObjectRef, Trigger
+from fastctl import ObjectRef, ReconcileResult, Trigger
 from fastctl._applier import ApplierConfig, applier
+from fastctl._core import Scheduler
 from fastctl.kube._resource import Resource
-from fastctl.runtime._controller import Controller
+from fastctl.runtime.controller import Controller
+from fastctl.testing.model import ModelScheduler
 
 from .test_applier import LateStore
+from .test_controller_relist import settle
 
 SLOTS = 4
 
@@ -79,9 +83,9 @@ async def run(group_concurrency: int, slow: int = 12, fast: int = 12) -> Tenants
         None,
         store,
         triggers(),
-        concurrency=SLOTS,
-        fair_by="namespace",
-        group_concurrency=group_concurrency,
+        config=ApplierConfig(
+            concurrency=SLOTS, fair_by="namespace", group_concurrency=group_concurrency
+        ),
     )
     done = 0
     async for _ in results:
@@ -119,14 +123,14 @@ def _controller(**kw: Any) -> Controller:
 
 
 def test_a_controller_builds_its_scheduler_with_the_cap() -> None:
-    ctl = _controller(fair_by="namespace", group_concurrency=3)
+    ctl = _controller(config=ApplierConfig(fair_by="namespace", group_concurrency=3))
     assert ctl.config.group_concurrency == 3
     assert getattr(ctl.scheduler, "group_concurrency", None) == 3
     assert getattr(_controller().scheduler, "group_concurrency", None) == 0
     config = ApplierConfig(fair_by="namespace", group_concurrency=2)
     assert _controller(config=config).config.group_concurrency == 2
     with pytest.raises(TypeError, match="either as keywords or as config"):
-        _controller(config=config, fair_by="namespace")
+        _controller(config=config, concurrency=4)
 
 
 @pytest.mark.parametrize("bad", [-1, True, 1.5, "2", 2**32])
@@ -140,6 +144,70 @@ def test_a_cap_without_fair_by_is_refused() -> None:
     tenant it was set for free to take every slot."""
     with pytest.raises(ValueError, match="group_concurrency=2 needs fair_by"):
         ApplierConfig(group_concurrency=2)
-    with pytest.raises(ValueError, match="needs fair_by"):
-        _controller(group_concurrency=1)
     assert ApplierConfig(group_concurrency=0).group_concurrency == 0
+
+
+@pytest.mark.parametrize("from_thread", [False, True], ids=["loop", "thread"])
+@pytest.mark.parametrize("model", [False, True], ids=["rust", "model"])
+async def test_raising_a_groups_cap_starts_its_held_objects_at_once(
+    model: bool, from_thread: bool
+) -> None:
+    """A tenant at its cap of 1, one reconcile blocked: raising the cap to 3 at run time
+    starts the two held objects while the first is still blocked (they used to wait for it
+    to end: nothing woke the applier). From another thread too: the loop, idle meanwhile,
+    must be woken through its thread-safe door."""
+    scheduler: Scheduler | ModelScheduler = (
+        ModelScheduler(concurrency=SLOTS, group_concurrency=1)
+        if model
+        else Scheduler(concurrency=SLOTS, group_concurrency=1)
+    )
+    refs = [ObjectRef(name, "t") for name in ("a", "b", "c")]
+    store = {ref: {"name": ref.name} for ref in refs}
+    started: list[str] = []
+    first, three = asyncio.Event(), asyncio.Event()
+    release = asyncio.Event()
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        started.append(obj["name"])
+        first.set()
+        if len(started) == 3:
+            three.set()
+        await release.wait()
+
+    async def triggers() -> AsyncIterator[ObjectRef | Trigger]:
+        for ref in refs:
+            yield ref
+        await release.wait()
+
+    results = applier(
+        reconcile,
+        None,
+        None,
+        store,
+        triggers(),
+        scheduler=scheduler,
+        config=ApplierConfig(fair_by="namespace"),
+    )
+    first_result = cast("AsyncGenerator[ReconcileResult, None]", results).__anext__()
+    consumer = asyncio.create_task(first_result)
+    raise_cap: threading.Thread | None = None
+    try:
+        await first.wait()
+        await settle()
+        assert len(started) == 1, "the cap of 1 holds the others"
+        if from_thread:
+            raise_cap = threading.Thread(target=scheduler.set_group_concurrency, args=("t", 3))
+            raise_cap.start()
+        else:
+            scheduler.set_group_concurrency("t", 3)
+        # Only a wake-up starts them; the deadline only turns a hang into a failure.
+        await asyncio.wait_for(three.wait(), 30)
+        assert not release.is_set()  # the first reconcile is still blocked
+    finally:
+        release.set()
+        if raise_cap is not None:
+            raise_cap.join()
+        await consumer
+        await cast("AsyncGenerator[ReconcileResult, None]", results).aclose()
+    if isinstance(scheduler, ModelScheduler):
+        assert scheduler._waker is None  # the applier ended: it is no longer woken

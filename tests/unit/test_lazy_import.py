@@ -12,6 +12,8 @@ import sys
 import textwrap
 from typing import Any
 
+import pytest
+
 
 def _run(code: str, env: dict[str, str] | None = None) -> Any:
     """Run `code` in a fresh interpreter; it prints one JSON document, returned here."""
@@ -118,3 +120,88 @@ print(json.dumps(generated() > 500))
     )
     assert _run(code, {"FASTCTL_EAGER_IMPORT": "1"}) is True
     assert _run(code, {"FASTCTL_EAGER_IMPORT": "0"}) is False
+
+
+RACE = """
+import json, sys, threading
+import fastctl
+from fastctl.kube import _lazy_import
+
+if FALLBACK:  # the lock used where the import system's own is not found
+    _lazy_import._module_lock = None
+THREADS = 8
+barrier = threading.Barrier(THREADS)
+failures = []
+
+def first_use(i):
+    barrier.wait()  # every thread asks at once: the package's first real load is shared
+    try:
+        if i % 2:
+            from kubernetes_asyncio.client import CoreV1Api, V1Pod
+            names = (CoreV1Api.__name__, V1Pod.__name__)
+        else:
+            import kubernetes_asyncio.client as client
+            names = (client.CoreV1Api.__name__, client.V1Pod.__name__)
+        assert names == ("CoreV1Api", "V1Pod"), names
+    except BaseException as exc:
+        failures.append(repr(exc))
+
+threads = [threading.Thread(target=first_use, args=(i,)) for i in range(THREADS)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(failures))
+"""
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["import-lock", "fallback-lock"])
+def test_threads_that_load_the_package_at_once_all_get_it(fallback: bool) -> None:
+    # Several rounds, each a fresh interpreter, so the load is really the first each time.
+    failures = [_run(f"FALLBACK = {fallback}\n" + RACE) for _ in range(4)]
+    assert failures == [[]] * 4
+
+
+FAILING_FIRST_LOAD = """
+import importlib.abc, json, sys
+import fastctl
+import kubernetes_asyncio.client as client
+from fastctl.kube._lazy_import import is_deferred
+
+BROKEN = "kubernetes_asyncio.client.api.well_known_api"  # the __init__'s first import
+
+class Broken(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == BROKEN:
+            raise ImportError("the disk went away")
+        return None
+
+sys.meta_path.insert(0, Broken())
+try:
+    client.CoreV1Api
+except ImportError as exc:
+    first = str(exc)
+half_built = "__version__" in vars(client)  # the __init__'s first line ran
+deferred = is_deferred(client)
+sys.meta_path.pop(0)
+print(json.dumps({
+    "first": first,
+    "half_built": half_built,
+    "deferred": deferred,
+    "retry": client.CoreV1Api.__name__,
+    "pod": client.V1Pod.__name__,
+    "whole": not is_deferred(client),
+}))
+"""
+
+
+def test_a_failed_first_load_leaves_the_package_deferred_and_the_next_one_tries_again() -> None:
+    got = _run(FAILING_FIRST_LOAD)
+    assert got == {
+        "first": "the disk went away",
+        "half_built": False,
+        "deferred": True,
+        "retry": "CoreV1Api",
+        "pod": "V1Pod",
+        "whole": True,
+    }

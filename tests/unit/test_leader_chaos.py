@@ -28,7 +28,6 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 from unittest import mock
 
@@ -37,10 +36,11 @@ from hypothesis import strategies as st
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl.kube._http import ApiError
-from fastctl.runtime.leader import LeaderElection, LeaderElector, LeaseRecord, _elector, micro_time
+from fastctl.runtime.leader import LeaderElection, LeaderElector, _elector
+from fastctl.runtime.leader._rules import LeaseRecord, micro_time
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .fake_lease import LeaseStore
-from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
 
 T = TypeVar("T")
 
@@ -260,7 +260,8 @@ def test_the_real_elector_never_overlaps_and_hands_over_under_chaos(
     releases: list[bool],
     jitter: random.Random,
 ) -> None:
-    async def scenario(loop: VirtualTimeLoop) -> Referee:
+    async def scenario() -> Referee:
+        loop = VirtualTimeLoop.current()
         store = LeaseStore()
         electors, clients, tasks = [], [], []
         for i, plan in enumerate(plans):
@@ -307,10 +308,9 @@ def test_the_real_elector_never_overlaps_and_hands_over_under_chaos(
             await asyncio.gather(*tasks, meddler, return_exceptions=True)
 
     with (
-        mock.patch.object(_elector, "time", SimpleNamespace(monotonic=virtual_monotonic)),
         mock.patch.object(_elector, "micro_time", _virtual_micro_time),
         mock.patch.object(_elector, "random", jitter),
     ):
-        referee = run_virtual(scenario)
+        referee = run_virtual(scenario())
     assert referee.violations == []
     assert {who for _, who in referee.terms} == {"a", "b", "c"}  # takeovers happened

@@ -10,7 +10,6 @@ import logging
 import math
 import re
 import time
-import types
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any, Self
@@ -18,29 +17,23 @@ from typing import Any, Self
 import pytest
 
 from fastctl.kube._http import ApiError
-from fastctl.runtime.leader import (
-    LeaderElection,
+from fastctl.runtime.leader import LeaderElection, _elector, _rules
+from fastctl.runtime.leader._rules import (
+    RETRY_JITTER,
     LeaseRecord,
     Observation,
-    _elector,
-    _rules,
+    check_lease_timings,
     default_identity,
     micro_time,
     next_record,
 )
-from fastctl.runtime.leader._rules import RETRY_JITTER, check_lease_timings
+from fastctl.testing import VirtualTimeLoop
 
 from .fake_lease import LeaseStore
 from .test_leader import MICRO_TIME, _fake_elector, _FakeLeases
 from .test_leader_timing import run_bounded
-from .virtual_time import VirtualTimeLoop, virtual_monotonic
 
 RENEW_DEADLINE = 0.3
-
-
-@pytest.fixture(autouse=True)
-def _elector_on_the_loop_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_elector, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
 
 
 class _FailingLeases(_FakeLeases):
@@ -316,8 +309,8 @@ def test_a_one_second_lease_lasts_one_second_not_the_fallback() -> None:
 class _LateLeases(_FakeLeases):
     """`_FakeLeases` whose server applies each write when it arrives, after which the
     event loop is blocked while the answer is read, until `late[i]` seconds after the
-    write was sent (none left: not blocked), and whose answers name `holder` instead of
-    the writer, if set (a server that changed what it stored)."""
+    write was sent (none left, or that moment past already: not blocked), and whose answers
+    name `holder` instead of the writer, if set (a server that changed what it stored)."""
 
     def __init__(self, store: LeaseStore, late: list[float], holder: str | None = None) -> None:
         super().__init__(store)
@@ -326,9 +319,9 @@ class _LateLeases(_FakeLeases):
 
     async def _answer(self, sent: float, written: dict[str, Any]) -> dict[str, Any]:
         if self.late:
-            loop = asyncio.get_running_loop()
-            assert isinstance(loop, VirtualTimeLoop)
-            loop.now = sent + self.late.pop(0)  # blocked: no timer runs meanwhile
+            loop = VirtualTimeLoop.current()
+            blocked = sent + self.late.pop(0) - loop.time()
+            loop.advance(max(0.0, blocked))  # no timer runs meanwhile
         if self.holder is not None:
             written["spec"]["holderIdentity"] = self.holder
         return written

@@ -6,7 +6,6 @@ leader-election.md, "Using it"): exact bounds, no slack. The Lease is the in-mem
 from __future__ import annotations
 
 import asyncio
-import types
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -14,10 +13,10 @@ import pytest
 
 from fastctl.runtime.leader import _elector
 from fastctl.runtime.leader._rules import LeaseRecord
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .fake_lease import LeaseStore
 from .test_leader import _fake_elector, _FakeLeases
-from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
 
 RENEW_DEADLINE = 0.3
 VIRTUAL_LIMIT = 60.0
@@ -30,16 +29,12 @@ T = TypeVar("T")
 def run_bounded(main: Callable[[VirtualTimeLoop], Coroutine[Any, Any, T]]) -> T:
     """`run_virtual`, failing with `TimeoutError` after `VIRTUAL_LIMIT` virtual seconds."""
 
-    async def bounded(loop: VirtualTimeLoop) -> T:
+    async def bounded() -> T:
+        loop = VirtualTimeLoop.current()
         async with asyncio.timeout(VIRTUAL_LIMIT):
             return await main(loop)
 
-    return run_virtual(bounded)
-
-
-@pytest.fixture(autouse=True)
-def _elector_on_the_loop_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_elector, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
+    return run_virtual(bounded())
 
 
 def _leases(elector: _elector.LeaderElector) -> _FakeLeases:
@@ -63,21 +58,21 @@ def test_wait_lost_returns_at_the_deadline_and_at_once_for_a_term_already_over()
         assert sent is not None
         _leases(a).cut()
         await a.wait_lost(first)
-        assert loop.now == pytest.approx(sent)  # the deadline set by the last send
-        assert loop.now <= sent  # never later: no slack
+        assert loop.time() == pytest.approx(sent)  # the deadline set by the last send
+        assert loop.time() <= sent  # never later: no slack
         _leases(a).reachable.set()
         second = await a.wait_leading()
         assert second == first + 1
-        now = loop.now
+        now = loop.time()
         await asyncio.wait_for(a.wait_lost(first), 1.0)  # over: at once, the clock stands
-        assert loop.now == now
+        assert loop.time() == now
         waiting = asyncio.create_task(a.wait_lost(second))
         await asyncio.sleep(1.0)
         assert not waiting.done()  # the current term goes on while it renews
         run.cancel()
-        now = loop.now
+        now = loop.time()
         await waiting  # cancelling run() ends the term at once
-        assert loop.now == now
+        assert loop.time() == now
         await asyncio.gather(run, return_exceptions=True)
 
     run_bounded(main)
@@ -98,12 +93,12 @@ def test_release_that_the_server_never_answers_gives_up_after_its_timeout(
         await a.wait_leading()
         await asyncio.sleep(0.5)
         _leases(a).cut()
-        asked = loop.now
+        asked = loop.time()
         release = asyncio.create_task(a.release(timeout=timeout))
         await asyncio.sleep(0)
         assert not a.is_leader  # before anything is written
         assert await release is False
-        assert loop.now - asked == pytest.approx(RENEW_DEADLINE if timeout is None else timeout)
+        assert loop.time() - asked == pytest.approx(RENEW_DEADLINE if timeout is None else timeout)
         lease = store.get()
         assert lease is not None
         assert LeaseRecord.from_lease(lease).holder == "a"

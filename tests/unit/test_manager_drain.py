@@ -8,22 +8,21 @@ ended (one that swallows the cancellation and goes on included); `run()` returns
 from __future__ import annotations
 
 import asyncio
-import types
+import logging
 from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action
-from fastctl.runtime import _controller, _manager
-from fastctl.runtime._controller import Controller
-from fastctl.runtime._manager import Manager
-from fastctl.runtime.leader import LeaderElection, LeaderElector, _elector
+from fastctl.runtime.controller import Controller, _environment, _run
+from fastctl.runtime.leader import LeaderElection, LeaderElector
+from fastctl.runtime.manager import Manager, _manager
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .fake_lease import LeaseStore
 from .test_controller_relist import WIDGET, Feed, client, listing, widget
 from .test_leader import _FakeLeases
-from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
 
 DRAIN = 5.0
 ELECTION = LeaderElection(
@@ -77,7 +76,6 @@ def manager_client() -> ApiClient:
 def lease(monkeypatch: pytest.MonkeyPatch) -> Lease:
     store = Lease()
     elect_on(store, monkeypatch)
-    monkeypatch.setattr(_elector, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
     return store
 
 
@@ -113,7 +111,8 @@ def _stop_during_a_reconcile(
     """Run a leading Manager, shut it down while `work` runs; (controller, when the
     shutdown was asked, when run() returned)."""
     feed = Feed()
-    monkeypatch.setattr(_controller, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_environment, "watcher", lambda *a, **kw: feed.events())
+    monkeypatch.setattr(_run, "watcher", lambda *a, **kw: feed.events())
     ctl = Controller(client(), WIDGET, work.reconcile, name="widgets")
     mgr = Manager(
         manager_client(),
@@ -124,7 +123,8 @@ def _stop_during_a_reconcile(
     )
     mgr.add(ctl)
 
-    async def main(loop: VirtualTimeLoop) -> tuple[float, float]:
+    async def main() -> tuple[float, float]:
+        loop = VirtualTimeLoop.current()
         feed.push(*listing(widget("a", 0)))
         run = asyncio.create_task(mgr.run())
         for _ in range(1000):
@@ -133,20 +133,24 @@ def _stop_during_a_reconcile(
             await asyncio.sleep(0.01)
         assert work.started is not None, f"never reconciled (leader: {mgr.is_leader})"
         await asyncio.sleep(1.0)
-        asked = loop.now
+        asked = loop.time()
         mgr.shutdown()
         await run  # a graceful stop: no exception
-        return asked, loop.now
+        return asked, loop.time()
 
-    asked, returned = run_virtual(main)
+    asked, returned = run_virtual(main())
     return ctl, asked, returned
 
 
 def test_a_reconcile_running_past_the_drain_timeout_is_cancelled_then_the_lease_released(
-    lease: Lease, monkeypatch: pytest.MonkeyPatch
+    lease: Lease, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, "fastctl.manager")
     work = Reconciles(swallows=False)
     ctl, asked, returned = _stop_during_a_reconcile(work, monkeypatch)
+    assert [r.getMessage() for r in caplog.records if r.name == "fastctl.manager"] == [
+        "drain timeout (5 s) passed: cancelling 1 controller(s)"
+    ]
     assert work.cancelled == asked + DRAIN  # not before the drain timeout, and not later
     assert lease.released_at is not None
     assert lease.released_at >= work.cancelled  # released only once the reconcile ended

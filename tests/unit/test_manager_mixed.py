@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import types
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,12 +17,12 @@ import pytest
 
 from fastctl.errors import LeadershipLost
 from fastctl.kube._watcher import WatchEvent
-from fastctl.runtime import _controller, _manager
-from fastctl.runtime._controller import Controller
-from fastctl.runtime._manager import Manager
-from fastctl.runtime.leader import LeaderElection, LeaderElector, _elector
+from fastctl.runtime.controller import Controller, _environment, _run
+from fastctl.runtime.leader import LeaderElection, LeaderElector
+from fastctl.runtime.manager import Manager, _manager
 from fastctl.runtime.sharding import Sharding
 from fastctl.runtime.sharding._member import Drainer, ShardMember
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .fake_lease import LeaseStore
 from .test_controller_relist import WIDGET, client, listing, widget
@@ -31,7 +30,6 @@ from .test_leader import _FakeLeases
 from .test_manager_drain import _ElectorClient, manager_client
 from .test_sharding_protocol import LeaseStore as GroupStore
 from .test_sharding_protocol import Link
-from .virtual_time import VirtualTimeLoop, run_virtual, virtual_monotonic
 
 ELECTION = LeaderElection(
     "l", identity="me", lease_duration=3.0, renew_deadline=2.0, retry_period=0.3
@@ -100,8 +98,8 @@ class Setup:
         monkeypatch.setattr(_manager, "LeaderElector", elector)
         monkeypatch.setattr(_manager, "ShardMember", member)
         monkeypatch.setattr(_manager, "ApiClient", _ElectorClient)
-        monkeypatch.setattr(_controller, "watcher", one_widget)
-        monkeypatch.setattr(_elector, "time", types.SimpleNamespace(monotonic=virtual_monotonic))
+        monkeypatch.setattr(_environment, "watcher", one_widget)
+        monkeypatch.setattr(_run, "watcher", one_widget)
 
 
 def mixed(elected: Work, sharded: Work) -> Manager:
@@ -124,14 +122,15 @@ def test_a_lost_leader_lease_cancels_the_elected_at_once_and_drains_the_sharded(
     elected, sharded = Work(None), Work(SHARDED_WORK)
     mgr = mixed(elected, sharded)
 
-    async def main(loop: VirtualTimeLoop) -> tuple[float, BaseException | None]:
+    async def main() -> tuple[float, BaseException | None]:
+        loop = VirtualTimeLoop.current()
         run = asyncio.create_task(mgr.run())
         await until(lambda: elected.started is not None and sharded.started is not None)
         assert mgr.member is not None
         assert mgr.member.serving == set(range(4))
         assert [c.shard is not None for c in mgr.controllers] == [False, True]
         await asyncio.sleep(0.1)
-        cut = loop.now
+        cut = loop.time()
         setup.leader_link.cut()  # the leader Lease can no longer be renewed
         try:
             await run
@@ -139,7 +138,7 @@ def test_a_lost_leader_lease_cancels_the_elected_at_once_and_drains_the_sharded(
             return cut, exc
         return cut, None
 
-    cut, raised = run_virtual(main)
+    cut, raised = run_virtual(main())
     assert isinstance(raised, LeadershipLost)
     # The elected reconcile: cancelled within the renew deadline of the last renewal.
     assert elected.cancelled is not None
@@ -162,27 +161,28 @@ def test_the_elected_controller_waits_for_leadership_and_the_sharded_for_its_slo
     """Another replica holds the leader Lease: the sharded controller reconciles, the
     elected one does not."""
     setup = Setup(monkeypatch)
-    from fastctl.runtime.leader import LeaseRecord
+    from fastctl.runtime.leader._rules import LeaseRecord
 
     setup.lease.create(LeaseRecord("other", 3))
     elected, sharded = Work(None), Work(None)
     mgr = mixed(elected, sharded)
 
-    async def main(loop: VirtualTimeLoop) -> None:
+    async def main() -> None:
+        loop = VirtualTimeLoop.current()
         run = asyncio.create_task(mgr.run())
         await until(lambda: sharded.started is not None)
         for _ in range(20):  # the other's Lease is renewed behind our back
             await asyncio.sleep(0.5)
             lease = setup.lease.get()
             assert lease is not None
-            lease["spec"]["renewTime"] = f"2026-01-01T00:00:{loop.now:09.6f}Z"
+            lease["spec"]["renewTime"] = f"2026-01-01T00:00:{loop.time():09.6f}Z"
             setup.lease.put(lease)
         assert elected.started is None
         assert not mgr.is_leader
         mgr.shutdown()
         await run
 
-    run_virtual(main)
+    run_virtual(main())
     assert sharded.started is not None
 
 

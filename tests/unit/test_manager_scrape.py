@@ -16,11 +16,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastctl import Action
-from fastctl.kube._watcher import EventKind, WatchEvent
-from fastctl.runtime import _controller
-from fastctl.runtime._controller import Controller
-from fastctl.runtime._manager import Manager
+from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
+from fastctl.runtime.controller import Controller, _environment, _run
 from fastctl.runtime.leader import LeaderElection
+from fastctl.runtime.manager import Manager, ServerOptions
 
 from .fake_lease import LeaseStore
 from .test_controller_relist import WIDGET, Feed, client, listing, until, widget
@@ -41,7 +40,9 @@ class Feeds:
             self.on_error.append(on_error)
             return feed.events()
 
-        monkeypatch.setattr(_controller, "watcher", watcher)
+        monkeypatch.setattr(_environment, "watcher", watcher)
+
+        monkeypatch.setattr(_run, "watcher", watcher)
 
     def push(self, *events: WatchEvent) -> None:
         for feed in self.feeds:
@@ -104,11 +105,10 @@ async def test_metrics_of_a_busy_controller(monkeypatch: pytest.MonkeyPatch) -> 
     ctl = Controller(client(), WIDGET, reconcile, name="widgets", concurrency=2)
     mgr = Manager(
         manager_client(),
-        metrics_port=0,
-        metrics_host="127.0.0.1",
-        metrics_secure=False,
-        probe_port=None,
         drain_timeout=0,
+        servers=ServerOptions(
+            metrics_port=0, metrics_host="127.0.0.1", metrics_secure=False, probe_port=None
+        ),
     )
     mgr.add(ctl)
     async with running(mgr):
@@ -116,9 +116,9 @@ async def test_metrics_of_a_busy_controller(monkeypatch: pytest.MonkeyPatch) -> 
         feeds.push(*listing(widget("w", 0)))
         await until(lambda: ctl.scheduler.stats()["waiting"] == 1, "w requeued")
         for name in ("a", "b", "c", "d"):  # a, b run; c, d wait for a slot
-            feeds.push(WatchEvent(EventKind.APPLY, widget(name, 1)))
+            feeds.push(ObjectEvent(EventKind.APPLY, widget(name, 1)))
         await until(lambda: ctl.scheduler.in_flight == 2, "a and b running")
-        feeds.push(WatchEvent(EventKind.APPLY, widget("a", 2)))  # a dirty
+        feeds.push(ObjectEvent(EventKind.APPLY, widget("a", 2)))  # a dirty
         for _ in range(2):
             feeds.on_error[0](ConnectionError("reset"))
         await until(lambda: ctl.scheduler.stats()["dirty"] == 1, "a dirty")
@@ -168,11 +168,13 @@ async def test_readyz_and_master_status_of_a_leader_and_a_standby(
         return Manager(
             manager_client(),
             leader_election=_election(identity),
-            metrics_port=0,
-            metrics_host="127.0.0.1",
-            metrics_secure=False,
-            probe_port=0,
-            probe_host="127.0.0.1",
+            servers=ServerOptions(
+                metrics_port=0,
+                metrics_host="127.0.0.1",
+                metrics_secure=False,
+                probe_port=0,
+                probe_host="127.0.0.1",
+            ),
         ).add(ctl)
 
     def master(text: str) -> float:

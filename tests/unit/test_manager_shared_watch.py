@@ -15,10 +15,10 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl import Action
 from fastctl.errors import ApiError
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent
-from fastctl.runtime import _controller, _manager
-from fastctl.runtime._controller import Controller
-from fastctl.runtime._manager import Manager
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchConfig, WatchEvent
+from fastctl.runtime.controller import Controller, _environment, _run
+from fastctl.runtime.manager import Manager, _watches
+from fastctl.runtime.manager._watches import share_watches
 
 WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
 CHILD = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
@@ -30,6 +30,7 @@ class FakeWatchers:
 
     def __init__(self) -> None:
         self.opened: list[tuple[str, bool]] = []
+        self.clients: list[Any] = []
 
     def __call__(
         self,
@@ -41,13 +42,14 @@ class FakeWatchers:
         **_: Any,
     ) -> AsyncIterator[WatchEvent]:
         self.opened.append((resource.kind, config.strip_managed_fields))
+        self.clients.append(client)
         return self._events(on_error)
 
     async def _events(self, on_error: Any) -> AsyncIterator[WatchEvent]:
         if on_error is not None:
             on_error(ApiError(503, "ServiceUnavailable", "try later", method="GET", path="/x"))
-        yield WatchEvent(EventKind.INIT)
-        yield WatchEvent(EventKind.INIT_DONE)
+        yield ListFrame(EventKind.INIT)
+        yield ListFrame(EventKind.INIT_DONE)
         await asyncio.Event().wait()
 
 
@@ -58,8 +60,9 @@ async def nothing(obj: dict[str, Any], ctx: Any) -> Action | None:
 @pytest.fixture
 def watchers(monkeypatch: pytest.MonkeyPatch) -> FakeWatchers:
     fake = FakeWatchers()
-    monkeypatch.setattr(_manager, "watcher", fake)
-    monkeypatch.setattr(_controller, "watcher", fake)
+    monkeypatch.setattr(_watches, "watcher", fake)
+    monkeypatch.setattr(_environment, "watcher", fake)
+    monkeypatch.setattr(_run, "watcher", fake)
     return fake
 
 
@@ -77,9 +80,12 @@ async def run_until_ready(manager: Manager) -> None:
             await asyncio.wait_for(task, 10)
 
 
-def controller(name: str, *, strip: bool = True) -> Controller:
-    client = ApiClient.__new__(ApiClient)  # never used: the watcher is faked
-    return Controller(client, WIDGET, nothing, name=name, strip_managed_fields=strip).owns(CHILD)
+CLIENT = ApiClient.__new__(ApiClient)  # never used: the watcher is faked
+
+
+def controller(name: str, *, strip: bool = True, client: ApiClient = CLIENT) -> Controller:
+    watch = WatchConfig(strip_managed_fields=strip)
+    return Controller(client, WIDGET, nothing, name=name, watch_config=watch).owns(CHILD)
 
 
 async def test_every_controller_counts_the_errors_of_a_shared_watch(
@@ -95,6 +101,19 @@ async def test_every_controller_counts_the_errors_of_a_shared_watch(
             "fastctl_watch_errors_total", {"controller": name}
         )
         assert errors == 2, name
+
+
+async def test_controllers_on_two_clusters_never_share_a_watch(watchers: FakeWatchers) -> None:
+    """The same kind with the same options through two clients (two clusters) is two
+    watches, each on its own client, and two caches."""
+    other = ApiClient.__new__(ApiClient)
+    manager = Manager(CLIENT, metrics_port=None, probe_port=None)
+    manager.add(controller("here")).add(controller("there", client=other))
+    await run_until_ready(manager)
+    assert sorted(watchers.opened) == [("ConfigMap", True)] * 2 + [("Widget", True)] * 2
+    assert sorted(map(id, watchers.clients)) == sorted([id(CLIENT)] * 2 + [id(other)] * 2)
+    here, there = manager.controllers
+    assert here.store is not there.store
 
 
 async def test_controllers_that_disagree_on_managed_fields_get_their_own_watches(
@@ -122,13 +141,13 @@ async def test_two_relations_on_one_resource_each_hear_every_event(
     """`owns(CHILD)` and `watches(CHILD, ...)` in one controller share the Manager's watch
     of CHILD through a subscription each: neither takes events from the other's stream, and
     no subscription is left unread (a bounded channel nobody reads stalls the shared watch)."""
-    listing = [
-        WatchEvent(EventKind.INIT),
+    listing: list[WatchEvent] = [
+        ListFrame(EventKind.INIT),
         *(
-            WatchEvent(EventKind.INIT_APPLY, {"metadata": {"name": f"c{i}", "namespace": "n"}})
+            ObjectEvent(EventKind.INIT_APPLY, {"metadata": {"name": f"c{i}", "namespace": "n"}})
             for i in range(5)
         ),
-        WatchEvent(EventKind.INIT_DONE),
+        ListFrame(EventKind.INIT_DONE),
     ]
 
     def fake(*_: Any, **__: Any) -> AsyncIterator[WatchEvent]:
@@ -139,17 +158,18 @@ async def test_two_relations_on_one_resource_each_hear_every_event(
 
         return events()
 
-    monkeypatch.setattr(_manager, "watcher", fake)
+    monkeypatch.setattr(_watches, "watcher", fake)
     ctl = controller("a").watches(CHILD, lambda obj: [])
     manager = Manager(ApiClient.__new__(ApiClient), metrics_port=None, probe_port=None)
     manager.add(ctl)
-    watches = {w.name: w for w in manager._share_watches()}
+    shared = share_watches(manager.controllers, sharded=lambda c: False)
+    watches = {w.name: w for w in shared.watches}
     assert set(watches) == {str(CHILD)}  # the primary is watched once: not shared
     watch = watches[str(CHILD)]
     task = watch.start()
 
     async def take(use: int) -> list[WatchEvent]:
-        events = ctl._events(CHILD, use)
+        events = shared.sources[ctl.name][use].events(lambda exc: None)
         return [await anext(events) for _ in listing]
 
     try:

@@ -25,9 +25,9 @@ class _Source:
 
     def __init__(self, scheduler: Scheduler, counters: ReconcileCounters) -> None:
         self._scheduler = scheduler
-        self._counters = counters
+        self.counters = counters
 
-    def _scheduler_stats(self) -> SchedulerStats:
+    def scheduler_stats(self) -> SchedulerStats:
         return self._scheduler.stats(now=NOW)
 
 

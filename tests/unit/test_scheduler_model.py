@@ -21,11 +21,16 @@ checks two of the applier's rules on its own bookkeeping, not on either implemen
   or was requeued, and a follow-up triggered with no delay is due at once.
 
 Times are sometimes passed slightly in the past, to exercise the never-backwards clock.
+
+Each run checks FASTCTL_SCHEDULER_EXAMPLES sequences (default 2000); a longer hunt is
+``FASTCTL_SCHEDULER_EXAMPLES=20000 python -m pytest tests/unit/test_scheduler_model.py``.
+Sequences it found are replayed step by step below the machine.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from typing import Any
 
@@ -43,6 +48,7 @@ from hypothesis.stateful import (
 from fastctl import Scheduler
 from fastctl.testing.model import ModelScheduler
 
+EXAMPLES = int(os.environ.get("FASTCTL_SCHEDULER_EXAMPLES", "2000"))
 KEYS = [f"ns/k{i}" for i in range(6)]
 keys = st.sampled_from(KEYS)
 # Dyadic steps keep many times exactly equal (ties matter); 0.1 adds rounding.
@@ -326,12 +332,43 @@ class SchedulerAgreesWithModel(RuleBasedStateMachine):
 
 
 SchedulerAgreesWithModel.TestCase.settings = settings(
-    max_examples=2000,
+    max_examples=EXAMPLES,
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_scheduler_agrees_with_model = SchedulerAgreesWithModel.TestCase
+
+
+def test_an_older_key_raised_into_a_group_is_its_head() -> None:
+    """A sequence the machine found, replayed step by step: keys of group g1 raised out of
+    order to priority 0 (a re-add naming no group keeps the key's group) left g1's queue
+    there holding only a key raised in below its back; the older k0 raised in next is g1's
+    first key, and the level's oldest, which the Rust core did not record."""
+    state = SchedulerAgreesWithModel()
+    state.create(
+        concurrency=0,
+        debounce=0.0,
+        debounce_factor=None,
+        max_wait=0.0,
+        backoff_base=0.005,
+        backoff_max=1.0,
+        seed=0,
+        group_weights={},
+        group_concurrency=0,
+    )
+    state.agree()
+    state.add_many(after=0.0, batch=["ns/k0", "ns/k3", "ns/k5"], group="g1", priority=-1)
+    state.agree()
+    state.add_many(after=0.0, batch=["ns/k5", "ns/k3"], group=None, priority=0)
+    state.agree()
+    state.add_many(after=0.0, batch=["ns/k5"], group=None, priority=1)
+    state.agree()
+    state.add_many(after=0.0, batch=["ns/k0"], group=None, priority=0)
+    state.agree()
+    state.pop_many(n=4)
+    state.agree()
+    state.teardown()
 
 
 def test_backoff_delays_are_bit_identical() -> None:

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from fastctl.kube._resource import ResolvedResource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, ObjectKind, WatchEvent
 from fastctl.kube._writes import observed_write
 from fastctl.runtime import _own_writes
-from fastctl.runtime._controller import Controller
 from fastctl.runtime._own_writes import OwnWrites
 from fastctl.runtime._settled_events import settled
+from fastctl.runtime.controller import Controller
 
 from .test_controller_relist import (
     CHILD,
@@ -40,28 +40,33 @@ def widget(name: str, version: str) -> dict[str, Any]:
     return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta}
 
 
-def apply(name: str, version: str, kind: EventKind = EventKind.APPLY) -> WatchEvent:
-    return WatchEvent(kind, widget(name, version))
+def apply(name: str, version: str, kind: ObjectKind = EventKind.APPLY) -> WatchEvent:
+    return ObjectEvent(kind, widget(name, version))
 
 
 def seen(event: WatchEvent) -> str:
-    if event.obj is None:
-        return event.kind.value
+    if isinstance(event, ListFrame):
+        return str(event.kind.value)
     meta = event.obj["metadata"]
     return f"{meta['name']}@{meta['resourceVersion']}"
 
 
 class HangingWrite:
-    """A write of ours whose answer comes only when the test sets `answered`."""
+    """A write of ours whose answer comes only when the test sets `answered`: a change of
+    the version the controller knows (HTTP 200), or with `status` 201 a create."""
 
-    def __init__(self) -> None:
+    def __init__(self, status: int = 200) -> None:
         self.answered, self.writing = asyncio.Event(), asyncio.Event()
+        self.status = status
 
     async def __call__(self, resource: ResolvedResource, name: str, answer: dict[str, Any]) -> None:
-        with observed_write(resource, NS, name) as seen:
+        async def send(version: str | None) -> tuple[int, Any]:
             self.writing.set()
             await self.answered.wait()
-            seen(answer)
+            return self.status, answer
+
+        with observed_write(resource, NS, name, conditional=True) as write:
+            await write.send(send)
 
     async def start(self, own: OwnWrites, name: str) -> asyncio.Task[None]:
         """Widget `name`'s write, reported to `own` as a reconcile's, under way."""
@@ -128,7 +133,7 @@ async def test_an_error_of_the_source_comes_after_the_held_events() -> None:
     async def consume() -> None:
         async for event in settled(own, WIDGET, failing()):
             out.append(seen(event))
-            if event.obj is not None and event.obj["metadata"]["name"] == "b":
+            if isinstance(event, ObjectEvent) and event.obj["metadata"]["name"] == "b":
                 hanging.answered.set()
 
     with pytest.raises(RuntimeError, match="the watch broke"):
@@ -174,7 +179,7 @@ async def test_a_controller_reconciles_others_while_one_objects_write_hangs(
 async def test_a_hanging_write_of_a_child_holds_back_only_that_childs_events(
     sources: Sources,
 ) -> None:
-    hanging = HangingWrite()
+    hanging = HangingWrite(201)  # a's reconcile creates its child
     calls: list[str] = []
 
     async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
@@ -194,8 +199,8 @@ async def test_a_hanging_write_of_a_child_holds_back_only_that_childs_events(
         echo = child("child-a", "a")
         echo["metadata"].update(uid="uid-child-a", resourceVersion="2")
         feeds[CHILD].push(  # a's child's echo comes before the answer; then b's child
-            WatchEvent(EventKind.APPLY, echo),
-            WatchEvent(EventKind.APPLY, child("child-b", "b")),
+            ObjectEvent(EventKind.APPLY, echo),
+            ObjectEvent(EventKind.APPLY, child("child-b", "b")),
         )
         await until(
             lambda: calls.count("b") == 2, "b re-triggered by its child while a's write hangs"

@@ -8,15 +8,17 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl.cli import build_parser, main
-from fastctl.cli.run import _sharding
-from fastctl.runtime._manager import Manager
+from fastctl.cli._run_options import configure
 from fastctl.runtime.leader import LeaderElection
+from fastctl.runtime.manager import Manager
 from fastctl.runtime.sharding import Sharding
 
 
 def parse(*extra: str) -> Sharding | None:
     args = build_parser().parse_args(["run", "nowhere:make", *extra])
-    made = _sharding(args)
+    manager = Manager(ApiClient.__new__(ApiClient), metrics_port=None, probe_port=None)
+    configure(manager, args, built_by=None)
+    made = manager.sharding
     assert made is None or isinstance(made, Sharding)
     return made
 

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 from fastctl.runtime.sharding._handover import Durations, HandoverTimes
 from fastctl.runtime.sharding._member import ShardMember
 from fastctl.runtime.sharding._metrics import ShardingCollector
+from fastctl.testing import run_virtual
 
 from .test_sharding_protocol import SLOTS, LeaseStore, Link, config
-from .virtual_time import VirtualTimeLoop, run_virtual
 
 DRAIN = 1.0  # every drain takes this long (a reconcile finishing)
 RETRY = 2.0 * 1.2  # the retry period with its largest jitter
@@ -39,7 +39,7 @@ def mean(durations: Durations) -> float:
 
 
 def test_a_join_and_a_leave_record_each_moved_slot_once_in_each_direction() -> None:
-    async def main(loop: VirtualTimeLoop) -> None:
+    async def main() -> None:
         store = LeaseStore()
         first, first_task = start("m0", store)
         await asyncio.sleep(10)
@@ -74,7 +74,7 @@ def test_a_join_and_a_leave_record_each_moved_slot_once_in_each_direction() -> N
         await asyncio.gather(first_task, second_task, return_exceptions=True)
         await asyncio.sleep(2 * DRAIN)  # the urgent drains of the loops' ends
 
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_a_slot_wanted_then_given_away_before_it_was_served_records_nothing() -> None:

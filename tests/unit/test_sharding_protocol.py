@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastctl.kube._http import ApiError
-from fastctl.runtime.sharding import Sharding, assign
+from fastctl.runtime.sharding import Sharding
+from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._member import ShardMember
-
-from .virtual_time import VirtualTimeLoop, run_virtual
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 SLOTS = 16
 GROUP = "g"
@@ -186,7 +186,7 @@ class Cluster:
         for slot in range(SLOTS):
             active = [r.member.identity for r in self.replicas if r.active(slot)]
             if len(active) > 1:
-                self.violations.append(f"t={self.loop.now:.3f}: slot {slot} on {active}")
+                self.violations.append(f"t={self.loop.time():.3f}: slot {slot} on {active}")
 
     def join(self) -> None:
         self.replicas.append(Replica(f"m{len(self.replicas)}", self.store, self.rng))
@@ -212,7 +212,7 @@ class Cluster:
 
     async def partition(self, index: int) -> None:
         if (replica := self.pick(index)) is not None:
-            replica.link.cut_until = self.loop.now + self.rng.uniform(5, 40)
+            replica.link.cut_until = self.loop.time() + self.rng.uniform(5, 40)
 
     async def touch(self, index: int) -> None:
         names = sorted(self.store.leases)
@@ -250,7 +250,7 @@ async def scenario(
     for _ in range(members):
         cluster.join()
     for when, kind, index in sorted(faults):
-        await asyncio.sleep(max(0.0, when - loop.now))
+        await asyncio.sleep(max(0.0, when - loop.time()))
         if kind == "join":
             cluster.join()
         else:
@@ -259,7 +259,7 @@ async def scenario(
     for replica in cluster.replicas:
         replica.link.lossy = False
         replica.link.cut_until = 0.0
-    await asyncio.sleep(max(0.0, 90 - loop.now) + 60 + 40)
+    await asyncio.sleep(max(0.0, 90 - loop.time()) + 60 + 40)
     return cluster
 
 
@@ -268,7 +268,8 @@ async def scenario(
 def test_no_slot_on_two_members_and_every_slot_served(
     members: int, faults: list[tuple[float, str, int]], seed: int
 ) -> None:
-    async def main(loop: VirtualTimeLoop) -> None:
+    async def main() -> None:
+        loop = VirtualTimeLoop.current()
         cluster = await scenario(loop, random.Random(seed), members, faults)
         live = cluster.live()
         expected = assign([r.member.identity for r in live], SLOTS)
@@ -277,7 +278,7 @@ def test_no_slot_on_two_members_and_every_slot_served(
         assert cluster.violations == []
         assert serving == expected
 
-    run_virtual(main)
+    run_virtual(main())
 
 
 async def two_settled_members(loop: VirtualTimeLoop, *, seed: int) -> Cluster:
@@ -295,7 +296,8 @@ def test_two_members_split_the_slots_and_a_crash_hands_them_over() -> None:
     """The plain story, with numbers: two members split the 16 slots; the survivor of a
     crash takes the dead member's slots only once its Lease has expired."""
 
-    async def main(loop: VirtualTimeLoop) -> None:
+    async def main() -> None:
+        loop = VirtualTimeLoop.current()
         cluster = await two_settled_members(loop, seed=7)
         first, second = cluster.replicas
         assert first.member.serving | second.member.serving == set(range(SLOTS))
@@ -308,28 +310,29 @@ def test_two_members_split_the_slots_and_a_crash_hands_them_over() -> None:
         # Not before the dead member's Lease expired: a lease duration after its last write
         # reached the store, with no slack (this is the safety bound); and not much later.
         last_write = cluster.store.written_at[second.member.config.lease_name]
-        assert loop.now >= last_write + first.member.config.lease_duration
-        assert loop.now <= last_write + first.member.config.lease_duration + 3 * 2.4 + 0.5
+        assert loop.time() >= last_write + first.member.config.lease_duration
+        assert loop.time() <= last_write + first.member.config.lease_duration + 3 * 2.4 + 0.5
         assert first.member.serving == set(range(SLOTS))
         await cluster.stop()
 
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_the_check_sees_two_members_on_one_slot() -> None:
     """The invariant can fail: a member cut off from the API server whose reconciles ignore
     cancellation is still active on its slots when the other takes them over."""
 
-    async def main(loop: VirtualTimeLoop) -> list[str]:
+    async def main() -> list[str]:
+        loop = VirtualTimeLoop.current()
         cluster = await two_settled_members(loop, seed=3)
         cut_off = cluster.replicas[0]
         cut_off.runtime.hangs = True
-        cut_off.link.cut_until = loop.now + 60
+        cut_off.link.cut_until = loop.time() + 60
         await asyncio.sleep(40)
         await cluster.stop()
         return cluster.violations
 
-    assert run_virtual(main)
+    assert run_virtual(main())
 
 
 def test_a_member_cut_off_stops_before_the_others_take_its_slots() -> None:
@@ -337,12 +340,13 @@ def test_a_member_cut_off_stops_before_the_others_take_its_slots() -> None:
     deadline, the other takes the slots over after the expiry, never in between, and the
     cut-off member gets its share back once the partition heals."""
 
-    async def main(loop: VirtualTimeLoop) -> None:
+    async def main() -> None:
+        loop = VirtualTimeLoop.current()
         cluster = await two_settled_members(loop, seed=5)
         cut_off, other = cluster.replicas
         its_slots = cut_off.member.serving
         assert its_slots
-        cut_off.link.cut_until = loop.now + 40
+        cut_off.link.cut_until = loop.time() + 40
         while not its_slots <= other.member.serving:
             await other.member.wait_change(other.member.version)
         assert cut_off.member.serving == frozenset()
@@ -351,4 +355,4 @@ def test_a_member_cut_off_stops_before_the_others_take_its_slots() -> None:
         await cluster.stop()
         assert cluster.violations == []
 
-    run_virtual(main)
+    run_virtual(main())

@@ -11,9 +11,9 @@ from typing import Any, cast
 
 import pytest
 
-from fastctl.kube._watcher import EventKind, WatchEvent
-from fastctl.runtime.sharding import shard_selector
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime.sharding._gate import ShardGate
+from fastctl.runtime.sharding._slots import ShardKey, shard_selector
 from fastctl.runtime.sharding._watch import sharded_events
 
 SLOTS = 4
@@ -175,15 +175,15 @@ class FakeServer:
     async def _watch(self, keep: Callable[[dict[str, Any]], bool]) -> AsyncIterator[WatchEvent]:
         self.open += 1
         try:
-            yield WatchEvent(EventKind.INIT)
+            yield ListFrame(EventKind.INIT)
             for obj in self.objects:
                 if keep(obj):
-                    yield WatchEvent(EventKind.INIT_APPLY, obj)
-            yield WatchEvent(EventKind.INIT_DONE)
+                    yield ObjectEvent(EventKind.INIT_APPLY, obj)
+            yield ListFrame(EventKind.INIT_DONE)
             while True:
                 obj = await self.pushed.get()
                 if keep(obj):
-                    yield WatchEvent(EventKind.APPLY, obj)
+                    yield ObjectEvent(EventKind.APPLY, obj)
         finally:
             self.open -= 1
 
@@ -198,7 +198,7 @@ async def _until(events: AsyncIterator[WatchEvent], kind: EventKind) -> list[Wat
 
 
 def _uids(events: list[WatchEvent]) -> set[str]:
-    return {e.obj["metadata"]["uid"] for e in events if e.obj is not None}
+    return {e.obj["metadata"]["uid"] for e in events if isinstance(e, ObjectEvent)}
 
 
 async def test_the_primary_watch_lists_again_with_the_new_selector_when_slots_change() -> None:
@@ -233,8 +233,7 @@ async def test_the_client_filter_matches_the_selector_ranges(key: str) -> None:
     gate = ShardGate(FakeMember(set()), key, 16)  # type: ignore[arg-type]
     owned = frozenset({0, 3, 4, 5, 11})
     keep = gate.in_slots(owned)
-    from fastctl.runtime.sharding import fnv1a_64
-    from fastctl.runtime.sharding._slots import merge_slots
+    from fastctl.runtime.sharding._slots import fnv1a_64, merge_slots
 
     ranges = merge_slots(owned, 16)
     dropped = 0
@@ -262,14 +261,16 @@ def test_the_member_lease_name_is_a_valid_object_name(identity: str) -> None:
 # -- related objects -------------------------------------------------------------------------
 
 
-def _sharded_controller(member: FakeMember, key: str, mapped: bool) -> Any:
+def _sharded_controller(member: FakeMember, key: ShardKey, mapped: bool) -> Any:
     """A Controller of Widgets that owns (or, `mapped`, watches) ConfigMaps, sharded by
     `member`; never run, so its client is never used."""
     from kubernetes_asyncio.client import ApiClient
 
     from fastctl import ObjectRef
     from fastctl.kube._resource import Resource
-    from fastctl.runtime._controller import Controller
+    from fastctl.runtime.controller import Controller
+    from fastctl.runtime.controller._environment import Environment, ShardAssignment
+    from fastctl.runtime.controller._run import ControllerRun
 
     widget = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
     child = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
@@ -284,8 +285,16 @@ def _sharded_controller(member: FakeMember, key: str, mapped: bool) -> Any:
         )
     else:
         ctl.owns(child)
-    ctl._shard_on(ShardGate(member, key, SLOTS), member)  # type: ignore[arg-type]
-    return ctl
+    gate = ShardGate(member, key, SLOTS)
+    env = Environment(ctl.client, shard=ShardAssignment(gate, member))
+    return ControllerRun(
+        ctl.spec,
+        env,
+        store=ctl.store,
+        scheduler=ctl.scheduler,
+        counters=ctl.counters,
+        reasons=None,
+    )
 
 
 def _child_of(owner: dict[str, Any]) -> dict[str, Any]:
@@ -312,18 +321,19 @@ async def test_a_related_trigger_is_kept_only_if_its_owner_slot_is_served(mapped
     member = FakeMember({0})
     probe = ShardGate(member, "uid", SLOTS)
     ours, theirs = obj_in(probe, 0, "ours"), obj_in(probe, 1, "theirs")
-    ctl = _sharded_controller(member, "uid", mapped)
-    rel = ctl._relations[0]
+    run = _sharded_controller(member, "uid", mapped)
+    rel = run.spec.relations[0]
+    gate = run.env.shard.gate
 
     def kept(owner: dict[str, Any]) -> bool:
-        event = WatchEvent(EventKind.APPLY, _child_of(owner))
+        event = ObjectEvent(EventKind.APPLY, _child_of(owner))
         ref = ObjectRef(owner["metadata"]["name"], "ns")
-        return bool(ctl._related_served(rel, event, ref))
+        return bool(run._related_served(gate, rel, event, ref))
 
     if mapped:  # the mapper names an object: it must be in this replica's cache
         assert not kept(ours)
         for owner in (ours, theirs):
-            ctl.store.apply(WatchEvent(EventKind.APPLY, owner))
+            run.store.apply(ObjectEvent(EventKind.APPLY, owner))
     assert kept(ours)
     assert not kept(theirs)
     member.move({1})
@@ -335,15 +345,15 @@ async def test_a_related_trigger_with_key_namespace_follows_the_namespace() -> N
     from fastctl import ObjectRef
 
     member = FakeMember(set())
-    ctl = _sharded_controller(member, "namespace", mapped=False)
-    gate = ctl.shard
-    rel = ctl._relations[0]
+    run = _sharded_controller(member, "namespace", mapped=False)
+    gate = run.env.shard.gate
+    rel = run.spec.relations[0]
     owner = {"metadata": {"name": "w", "namespace": "team-a", "uid": "u"}}
-    event = WatchEvent(EventKind.APPLY, _child_of(owner))
+    event = ObjectEvent(EventKind.APPLY, _child_of(owner))
     ref = ObjectRef("w", "team-a")
-    assert not ctl._related_served(rel, event, ref)
+    assert not run._related_served(gate, rel, event, ref)
     member.move({gate.slot_of("team-a")})
-    assert ctl._related_served(rel, event, ref)
+    assert run._related_served(gate, rel, event, ref)
 
 
 # -- metrics ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -23,12 +23,13 @@ from hypothesis import strategies as st
 
 from fastctl.kube._http import ApiError
 from fastctl.runtime.leader._rules import RETRY_JITTER
-from fastctl.runtime.sharding import Sharding, assign
+from fastctl.runtime.sharding import Sharding
+from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._member import ShardMember
 from fastctl.runtime.sharding._rules import RETRY_FLOOR, Member, next_write, write_budget
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .test_sharding_protocol import SLOTS, LeaseStore
-from .virtual_time import VirtualTimeLoop, run_virtual
 
 # -- the pure rules ---------------------------------------------------------------------------
 
@@ -226,7 +227,7 @@ def test_slow_reads_never_delay_the_renewals() -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
-    run_virtual(main)
+    run_virtual(_with_the_loop(main))
 
 
 def test_a_member_retries_refused_writes_until_its_tenure_ends() -> None:
@@ -247,7 +248,7 @@ def test_a_member_retries_refused_writes_until_its_tenure_ends() -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
-    run_virtual(main)
+    run_virtual(_with_the_loop(main))
 
 
 def test_three_members_on_a_slow_api_server_keep_their_tenures() -> None:
@@ -271,7 +272,7 @@ def test_three_members_on_a_slow_api_server_keep_their_tenures() -> None:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    run_virtual(main)
+    run_virtual(_with_the_loop(main))
 
 
 class Scripted:
@@ -334,7 +335,7 @@ def test_a_claim_written_while_a_read_travels_is_not_served_on_that_read(
         m1 = ShardMember(Scripted(store, [], []), short("m1", slots=1))
         both: list[float] = []
         loop.on_step.append(
-            lambda: both.append(loop.now) if m0.serves(0) and m1.serves(0) else None
+            lambda: both.append(loop.time()) if m0.serves(0) and m1.serves(0) else None
         )
         tasks = [loop.create_task(m0.run())]
         await asyncio.sleep(1.505)
@@ -348,4 +349,9 @@ def test_a_claim_written_while_a_read_travels_is_not_served_on_that_read(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    run_virtual(main)
+    run_virtual(_with_the_loop(main))
+
+
+async def _with_the_loop(main: Callable[[VirtualTimeLoop], Awaitable[None]]) -> None:
+    """Run `main` with the virtual loop it runs on."""
+    await main(VirtualTimeLoop.current())

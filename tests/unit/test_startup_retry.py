@@ -24,8 +24,8 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from fastctl.errors import DiscoveryError, ResourceNotFound
 from fastctl.kube._resource import Discovery, Resource
 from fastctl.kube._retry import NOT_FOUND_RETRIES, Backoff, resolve_patiently
-from fastctl.runtime._controller import Controller
-from fastctl.runtime._manager import Manager
+from fastctl.runtime.controller import Controller
+from fastctl.runtime.manager import Manager, ServerOptions
 
 WIDGET = Resource("example.com/v1", "Widget")
 DOC = {"resources": [{"name": "widgets", "kind": "Widget", "namespaced": True, "verbs": []}]}
@@ -202,15 +202,14 @@ async def test_a_manager_without_an_api_server_is_alive_not_ready_and_stops_at_o
     ctl = Controller(api, WIDGET, reconcile)
     manager = Manager(
         api,
-        metrics_port=0,
-        metrics_host="127.0.0.1",
-        probe_port=0,
-        probe_host="127.0.0.1",
         drain_timeout=600,
+        servers=ServerOptions(
+            metrics_port=0, metrics_host="127.0.0.1", probe_port=0, probe_host="127.0.0.1"
+        ),
     )
     manager.add(ctl)
     run = asyncio.create_task(manager.run())
-    await _until(lambda: ctl._counters.watch_errors >= 2, "two failed discoveries")
+    await _until(lambda: ctl.counters.watch_errors >= 2, "two failed discoveries")
     assert manager.health is not None
     base = f"http://127.0.0.1:{manager.health.port}"
     async with aiohttp.ClientSession() as http:
@@ -276,4 +275,4 @@ async def test_a_controller_stopped_before_it_runs_does_not_wait_for_the_api_ser
     ctl = Controller(api, WIDGET, reconcile)
     ctl.shutdown()
     await asyncio.wait_for(ctl.run(handle_signals=False), 60)  # would retry for ever
-    assert ctl._counters.watch_errors == 0  # not one lookup was tried
+    assert ctl.counters.watch_errors == 0  # not one lookup was tried

@@ -18,9 +18,8 @@ from fastctl import Action, CustomResource, InvalidObject, KubeModel, ReconcileR
 from fastctl.kube import _objects, apply_status
 from fastctl.kube._events import Recorder
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import EventKind, WatchEvent
-from fastctl.runtime import _controller
-from fastctl.runtime._controller import Controller
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
+from fastctl.runtime.controller import Controller, _environment, _run
 
 
 class Spec(KubeModel):
@@ -55,13 +54,15 @@ OBJECTS = [gizmo("a", 1), gizmo("bad", "many"), gizmo("c", 3)]
 def fake_watcher(monkeypatch: pytest.MonkeyPatch) -> None:
     async def events(client: Any, resource: Resource, **_: Any) -> AsyncIterator[WatchEvent]:
         assert resource == Gizmo.resource()
-        yield WatchEvent(EventKind.INIT)
+        yield ListFrame(EventKind.INIT)
         for obj in OBJECTS:
-            yield WatchEvent(EventKind.INIT_APPLY, obj)
-        yield WatchEvent(EventKind.INIT_DONE)
+            yield ObjectEvent(EventKind.INIT_APPLY, obj)
+        yield ListFrame(EventKind.INIT_DONE)
         await asyncio.Event().wait()
 
-    monkeypatch.setattr(_controller, "watcher", events)
+    monkeypatch.setattr(_environment, "watcher", events)
+
+    monkeypatch.setattr(_run, "watcher", events)
 
 
 class FakeRecorder:
@@ -150,11 +151,11 @@ async def test_apply_status_sends_the_set_fields_of_a_status_model_by_alias(
 ) -> None:
     sent: list[tuple[str, bytes]] = []
 
-    async def request_json(client: Any, method: str, path: str, **kw: Any) -> Any:
+    async def request_json_status(client: Any, method: str, path: str, **kw: Any) -> Any:
         sent.append((path, kw["body"]))
-        return {}
+        return 200, {}
 
-    monkeypatch.setattr(_objects, "request_json", request_json)
+    monkeypatch.setattr(_objects, "request_json_status", request_json_status)
     obj = Gizmo.model_validate(gizmo("a", 2))
     # ready_replicas left unset; message set to None, its default: "no value", left out too
     status = Status(observed_generation=4, message=None)

@@ -114,6 +114,7 @@ async def test_a_manager_runs_the_server_as_a_component(tmp_path: Path) -> None:
     server = WebhookServer(_hooks(), cert, port=0, host="127.0.0.1")
     manager = Manager(cast(ApiClient, None), metrics_port=None, probe_port=None)
     manager.add_runnable(server)
+    assert manager.readiness() == (False, "webhook server not serving")
     run = asyncio.create_task(manager.run())
     connector = aiohttp.TCPConnector(ssl=_client_context(cert.ca_bundle))
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -123,6 +124,7 @@ async def test_a_manager_runs_the_server_as_a_component(tmp_path: Path) -> None:
             await asyncio.sleep(0.01)
         async with session.post(server.url + PATH, data=_review({})) as resp:
             assert (await resp.json())["response"]["allowed"] is True
+    assert manager.readiness() == (True, "ready")  # serving: /readyz no longer waits for it
     manager.shutdown()
     await run
     assert server._runner is None, "the manager stopped it"

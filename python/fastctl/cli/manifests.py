@@ -25,9 +25,12 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastctl.cli import CliError, Subcommands
+
+if TYPE_CHECKING:
+    from fastctl.cli._target import Target
 
 __all__ = ["register"]
 
@@ -79,29 +82,19 @@ def default_name(target: str) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from fastctl.cli.run import load_target
+    from fastctl.cli._target import load
 
-    target = load_target(args.target)
-    module_name = args.target.partition(":")[0]
-    if module_name.endswith(".py"):
-        module_name = Path(module_name).stem
-    text = asyncio.run(_render(target, sys.modules.get(module_name), args))
+    text = asyncio.run(_render(load(args.target), args))
     sys.stdout.write(text)
     return 0
 
 
-async def _render(target: Any, module: Any, args: argparse.Namespace) -> str:
+async def _render(target: Target, args: argparse.Namespace) -> str:
     from kubernetes_asyncio.client import ApiClient, Configuration
 
-    from fastctl.cli.run import _build
-    from fastctl.deploy import (
-        DeployOptions,
-        derive,
-        describe,
-        manifests,
-        resolve_resources,
-        to_yaml,
-    )
+    from fastctl.cli._target import build
+    from fastctl.deploy import DeployOptions, derive, manifests, to_yaml
+    from fastctl.deploy._operator import describe, resolve_resources
     from fastctl.kube._client import KubeconfigError, load_client
     from fastctl.kube._resource import Discovery
 
@@ -114,7 +107,7 @@ async def _render(target: Any, module: Any, args: argparse.Namespace) -> str:
         client = ApiClient(Configuration(host=""))  # never connected: requests fail at once
     try:
         try:
-            operator = describe(await _build(target, client, args), module)
+            operator = describe(await build(target, client, args), target.module)
         except TypeError as exc:
             raise CliError(f"{args.target}: {exc}") from None
         discovery = Discovery.for_client(client) if args.kubeconfig else None
@@ -126,18 +119,13 @@ async def _render(target: Any, module: Any, args: argparse.Namespace) -> str:
         await client.close()
     name = args.name or default_name(args.target)
     operator_namespace = args.operator_namespace or args.namespace or name
-    leader_election = not operator.manager
+    # `fastctl run --leader-elect` applies to a Manager the target builds as well, unless
+    # it has leader election or sharding of its own (then the flag would be refused).
+    leader_election = operator.election is None and not operator.sharded
     lease_namespace: str | None = operator_namespace if leader_election else None
     replicas = args.replicas
     if operator.election is not None:
         lease_namespace = operator.election.namespace
-    elif operator.manager and replicas > 1:
-        print(
-            f"fastctl: warning: {args.target} builds a Manager without leader election: "
-            "writing replicas: 1 (two replicas would both reconcile)",
-            file=sys.stderr,
-        )
-        replicas = 1
     options = DeployOptions(
         target=args.target,
         name=name,

@@ -31,18 +31,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
-import inspect
 import logging
 import os
 import sys
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from fastctl.cli import CliError, Subcommands
+from fastctl.cli._run_options import configure
+from fastctl.cli._run_webhooks import serve_webhooks
+from fastctl.cli._target import Target, build, load
 
-__all__ = ["load_target", "register"]
+__all__ = ["exit_now_if_threads_run", "register"]
 
 
 def register(subcommands: Subcommands) -> None:
@@ -79,19 +78,19 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--shard-key",
         choices=("uid", "namespace"),
-        default="uid",
         help="what puts an object in a shard: its uid, or its namespace (default: uid)",
     )
+    parser.add_argument("--shard-slots", type=int, help="slots of the hash space (default: 256)")
+    parser.add_argument("--lease-namespace", help="namespace of the Lease (default: default)")
+    parser.add_argument("--lease-duration", type=float, help="seconds (15)")
+    parser.add_argument("--renew-deadline", type=float, help="seconds (10)")
+    parser.add_argument("--retry-period", type=float, help="seconds (2)")
     parser.add_argument(
-        "--shard-slots", type=int, default=256, help="slots of the hash space (default: 256)"
+        "--drain-timeout",
+        type=float,
+        help="seconds running reconciles get to finish on SIGTERM (default: 30)",
     )
-    parser.add_argument(
-        "--lease-namespace", default="default", help="namespace of the Lease (default: default)"
-    )
-    parser.add_argument("--lease-duration", type=float, default=15.0, help="seconds (15)")
-    parser.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (10)")
-    parser.add_argument("--retry-period", type=float, default=2.0, help="seconds (2)")
-    parser.add_argument("--metrics-port", type=int, default=8443, help="/metrics (8443; 0: off)")
+    parser.add_argument("--metrics-port", type=int, help="/metrics (8443; 0: off)")
     parser.add_argument(
         "--metrics-insecure",
         action="store_true",
@@ -102,9 +101,7 @@ def register(subcommands: Subcommands) -> None:
         metavar="DIR",
         help="tls.crt and tls.key for /metrics, reloaded on change (default: self-signed)",
     )
-    parser.add_argument(
-        "--probe-port", type=int, default=8081, help="/healthz, /readyz (8081; 0: off)"
-    )
+    parser.add_argument("--probe-port", type=int, help="/healthz, /readyz (8081; 0: off)")
     parser.add_argument(
         "--debug-queue",
         type=int,
@@ -112,6 +109,28 @@ def register(subcommands: Subcommands) -> None:
         const=8082,
         metavar="PORT",
         help="serve /debug/queue on 127.0.0.1:PORT (8082) for fastctl inspect (default: off)",
+    )
+    webhooks = parser.add_argument_group("webhooks (the module's WEBHOOKS)")
+    webhooks.add_argument(
+        "--webhook-cert-dir",
+        metavar="DIR",
+        help="serve them with DIR/tls.crt and DIR/tls.key, reloaded on change (cert-manager)",
+    )
+    webhooks.add_argument(
+        "--webhook-managed",
+        metavar="NAME",
+        help="fastctl certifies them and installs the configurations named NAME, pointing "
+        "at --webhook-service, or at this process (local development)",
+    )
+    webhooks.add_argument(
+        "--webhook-service",
+        metavar="NAME.NAMESPACE",
+        help="with --webhook-managed: the Service in front of the replicas",
+    )
+    webhooks.add_argument("--webhook-port", type=int, help="port (default: 9443)")
+    webhooks.add_argument("--webhook-host", help="listen address (default: 0.0.0.0)")
+    webhooks.add_argument(
+        "--no-webhooks", action="store_true", help="do not serve the module's WEBHOOKS"
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     parser.add_argument(
@@ -142,32 +161,6 @@ def configure_logging(level: str, fmt: str = "text") -> None:
     root.setLevel(numeric)
 
 
-def load_target(spec: str) -> Any:
-    """Import ``module:attr`` (``module`` may also be a path to a .py file)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise CliError(f"expected module:attr, got {spec!r}")
-    if module_name.endswith(".py"):
-        path = Path(module_name)
-        if not path.exists():
-            raise CliError(f"cannot import {module_name}: no such file")
-        sys.path.insert(0, str(path.parent.resolve()))
-        module_name = path.stem
-    else:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise CliError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from None
-    target: Any = module
-    for part in attr.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise CliError(f"{module_name} has no attribute {attr!r}") from None
-    return target
-
-
 def handle(args: argparse.Namespace) -> int:
     both = bool(args.shard_group) and args.leader_elect is not None
     if args.unsharded and not both:
@@ -178,36 +171,18 @@ def handle(args: argparse.Namespace) -> int:
             "--unsharded CONTROLLER (the others are sharded)"
         )
     configure_logging(args.log_level, args.log_format)
-    target = load_target(args.target)
-    for flag in ("metrics_port", "probe_port"):
+    target = load(args.target)
+    for flag in ("metrics_port", "probe_port", "webhook_port"):
         port = getattr(args, flag)
         if port is not None and not 0 <= port <= 65535:
             raise CliError(f"--{flag.replace('_', '-')} {port} is not a port number")
-    if args.metrics_insecure and args.metrics_cert_dir:
-        raise CliError("--metrics-cert-dir and --metrics-insecure exclude each other")
     return asyncio.run(_run(target, args))
 
 
-def _metrics_certificate(args: argparse.Namespace) -> Any:
-    """The ServingCertificate of ``--metrics-cert-dir``, or None (self-signed)."""
-    from fastctl._tls import ServingCertificate
-
-    if not args.metrics_cert_dir:
-        return None
-    where = Path(args.metrics_cert_dir)
-    try:
-        return ServingCertificate.from_files(where / "tls.crt", where / "tls.key")
-    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-        raise CliError(f"--metrics-cert-dir {where}: {exc}") from None
-
-
-async def _run(target: Any, args: argparse.Namespace) -> int:
-    from fastctl.errors import DiscoveryError, ResourceNotFound
+async def _run(target: Target, args: argparse.Namespace) -> int:
+    from fastctl.errors import DiscoveryError, LeadershipLost, ResourceNotFound
     from fastctl.kube._client import KubeconfigError, load_client
-    from fastctl.runtime._controller import Controller
     from fastctl.runtime._health import HealthServerError
-    from fastctl.runtime._manager import LeadershipLost, Manager
-    from fastctl.runtime.leader import LeaderElection
 
     try:
         client = await load_client(args.kubeconfig)
@@ -215,38 +190,7 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     lost: LeadershipLost | None = None
     try:
-        built = await _build(target, client, args)
-        if isinstance(built, Manager):
-            manager = built
-        else:
-            controllers = [built] if isinstance(built, Controller) else _controllers(built)
-            lease = args.leader_elect
-            election = None
-            if lease is not None:
-                name = lease or args.target.partition(":")[0].replace(".", "-").replace("_", "-")
-                try:
-                    election = LeaderElection(name, **_lease_options(args))
-                except ValueError as exc:
-                    raise CliError(f"--leader-elect: {exc}") from None
-            manager = Manager(
-                client,
-                leader_election=election,
-                sharding=_sharding(args),
-                metrics_port=args.metrics_port or None,
-                metrics_secure=not args.metrics_insecure,
-                metrics_certificate=_metrics_certificate(args),
-                probe_port=args.probe_port or None,
-            )
-            unknown = set(args.unsharded) - {ctl.name for ctl in controllers}
-            if unknown:
-                names = ", ".join(sorted(ctl.name for ctl in controllers))
-                raise CliError(
-                    f"--unsharded {', '.join(sorted(unknown))}: no such controller ({names})"
-                )
-            for ctl in controllers:
-                manager.add(ctl, sharded=ctl.name not in args.unsharded)
-        if args.debug_queue is not None:
-            manager.debug_queue_port = args.debug_queue
+        manager = await _manager(target, client, args)
         try:
             await manager.run()
         except (HealthServerError, ResourceNotFound, DiscoveryError) as exc:
@@ -262,28 +206,34 @@ async def _run(target: Any, args: argparse.Namespace) -> int:
     return code
 
 
-def _lease_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The Lease options, shared by leader election and shard membership."""
-    return {
-        "namespace": args.lease_namespace,
-        "lease_duration": args.lease_duration,
-        "renew_deadline": args.renew_deadline,
-        "retry_period": args.retry_period,
-    }
+async def _manager(target: Target, client: Any, args: argparse.Namespace) -> Any:
+    """The Manager that runs `target`: the one it builds, or one made for its
+    Controllers; every flag applied to it (`configure`), the module's webhooks served."""
+    from fastctl.deploy._operator import describe
+    from fastctl.runtime.manager import Manager
 
-
-def _sharding(args: argparse.Namespace) -> Any:
-    """The `Sharding` of ``--shard-group`` (None without it)."""
-    from fastctl.runtime.sharding import Sharding
-
-    if not args.shard_group:
-        return None
+    built = await build(target, client, args)
     try:
-        return Sharding(
-            args.shard_group, key=args.shard_key, slots=args.shard_slots, **_lease_options(args)
-        )
-    except ValueError as exc:
-        raise CliError(f"--shard-group: {exc}") from None
+        operator = describe(built, target.module)
+    except TypeError as exc:
+        raise CliError(f"{args.target}: {exc}") from None
+    if isinstance(built, Manager):
+        manager = built
+        configure(manager, args, built_by=args.target)
+    else:
+        manager = Manager(client)
+        configure(manager, args, built_by=None)
+        names = {ctl.name for ctl in operator.controllers}
+        unknown = set(args.unsharded) - names
+        if unknown:
+            raise CliError(
+                f"--unsharded {', '.join(sorted(unknown))}: no such controller "
+                f"({', '.join(sorted(names))})"
+            )
+        for ctl in operator.controllers:
+            manager.add(ctl, sharded=ctl.name not in args.unsharded)
+    serve_webhooks(manager, operator.webhooks, args, client)
+    return manager
 
 
 def exit_now_if_threads_run(code: int, message: str) -> None:
@@ -306,42 +256,3 @@ def exit_now_if_threads_run(code: int, message: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-async def _build(target: Any, client: Any, args: argparse.Namespace) -> Any:
-    from fastctl.runtime._controller import Controller
-    from fastctl.runtime._manager import Manager
-
-    if isinstance(target, Controller | Manager):
-        return target
-    if callable(target):
-        options: dict[str, Any] = {}
-        try:
-            params = inspect.signature(target).parameters
-        except (TypeError, ValueError):
-            params = {}  # type: ignore[assignment]
-        for name in ("namespace", "concurrency"):
-            value = getattr(args, name)
-            if value is not None and name in params:
-                options[name] = value
-        result = target(client, **options)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-    if isinstance(target, Iterable):
-        return target
-    raise CliError(
-        f"{args.target} is a {type(target).__name__}: expected a Controller, Controllers, "
-        "a Manager, or a function of the client that returns one"
-    )
-
-
-def _controllers(built: Any) -> list[Any]:
-    from fastctl.runtime._controller import Controller
-
-    items = list(built) if isinstance(built, Iterable) else [built]
-    if not items or not all(isinstance(c, Controller) for c in items):
-        raise CliError(
-            f"expected Controllers or a Manager, got {type(built).__name__}: {built!r:.80}"
-        )
-    return items

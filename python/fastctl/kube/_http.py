@@ -22,7 +22,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl.errors import ApiError, http_phrase
 
-__all__ = ["ApiError", "error_from_response", "request", "request_json"]
+__all__ = ["ApiError", "error_from_response", "request", "request_json", "request_json_status"]
 
 Query = Mapping[str, str | int | bool | None]
 
@@ -119,6 +119,30 @@ async def request_json(
     request_timeout: float = 60.0,
 ) -> Any:
     """One request whose answer is a JSON document: parsed with orjson, or `ApiError`."""
+    _, answer = await request_json_status(
+        client,
+        method,
+        path,
+        query=query,
+        body=body,
+        content_type=content_type,
+        request_timeout=request_timeout,
+    )
+    return answer
+
+
+async def request_json_status(
+    client: ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: Query | None = None,
+    body: bytes | None = None,
+    content_type: str = "application/json",
+    request_timeout: float = 60.0,
+) -> tuple[int, Any]:
+    """`request_json`, with the HTTP status of the answer: a write that created its object
+    is answered 201 (a POST, or a server-side apply of an object that did not exist)."""
     async with await request(
         client,
         method,
@@ -129,6 +153,7 @@ async def request_json(
         client_timeout=_timeout(request_timeout),
     ) as resp:
         data = await resp.read()
-        if not 200 <= resp.status < 300:
-            raise error_from_response(resp.status, data, method=method, path=path)
-    return orjson.loads(data) if data else None
+        status = resp.status
+        if not 200 <= status < 300:
+            raise error_from_response(status, data, method=method, path=path)
+    return status, (orjson.loads(data) if data else None)

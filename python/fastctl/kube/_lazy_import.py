@@ -14,16 +14,32 @@ other name (``client.CoreV1Api``, ``client.V1Pod``, ``watch``, ``__version__``, 
 ApiClient deserialising into a model) runs the real ``__init__`` then, so code that uses
 kubernetes-asyncio's typed API beside fastctl sees the whole package, only later. When
 kubernetes-asyncio was imported before fastctl, nothing changes.
+
+That first use may come from several threads at once, and the real ``__init__`` takes a while
+(it imports hundreds of modules, setting the package's names one by one). So it runs under
+the import system's own lock for the package (the one a normal ``import`` holds while a
+module initialises): a thread that meets a name not set yet waits until the ``__init__`` has
+finished, instead of seeing a half-filled package. As with a normal import, a thread whose
+wait would close a cycle (it holds the import of a module that the ``__init__`` is waiting
+for) does not wait: it gets the name if it is already set, else the ``AttributeError`` of a
+partially initialised module. A ``__init__`` that fails leaves the package as it was before
+it ran, still deferred: the next use runs it again (as a failed import leaves nothing in
+``sys.modules`` to be found the next time).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import sys
+import threading
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from importlib import _bootstrap
+from importlib.abc import Loader
+from typing import Any
 
 __all__ = ["EAGER_ENV", "LAZY_PACKAGES", "install", "is_deferred"]
 
@@ -39,6 +55,28 @@ other name runs the package's real ``__init__``)."""
 EAGER_ENV = "FASTCTL_EAGER_IMPORT"
 """Set (to anything but empty or ``0``), fastctl defers nothing: the escape hatch for code
 that relies on kubernetes-asyncio's package being whole from the start."""
+
+
+_module_lock: Callable[[str], contextlib.AbstractContextManager[Any]] | None = getattr(
+    _bootstrap, "_ModuleLockManager", None
+)
+"""The import system's per-module lock (with its deadlock detection), as a context manager."""
+
+_DEADLOCK: tuple[type[BaseException], ...] = tuple(
+    error for error in (getattr(_bootstrap, "_DeadlockError", None),) if error is not None
+)
+"""What taking `_module_lock` raises instead of waiting when the wait would close a cycle."""
+
+_FALLBACK_LOCK = threading.RLock()
+"""The lock of every package's ``__init__`` if the import system's is not found (it is a
+private name): correct, without the deadlock detection."""
+
+_loading: set[str] = set()
+"""The packages whose real ``__init__`` is running (in the thread holding their lock)."""
+
+
+def _lock(name: str) -> contextlib.AbstractContextManager[Any]:
+    return _module_lock(name) if _module_lock is not None else _FALLBACK_LOCK
 
 
 def install() -> None:
@@ -65,15 +103,60 @@ def _defer(name: str, light: Mapping[str, str]) -> None:
             value = getattr(importlib.import_module(f"{name}.{light[attr]}"), attr)
             setattr(module, attr, value)
             return value
-        del module.__getattr__  # once: the real __init__ defines what is left
-        loader.exec_module(module)
-        return getattr(module, attr)
+        lock = _lock(name)
+        try:
+            lock.__enter__()
+        except _DEADLOCK:  # the __init__'s thread waits for this one: do not wait for it
+            return _partial(module, attr)
+        try:
+            return _load(module, loader, __getattr__, attr)
+        finally:
+            lock.__exit__(None, None, None)
 
     module.__getattr__ = __getattr__  # type: ignore[method-assign]
     sys.modules[name] = module
     parent, _, child = name.rpartition(".")
     if parent:
         setattr(sys.modules[parent], child, module)
+
+
+def _load(
+    module: types.ModuleType, loader: Loader, hook: Callable[[str], object], attr: str
+) -> object:
+    """`attr` of the whole package, running its real ``__init__`` if no thread has yet (the
+    caller holds the package's lock)."""
+    namespace = vars(module)
+    if namespace.get("__getattr__") is not hook:  # loaded while this thread waited
+        return getattr(module, attr)
+    if module.__name__ in _loading:  # asked by the ``__init__`` itself, in this thread
+        return _partial(module, attr)
+    before = dict(namespace)
+    _loading.add(module.__name__)
+    try:
+        loader.exec_module(module)
+    except BaseException:
+        namespace.clear()  # as it was: still deferred, and the next use tries again
+        namespace.update(before)
+        raise
+    finally:
+        _loading.discard(module.__name__)
+    if namespace.get("__getattr__") is hook:  # the package's own, if it has one, stays
+        del namespace["__getattr__"]
+    return getattr(module, attr)
+
+
+def _partial(module: types.ModuleType, attr: str) -> object:
+    """`attr` of a package whose ``__init__`` is still running: set already, or the error
+    Python gives for a partially initialised module."""
+    try:
+        return vars(module)[attr]
+    except KeyError:
+        raise AttributeError(
+            f"partially initialized module {module.__name__!r} has no attribute {attr!r} "
+            "(its __init__ is still running)",
+            name=attr,
+            obj=module,
+        ) from None
 
 
 def is_deferred(module: types.ModuleType) -> bool:

@@ -18,6 +18,12 @@ manager sends is what it owns, so defaults it never set are not taken over).
 
 A `Resource` argument is resolved through the client's shared discovery cache (one
 request per group/version per client); pass a `ResolvedResource` to skip even that lookup.
+
+Inside a reconcile of a controller with ``ignore_own_writes``, a write to an object the
+controller watches is sent with the version its watch last delivered as a
+``resourceVersion`` precondition, so that the answer proves whether the write changed the
+object; if the server refuses it (the object changed meanwhile) the write is sent again as
+written (`fastctl.kube._writes`). Elsewhere every write is sent as written.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import orjson
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._redact import is_sensitive, remember
-from fastctl.kube._http import ApiError, request_json
+from fastctl.kube._http import ApiError, request_json, request_json_status
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._writes import observed_write
 
@@ -122,11 +128,13 @@ async def create(
     path = res.collection_path(ns if res.namespaced else None)
     body = orjson.dumps(_with_type(res, obj))
     name = (obj.get("metadata") or {}).get("name")
-    with observed_write(res, ns if res.namespaced else None, name) as seen:
-        created: Obj = await request_json(
-            client, "POST", path, query={"fieldManager": field_manager}, body=body
-        )
-        seen(created)
+
+    async def post(version: str | None) -> tuple[int, Any]:
+        query = {"fieldManager": field_manager}
+        return await request_json_status(client, "POST", path, query=query, body=body)
+
+    with observed_write(res, ns if res.namespaced else None, name) as write:
+        created: Obj = await write.send(post)
     return created
 
 
@@ -151,11 +159,8 @@ async def apply(
     res = await resolved(client, resource)
     body = as_json(obj)
     name, ns = _name_and_namespace(res, body, namespace)
-    with observed_write(res, ns, name, dry_run=dry_run) as seen:
-        path = res.object_path(name, ns)
-        result = await _apply(client, path, res, body, field_manager, force, dry_run)
-        seen(result)
-    return result
+    path = res.object_path(name, ns)
+    return await _apply(client, path, res, ns, name, body, field_manager, force, dry_run)
 
 
 async def apply_status(
@@ -189,16 +194,15 @@ async def apply_status(
         }
     name, ns = _name_and_namespace(res, body, namespace)
     path = res.status_path(name, ns)
-    with observed_write(res, ns, name, dry_run=dry_run) as seen:
-        result = await _apply(client, path, res, body, field_manager, force, dry_run)
-        seen(result)
-    return result
+    return await _apply(client, path, res, ns, name, body, field_manager, force, dry_run)
 
 
 async def _apply(
     client: ApiClient,
     path: str,
     res: ResolvedResource,
+    namespace: str | None,
+    name: str,
     obj: Mapping[str, Any],
     field_manager: str,
     force: bool,
@@ -211,14 +215,23 @@ async def _apply(
         "force": True if force else None,
         "dryRun": "All" if dry_run else None,
     }
-    result: Obj = await request_json(
-        client,
-        "PATCH",
-        path,
-        query=query,
-        body=orjson.dumps(_with_type(res, obj)),
-        content_type=_CONTENT_TYPES["apply"],
-    )
+    body = _with_type(res, obj)
+
+    async def send(version: str | None) -> tuple[int, Any]:
+        return await request_json_status(
+            client,
+            "PATCH",
+            path,
+            query=query,
+            body=orjson.dumps(_conditioned(body, version)),
+            content_type=_CONTENT_TYPES["apply"],
+        )
+
+    given, conditional = _precondition(body)
+    with observed_write(
+        res, namespace, name, dry_run=dry_run, given=given, conditional=conditional
+    ) as write:
+        result: Obj = await write.send(send)
     return result
 
 
@@ -237,17 +250,65 @@ async def patch(
     ``patch_type="json"``), a strategic merge patch (built-in types only) or an apply."""
     res = await resolved(client, resource)
     path = res.object_path(name, namespace, subresource=subresource)
-    with observed_write(res, namespace if res.namespaced else None, name) as seen:
-        result: Obj = await request_json(
+
+    async def send(version: str | None) -> tuple[int, Any]:
+        conditioned = body if version is None else _patch_conditioned(body, version)
+        return await request_json_status(
             client,
             "PATCH",
             path,
             query={"fieldManager": field_manager},
-            body=orjson.dumps(body),
+            body=orjson.dumps(conditioned),
             content_type=_CONTENT_TYPES[patch_type],
         )
-        seen(result)
+
+    # Another subresource (``scale``) has a body of its own kind: no precondition added.
+    given, conditional = _precondition(body) if subresource in (None, "status") else (None, False)
+    ns = namespace if res.namespaced else None
+    with observed_write(res, ns, name, given=given, conditional=conditional) as write:
+        result: Obj = await write.send(send)
     return result
+
+
+def _precondition(body: Mapping[str, Any] | list[Any]) -> tuple[str | None, bool]:
+    """The ``resourceVersion`` precondition `body` carries itself, and whether one may be
+    added (see `fastctl.kube._writes`): not to a body that has one, or that names the
+    version in any other way (a JSON patch operation on it, a ``metadata`` that is not an
+    object), which is the caller's to say."""
+    if isinstance(body, list):  # a JSON patch: room for one more operation
+        named = any(
+            not isinstance(op, Mapping) or str(op.get("path", "")).startswith(_VERSION_POINTER)
+            for op in body
+        )
+        return None, not named
+    meta = body.get("metadata")
+    if meta is None:
+        return None, True
+    if not isinstance(meta, Mapping):
+        return None, False
+    if "resourceVersion" in meta:
+        version = meta["resourceVersion"]
+        return (str(version) if version else None), False
+    return None, True
+
+
+_VERSION_POINTER = "/metadata/resourceVersion"
+
+
+def _conditioned(body: Mapping[str, Any], version: str | None) -> Mapping[str, Any]:
+    """`body` with ``metadata.resourceVersion`` `version` (a new mapping; ``None``: as is)."""
+    if version is None:
+        return body
+    meta = body.get("metadata") or {}
+    return {**body, "metadata": {**meta, "resourceVersion": version}}
+
+
+def _patch_conditioned(body: Mapping[str, Any] | list[Any], version: str) -> Any:
+    """A patch body made conditional on `version`: a JSON patch sets the version (a
+    mismatch is a 409 Conflict, as for the other patch types), the others carry it."""
+    if isinstance(body, list):
+        return [{"op": "replace", "path": _VERSION_POINTER, "value": version}, *body]
+    return _conditioned(body, version)
 
 
 async def delete(

@@ -21,13 +21,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl._clock import monotonic
 from fastctl.errors import ApiError, DiscoveryError, ResourceNotFound
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 
@@ -87,7 +87,7 @@ async def resolve_patiently(
     disc = discovery or Discovery.for_client(client)
     backoff = backoff or Backoff()
     budget = NOT_FOUND_RETRIES if not_found_retries is None else not_found_retries
-    began = time.monotonic()
+    began = monotonic()
     missing = 0
     while True:
         try:
@@ -99,7 +99,7 @@ async def resolve_patiently(
                 raise ResourceNotFound(
                     resource,
                     f"not served by this API server (looked up {missing + 1} times over "
-                    f"{time.monotonic() - began:.0f} s): {exc.detail}",
+                    f"{monotonic() - began:.0f} s): {exc.detail}",
                 ) from None
             missing += 1
             failure: BaseException = exc

@@ -1,11 +1,10 @@
 """The runtime: the `Controller` (watch events → triggers → the applier), the watch a
 Manager shares between controllers, the `Manager` itself, its metrics and health server,
-and leader election (`fastctl.runtime.leader`). Public names are re-exported here; the
-modules behind them are private.
+leader election (`fastctl.runtime.leader`) and sharding (`fastctl.runtime.sharding`).
+Public names are re-exported here; the modules behind them are private.
 """
 
 from fastctl.runtime._children import RelatedCache
-from fastctl.runtime._controller import INITIAL_LIST_PRIORITY, Controller
 from fastctl.runtime._filters import (
     Predicate,
     all_of,
@@ -15,8 +14,10 @@ from fastctl.runtime._filters import (
     labels_changed,
 )
 from fastctl.runtime._inspect import ObjectInspection, QueueSummary, ReasonCount
-from fastctl.runtime._manager import Manager
+from fastctl.runtime.controller import INITIAL_LIST_PRIORITY, Controller
 from fastctl.runtime.leader import LeaderElection, LeaderElector
+from fastctl.runtime.manager import Manager, ServerOptions
+from fastctl.runtime.sharding import Sharding
 
 __all__ = [
     "INITIAL_LIST_PRIORITY",
@@ -29,6 +30,8 @@ __all__ = [
     "QueueSummary",
     "ReasonCount",
     "RelatedCache",
+    "ServerOptions",
+    "Sharding",
     "all_of",
     "annotations_changed",
     "any_of",

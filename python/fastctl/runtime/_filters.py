@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fastctl.kube._watcher import EventKind, WatchEvent
-from fastctl.runtime._own_writes import OwnWrites
+from fastctl.runtime._own_writes import OwnWrites, uid_of
 from fastctl.types import ObjectRef
 
 __all__ = [
@@ -161,15 +161,6 @@ def check_predicate(predicate: object, where: str) -> Predicate | None:
     return predicate
 
 
-def _uid(obj: Mapping[str, Any]) -> str:
-    """The object's UID; its namespace/name for an object without one (a test's fake)."""
-    meta = _meta(obj)
-    uid = meta.get("uid")
-    if uid:
-        return str(uid)
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
-
-
 class EventFilter:
     """The per-object state of one watch's filter, and its verdict on each event.
 
@@ -223,21 +214,19 @@ class EventFilter:
 
     def admits(self, event: WatchEvent) -> bool:
         """Whether `event` may trigger (``INIT``/``INIT_DONE`` frame a list: see above)."""
-        kind, obj = event.kind, event.obj
-        if kind is EventKind.INIT:
+        if event.kind is EventKind.INIT:
             self._listing = {}
             self._passing = set()
             return True
-        if kind is EventKind.INIT_DONE:
+        if event.kind is EventKind.INIT_DONE:
             self._swap()
             return True
-        if obj is None:
-            return True
-        uid = _uid(obj)
-        if kind is EventKind.DELETE:
+        obj = event.obj
+        uid = uid_of(obj)
+        if event.kind is EventKind.DELETE:
             self._forget(uid)
             return True
-        if kind is EventKind.INIT_APPLY:
+        if event.kind is EventKind.INIT_APPLY:
             if self._listing is None:  # tolerate a missing INIT, as the store does
                 self._listing = {}
             passes = self._verdict(uid, self._state.get(uid), obj)
@@ -254,8 +243,11 @@ class EventFilter:
         return _meta(obj) if self._slim else obj
 
     def _verdict(self, uid: str, old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
-        if self._own_writes is not None and self._own_writes.is_echo(uid, new):
-            return False
+        if self._own_writes is not None:
+            old_meta = None if old is None else old if self._slim else _meta(old)
+            previous = None if old_meta is None else old_meta.get("resourceVersion")
+            if self._own_writes.is_echo(uid, new, None if previous is None else str(previous)):
+                return False
         if old is None or self._predicate is None:
             return True
         if self._slim:

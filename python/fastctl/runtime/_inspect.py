@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from fastctl._clock import monotonic
 from fastctl._reasons import KeyReasons, Reason
 from fastctl.types import ObjectRef
 
@@ -130,13 +131,14 @@ class QueueSummary:
 
 
 class _Clocks:
-    """The monotonic clock and the wall clock read once, to convert one into the other."""
+    """The runtime's clock and the wall clock read once, to convert one into the other
+    (the scheduler's and the reason log's times are on the runtime's clock)."""
 
     __slots__ = ("mono", "wall")
 
     def __init__(self) -> None:
-        self.mono = time.monotonic()
-        self.wall = time.time()
+        self.mono = monotonic()
+        self.wall = time.time()  # wall clock: the answer gives UTC instants
 
     def ago(self, t: float) -> float:
         return round(self.mono - t, 3)

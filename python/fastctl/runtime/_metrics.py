@@ -61,9 +61,10 @@ class MetricsSource(Protocol):
     @property
     def concurrency(self) -> int: ...
 
-    _counters: ReconcileCounters
+    @property
+    def counters(self) -> ReconcileCounters: ...
 
-    def _scheduler_stats(self) -> SchedulerStats: ...
+    def scheduler_stats(self) -> SchedulerStats: ...
 
 
 def _buckets(hist: Histogram) -> list[tuple[str, float]]:
@@ -149,7 +150,7 @@ class FastctlCollector(Collector):
         )
         for source in self._sources():
             name = source.name
-            stats = source._scheduler_stats()
+            stats = source.scheduler_stats()
             labels = [name, name]
             depth.add_metric(labels, stats["depth"])  # client-go: in flight is not queued
             delayed.add_metric(labels, stats["waiting"])
@@ -163,7 +164,7 @@ class FastctlCollector(Collector):
             )
             unfinished.add_metric(labels, stats["unfinished_work"])
             longest.add_metric(labels, stats["longest_running"])
-            counters = source._counters
+            counters = source.counters
             for result in RESULTS:
                 reconcile_total.add_metric([name, result], getattr(counters, result))
             reconcile_errors.add_metric([name], counters.error)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any
 import orjson
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl._clock import monotonic
 from fastctl.kube._http import request_json
 
 __all__ = ["MetricsAuthorizer", "Verdict"]
@@ -64,7 +64,7 @@ class MetricsAuthorizer:
         allowed_ttl: float = 60.0,
         denied_ttl: float = 10.0,
         max_entries: int = 1024,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, not {max_entries}")

@@ -13,7 +13,8 @@ a watch shared by a Manager, the other controllers' too.
 object's events in their order; every other event passes at once. The markers that frame
 a (re)list (``INIT``, ``INIT_DONE``, no object) wait for every held event before them, so
 a listed object stays inside its list (a filter or store that reads the list as a whole
-sees all of it before ``INIT_DONE``).
+sees all of it before ``INIT_DONE``). Each event but a delete also tells the registry the
+object's latest version, which our next write to it carries as its precondition.
 
 Events are read ahead of the consumer (up to `_BUFFER`, plus the held ones), so a store
 that a reflector feeds before this point may be that far ahead of the triggers: a reconcile
@@ -29,7 +30,7 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime._own_writes import OwnWrites
 
 __all__ = ["settled"]
@@ -55,15 +56,17 @@ class _Holding:
         self._own = own
         self._resource = resource
         self._out = out
-        self._held: dict[tuple[str, str], deque[WatchEvent]] = {}
+        self._held: dict[tuple[str, str], deque[ObjectEvent]] = {}
         self._releasing: set[asyncio.Task[None]] = set()
 
     async def feed(self, event: WatchEvent) -> None:
-        obj = event.obj
-        if obj is None:  # a list's frame: after everything held before it
+        if isinstance(event, ListFrame):  # after everything held before it
             await self.drain()
             await self._out.put(event)
             return
+        obj = event.obj
+        if event.kind is not EventKind.DELETE:
+            self._own.saw(self._resource, obj)  # the version our next write builds on
         meta = obj.get("metadata") or {}
         name = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         queue = self._held.get(name)
@@ -82,9 +85,7 @@ class _Holding:
         flight (or `SETTLE_TIMEOUT` has passed)."""
         queue = self._held[name]
         while queue:
-            first = queue[0].obj
-            if first is not None:  # always: only events with an object are held
-                await self._own.settle(self._resource, first)
+            await self._own.settle(self._resource, queue[0].obj)
             await self._out.put(queue.popleft())
         del self._held[name]  # no await since the check: nothing was added meanwhile
 
@@ -130,7 +131,7 @@ async def settled(
                 if item.error is not None:
                     raise item.error
                 return
-            assert isinstance(item, WatchEvent)
+            assert isinstance(item, ObjectEvent | ListFrame)
             yield item
     finally:
         holding.cancel()

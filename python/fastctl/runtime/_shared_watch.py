@@ -22,9 +22,41 @@ from fastctl._channel import Channel, ChannelClosed
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import WatchEvent
 
-__all__ = ["SharedWatch"]
+__all__ = ["SharedWatch", "Subscription"]
 
 log = logging.getLogger("fastctl.shared_watch")
+
+_EARLY_ERRORS = 1000
+"""At most this many errors are kept for a subscriber that has not started yet."""
+
+
+class Subscription:
+    """One subscriber's share of a `SharedWatch` (a `WatchSource` of a controller run)."""
+
+    __slots__ = ("_early", "channel", "on_error", "store")
+
+    def __init__(self, store: Store, channel: Channel[WatchEvent]) -> None:
+        self.store: Store | None = store
+        """The shared cache, which the shared watch fills."""
+        self.channel = channel
+        self.on_error: Callable[[BaseException], None] | None = None
+        self._early: list[BaseException] = []
+        """Errors retried before the subscriber asked for its events (the shared watch may
+        start first): told to `on_error` when it does, so none goes uncounted."""
+
+    def events(self, on_error: Callable[[BaseException], None]) -> AsyncIterator[WatchEvent]:
+        self.on_error = on_error
+        early, self._early = self._early, []
+        for exc in early:
+            on_error(exc)
+        return aiter(self.channel)
+
+    def report(self, exc: BaseException) -> None:
+        if self.on_error is None:
+            if len(self._early) < _EARLY_ERRORS:
+                self._early.append(exc)
+            return
+        self.on_error(exc)
 
 
 class SharedWatch:
@@ -47,30 +79,25 @@ class SharedWatch:
         self.store = store if store is not None else Store()
         self._events = events
         self._buffer = buffer
-        self._subscribers: list[Channel[WatchEvent]] = []
-        self._error_listeners: list[Callable[[BaseException], None]] = []
+        self._subscribers: list[Subscription] = []
         self._task: asyncio.Task[None] | None = None
 
-    def subscribe(
-        self, *, on_error: Callable[[BaseException], None] | None = None
-    ) -> Callable[[], AsyncIterator[WatchEvent]]:
-        """A source for one subscriber: call it once to get that subscriber's events.
-        `on_error` hears every error the watch retries (pass `report_error` to the
-        watcher's ``on_error`` for this to happen)."""
+    def subscribe(self) -> Subscription:
+        """A subscription for one watch use of one controller: its ``events(on_error)``
+        gives that use's events once; `on_error` hears every error the watch retries (pass
+        `report_error` to the watcher's ``on_error`` for this to happen)."""
         if self._task is not None:
             raise RuntimeError(f"shared watch {self.name} already started")
-        channel: Channel[WatchEvent] = Channel(self._buffer)
-        self._subscribers.append(channel)
-        if on_error is not None:
-            self._error_listeners.append(on_error)
-        return lambda: aiter(channel)
+        subscription = Subscription(self.store, Channel(self._buffer))
+        self._subscribers.append(subscription)
+        return subscription
 
     def report_error(self, exc: BaseException) -> None:
         """Tell every subscriber's `on_error` of one retried watch error; a listener that
         fails is logged and does not keep the error from the others."""
-        for listener in self._error_listeners:
+        for subscription in self._subscribers:
             try:
-                listener(exc)
+                subscription.report(exc)
             except Exception:
                 log.exception("shared watch %s: on_error listener failed", self.name)
 
@@ -87,17 +114,18 @@ class SharedWatch:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        for channel in self._subscribers:
-            channel.close()
+        for subscription in self._subscribers:
+            subscription.channel.close()
 
     async def _run(self) -> None:
         try:
             async for event in reflector(self.store, self._events()):
-                for channel in self._subscribers:
+                for subscription in self._subscribers:
+                    channel = subscription.channel
                     if channel.closed:
                         continue
                     with contextlib.suppress(ChannelClosed):
                         await channel.put(event)
         finally:
-            for channel in self._subscribers:
-                channel.close()
+            for subscription in self._subscribers:
+                subscription.channel.close()

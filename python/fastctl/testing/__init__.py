@@ -1,4 +1,11 @@
-"""Testing support: a real local Kubernetes control plane (etcd + kube-apiserver).
+"""Testing support: virtual time, and a real local Kubernetes control plane (etcd +
+kube-apiserver).
+
+```python
+@fastctl.testing.virtual_time         # an async test on a loop whose clock jumps to the
+async def test_requeue() -> None:     # next timer when every task waits (docs/testing.md)
+    ...
+```
 
 ```python
 async with fastctl.testing.ControlPlane() as cp:   # real etcd + kube-apiserver on loopback
@@ -13,6 +20,13 @@ See docs/control-plane.md. Importing this package does not import `cryptography`
 control plane does (``pip install 'fastctl[testing]'``).
 """
 
+from fastctl.testing._virtual_time import (
+    Deadlock,
+    Spin,
+    VirtualTimeLoop,
+    run_virtual,
+    virtual_time,
+)
 from fastctl.testing.binaries import (
     ETCD_VERSION,
     K8S_VERSION,
@@ -34,8 +48,13 @@ __all__ = [
     "BuildError",
     "ControlPlane",
     "ControlPlaneError",
+    "Deadlock",
+    "Spin",
     "StartupError",
+    "VirtualTimeLoop",
     "build_binaries",
     "ensure_binaries",
     "find_binaries",
+    "run_virtual",
+    "virtual_time",
 ]

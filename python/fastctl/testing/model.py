@@ -29,14 +29,14 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:  # TypedDicts that exist only in the stub of the extension
     from fastctl._core import Histogram, SchedulerStats
 
-__all__ = ["BUCKETS", "MAX_DELAY", "ModelScheduler", "SplitMix64", "backoff_delay"]
+__all__ = ["ModelScheduler"]
 
 MAX_DELAY: Final = 15_552_000.0
 """Longest accepted delay in seconds (180 days); longer ones, and infinity, are clamped."""
@@ -211,6 +211,7 @@ class ModelScheduler:
         self.group_concurrency = _check_group_concurrency(group_concurrency)
         self._group_caps: dict[str, int] = {}  # groups' own caps, by name
         self._group_in_flight: dict[str, int] = {}  # named groups' keys in flight
+        self._waker: Callable[[], object] | None = None  # see `_set_waker`
         self.debounce = self._config("debounce", debounce)
         self.debounce_max = (
             min(self.debounce * 10.0, MAX_DELAY)
@@ -597,6 +598,14 @@ class ModelScheduler:
             self._hold(name)
         elif was_held and not self._held(name):
             self._release(name)
+        if self._waker is not None:
+            self._waker()
+
+    def _set_waker(self, waker: Callable[[], object] | None, /) -> None:
+        """As the Rust scheduler's: `waker()` after each `set_group_concurrency`."""
+        if waker is not None and not callable(waker):
+            raise TypeError(f"waker must be callable or None, not {type(waker).__name__}")
+        self._waker = waker
 
     def group_concurrency_of(self, group: str) -> int:
         return self._group_caps.get(_check_key(group, "group"), self.group_concurrency)

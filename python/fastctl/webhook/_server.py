@@ -8,7 +8,7 @@ it guarantees the API server:
   review it can parse (a failing handler is a denial, see `fastctl.webhook.AdmissionWebhook`),
   and a one-line text error otherwise: 400 for a body that is not a review, 404 for an
   unknown path, 413 for a body over `max_body_bytes`, 504 past `request_timeout`;
-- metrics under controller-runtime's names (`fastctl.webhook.WebhookMetrics`).
+- metrics under controller-runtime's names (`WebhookMetrics`, `fastctl.webhook._metrics`).
 
 TLS is required by the API server; `certificate` gives it, and is reloaded on change when
 it comes from files (`ServingCertificate.watch`). ``certificate=None`` serves plain HTTP,
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from fastctl._clock import monotonic
 from fastctl._tls import ServingCertificate
 from fastctl.webhook._admission import AdmissionWebhook
 from fastctl.webhook._metrics import WebhookMetrics
@@ -121,6 +121,13 @@ class WebhookServer:
             )
         log.info("serving %d webhook(s) on %s", len(self._routes), self.url)
 
+    def is_ready(self) -> tuple[bool, str]:
+        """Listening, or false with the reason: a Manager's ``/readyz`` holds until the
+        replica can answer the API server's reviews."""
+        if self._runner is None:
+            return False, "webhook server not serving"
+        return True, "webhooks served"
+
     async def stop(self) -> None:
         if self._watch is not None:
             self._watch.cancel()
@@ -145,13 +152,13 @@ class WebhookServer:
 
     async def _serve(self, request: web.Request) -> web.Response:
         path = request.path
-        started = time.perf_counter()
+        started = monotonic()
         self.metrics.in_flight.labels(path).inc()
         try:
             response = await self._answer(request, self._routes[path])
         finally:
             self.metrics.in_flight.labels(path).dec()
-        self.metrics.latency.labels(path).observe(time.perf_counter() - started)
+        self.metrics.latency.labels(path).observe(monotonic() - started)
         self.metrics.requests.labels(path, str(response.status)).inc()
         return response
 

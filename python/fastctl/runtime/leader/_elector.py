@@ -42,11 +42,11 @@ import asyncio
 import contextlib
 import logging
 import random
-import time
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl._clock import monotonic
 from fastctl.kube._http import ApiError
 from fastctl.runtime.leader._lease_api import TRANSIENT, LeaseClient
 from fastctl.runtime.leader._rules import (
@@ -116,16 +116,17 @@ class LeaderElector:
     def is_leader(self) -> bool:
         """True while this replica holds the lease and its tenure has not run out.
 
-        It reads the monotonic clock, so it turns False at the deadline even if the event
+        It reads the clock itself, so it turns False at the deadline even if the event
         loop has been too busy to run the renewal loop or the deadline timer."""
         tenure = self._tenure
-        return tenure is not None and tenure.valid(time.monotonic())
+        return tenure is not None and tenure.valid(monotonic())
 
     @property
     def leading_until(self) -> float | None:
-        """When the current tenure ends unless a renewal succeeds first (``time.monotonic()``
-        seconds), or ``None`` when not leading. Work that must finish while leading can
-        bound itself by it."""
+        """When the current tenure ends unless a renewal succeeds first, or ``None`` when
+        not leading: seconds on the event loop's clock (``loop.time()``, which on asyncio's
+        own loops is ``time.monotonic()``). Work that must finish while leading can bound
+        itself by it."""
         tenure = self._tenure
         return tenure.deadline if tenure is not None else None
 
@@ -180,12 +181,12 @@ class LeaderElector:
         the expiry saves up to a retry period on a takeover (and safety does not depend on
         when candidates poll)."""
         delay = self.config.retry_period * (1 + random.uniform(0, RETRY_JITTER))
-        until_expiry = self._observed.expires_at(self.config.lease_duration) - time.monotonic()
+        until_expiry = self._observed.expires_at(self.config.lease_duration) - monotonic()
         return until_expiry if 0 < until_expiry < delay else delay
 
     def _time_left(self) -> float:
         tenure = self._tenure
-        return max(0.0, tenure.deadline - time.monotonic()) if tenure is not None else 0.0
+        return max(0.0, tenure.deadline - monotonic()) if tenure is not None else 0.0
 
     async def _sleep(self, delay: float) -> None:
         """Sleep, waking early when `release()` asks the loop to stop."""
@@ -231,7 +232,7 @@ class LeaderElector:
             record = next_record(
                 self._observed.record, identity, config.lease_duration_seconds, micro_time()
             )
-            sent = time.monotonic()
+            sent = monotonic()
             try:
                 written = await self._leases.replace(self._lease, record)
             except ApiError as exc:
@@ -241,10 +242,10 @@ class LeaderElector:
                 return self._wrote(written, sent)
 
         lease = await self._leases.get()
-        now = time.monotonic()
+        now = monotonic()
         if lease is None:
             record = next_record(None, identity, config.lease_duration_seconds, micro_time())
-            sent = time.monotonic()
+            sent = monotonic()
             try:
                 written = await self._leases.create(record)
             except ApiError as exc:
@@ -261,7 +262,7 @@ class LeaderElector:
             self._lose(f"the lease is held by {current.holder!r}")
             return False
         record = next_record(current, identity, config.lease_duration_seconds, micro_time())
-        sent = time.monotonic()
+        sent = monotonic()
         try:
             written = await self._leases.replace(lease, record)
         except ApiError as exc:
@@ -273,7 +274,7 @@ class LeaderElector:
     def _wrote(self, lease: dict[str, Any], sent: float) -> bool:
         """A write that names us succeeded; it was sent at `sent`. Start or extend the
         tenure, unless the answer came too late to leave any of it."""
-        now = time.monotonic()
+        now = monotonic()
         self._lease = lease
         record = LeaseRecord.from_lease(lease)
         self._observed.observe(record, now)
@@ -316,7 +317,7 @@ class LeaderElector:
             self._timer = None
         self._leading.clear()
         self._not_leading.set()
-        held = time.monotonic() - tenure.started_at
+        held = monotonic() - tenure.started_at
         log.log(
             level,
             "%s: stopped leading after %.1f s (term %d): %s",
@@ -340,7 +341,7 @@ class LeaderElector:
         self._stop.set()
         self._lose("releasing the lease", level=logging.INFO)
         if self._attempt_timeout is not None:  # don't wait for a slow renewal: it's moot
-            self._attempt_timeout.reschedule(asyncio.get_running_loop().time())
+            self._attempt_timeout.reschedule(monotonic())
         budget = self.config.renew_deadline if timeout is None else timeout
         try:
             async with asyncio.timeout(budget), self._lock:
@@ -366,7 +367,7 @@ class LeaderElector:
                     raise
                 self._lease = await self._leases.get()
                 continue
-            self._observed.observe(LeaseRecord.from_lease(self._lease), time.monotonic())
+            self._observed.observe(LeaseRecord.from_lease(self._lease), monotonic())
             log.info("%s: released", self._where)
             return True
         return False

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from fastctl._clock import monotonic
 from fastctl.kube._store import Store
 from fastctl.runtime.sharding._slots import ShardKey, fnv1a_64, slot_of
 from fastctl.types import ObjectRef, Reconcile
@@ -155,8 +156,7 @@ class ShardGate:
     @contextlib.contextmanager
     def _started(self, obj: Mapping[str, Any], task: asyncio.Task[Any] | None) -> Iterator[bool]:
         slot = self.object_slot(obj)
-        loop = self._loop
-        now = loop.time() if loop is not None else None
+        now = monotonic(self._loop)  # a thread has no running loop: the bound one's
         with self._lock:
             if not self.member.serves(slot, now):
                 started = False

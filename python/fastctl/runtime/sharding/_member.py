@@ -8,8 +8,8 @@ The runtime asks two things of it: `serves(slot)` before it starts a reconcile, 
 slots is running any more (it must stop starting them at once). `wait_change()` wakes
 whoever must restart a watch with a new ``shardSelector``.
 
-Time is the event loop's clock (``loop.time()``, monotonic), so the tests run the loop on a
-virtual clock.
+Time is the runtime's clock (`fastctl._clock`: the event loop's), so the tests run the loop
+on a virtual clock.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl._clock import monotonic
 from fastctl.kube._http import ApiError
 from fastctl.runtime.leader._lease_api import TRANSIENT
 from fastctl.runtime.leader._rules import RETRY_JITTER, LeaseRecord
@@ -111,7 +112,7 @@ class ShardMember:
 
     @staticmethod
     def _now() -> float:
-        return asyncio.get_running_loop().time()
+        return monotonic()
 
     @property
     def serving(self) -> frozenset[int]:

@@ -1,0 +1,125 @@
+"""CPU per watch event through a whole Controller, with no API server: a fake watcher lists
+`OBJECTS` objects and then streams `EVENTS` updates (round robin), the reconcile does
+nothing, and the process CPU time from the first event to the controller being idle is
+divided by the events. It measures fastctl's own path (watch event -> store -> trigger ->
+scheduler -> reconcile task -> done), the part a runtime restructuring can change.
+
+It runs against whichever fastctl is imported (``PYTHONPATH=<tree>/python``), so two source
+trees can be compared in one run with ``benches/compare_trees.py``. Prints one JSON line.
+
+    .venv/bin/python benches/controller_path.py [OBJECTS] [EVENTS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient
+
+import fastctl
+from fastctl import Controller, Resource
+from fastctl.kube import _watcher
+from fastctl.kube._watcher import EventKind
+
+RESOURCE = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
+
+# Where the controller looks its watcher up: the module differs between builds.
+_WATCHER_HOMES = (
+    "fastctl.runtime.controller._environment",
+    "fastctl.runtime.controller._run",
+    "fastctl.runtime._controller",
+)
+
+
+def _event(kind: EventKind, obj: dict[str, Any] | None = None) -> Any:
+    """A watch event in the spelling of the imported build: `ObjectEvent` and `ListFrame`,
+    or, in builds before them, the one `WatchEvent` class."""
+    if not hasattr(_watcher, "ObjectEvent"):
+        return _watcher.WatchEvent(kind, obj)  # type: ignore[operator]
+    return _watcher.ListFrame(kind) if obj is None else _watcher.ObjectEvent(kind, obj)  # type: ignore[arg-type]
+
+
+def _obj(i: int, version: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"cm-{i}",
+            "namespace": "bench",
+            "uid": f"uid-{i}",
+            "resourceVersion": str(version),
+            "labels": {"app": "bench"},
+        },
+        "data": {"v": str(version)},
+    }
+
+
+async def _measure(objects: int, events: int) -> dict[str, float]:
+    drained = asyncio.Event()
+
+    async def feed() -> AsyncIterator[Any]:
+        yield _event(EventKind.INIT)
+        for i in range(objects):
+            yield _event(EventKind.INIT_APPLY, _obj(i, 1))
+        yield _event(EventKind.INIT_DONE)
+        for n in range(events):
+            yield _event(EventKind.APPLY, _obj(n % objects, 2 + n))
+            if n % 256 == 0:
+                await asyncio.sleep(0)  # a real watch yields to the loop between frames
+        drained.set()
+        await asyncio.Event().wait()
+
+    def fake_watcher(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        return feed()
+
+    for home in _WATCHER_HOMES:
+        try:
+            module = importlib.import_module(home)
+        except ImportError:
+            continue
+        if hasattr(module, "watcher"):
+            module.watcher = fake_watcher  # type: ignore[attr-defined]
+
+    reconciles = 0
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        nonlocal reconciles
+        reconciles += 1
+
+    client = ApiClient.__new__(ApiClient)
+    ctl = Controller(client, RESOURCE, reconcile, name="bench", concurrency=32)
+    gc.collect()
+    gc.disable()
+    start = time.process_time()
+    task = asyncio.create_task(ctl.run(handle_signals=False))
+    await drained.wait()
+    while len(ctl.scheduler) or ctl.scheduler.in_flight:  # noqa: ASYNC110 - no idle event
+        await asyncio.sleep(0.001)
+    cpu = time.process_time() - start
+    gc.enable()
+    ctl.shutdown()
+    await task
+    return {
+        "cpu_per_event_us": cpu / (objects + events) * 1e6,
+        "reconciles": reconciles,
+        "events": objects + events,
+    }
+
+
+def main() -> None:
+    objects = int(sys.argv[1]) if len(sys.argv) > 1 else 2_000
+    events = int(sys.argv[2]) if len(sys.argv) > 2 else 40_000
+    result = asyncio.run(_measure(objects, events))
+    result["fastctl"] = fastctl.__file__
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The one clock the runtime reads: seconds that only go forward, for deadlines, tenures,
+backoffs, ages and durations.
+
+It is the running event loop's clock, ``loop.time()``: asyncio arms every timer and every
+``asyncio.timeout`` on it, so what the runtime measures and what it waits for are one
+clock. On asyncio's own loops that is ``time.monotonic()``, which is also what this module
+reads where no loop runs, and what the Rust `Scheduler` reads when it is given no ``now``.
+A loop whose ``time()`` is virtual (`fastctl.testing.VirtualTimeLoop`) therefore moves the
+time of the whole runtime with nothing patched; and since the applier passes this clock's
+time to its scheduler (``now=``), the scheduler's ready times are on it too.
+
+Runtime code reads the time here, never with ``time.monotonic()`` or ``loop.time()`` itself
+(tests/unit/test_clock.py holds the package to it). A thread working for a loop (a plain
+reconcile function) has no running loop: it passes that loop, ``monotonic(loop)``.
+
+What stays on the wall clock, because others read it or it is compared with instants from
+elsewhere:
+
+- an Event's times, its series window and the suffix of its name (`fastctl.kube._events`,
+  as client-go does);
+- a Lease's ``acquireTime`` and ``renewTime`` (`fastctl.runtime.leader._rules`), which other
+  replicas and kubectl read; the elector never compares them with its own clock, it times
+  the lease on this one;
+- a certificate's validity and its renewal check (`fastctl._pki`);
+- the UTC instants `Controller.inspect` gives beside its ages (`fastctl.runtime._inspect`,
+  converted from this clock once per answer);
+- the demo operator's status timestamps (`fastctl.demo.widgets`) and its reconcile record
+  (`fastctl.demo._record`, whose ``CLOCK_MONOTONIC`` readings are compared across
+  processes).
+
+And some code times real processes, where virtual time has no meaning: the command line
+(`fastctl.cli`) and starting a control plane (`fastctl.testing`'s `control_plane`,
+`binaries` and `_process`). The pure-Python scheduler model (`fastctl.testing.model`)
+defaults to ``time.monotonic()``, as the Rust scheduler it models does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+__all__ = ["loop_clock", "monotonic"]
+
+_system = time.monotonic
+_running_loop = asyncio._get_running_loop
+
+
+def monotonic(loop: asyncio.AbstractEventLoop | None = None) -> float:
+    """Seconds on the runtime's clock: `loop`'s time, else the running loop's, else (no loop
+    runs in this thread) ``time.monotonic()``."""
+    if loop is None:
+        loop = _running_loop()
+        if loop is None:
+            return _system()
+    return loop.time()
+
+
+def loop_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """`loop`'s clock as a function, for a hot path that reads it often on that loop (the
+    applier): the readings of `monotonic`, at a fraction of its cost (``time.monotonic``
+    itself for asyncio's own loops, whose ``time()`` only calls it)."""
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        return _system
+    return loop.time

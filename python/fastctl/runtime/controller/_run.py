@@ -1,0 +1,345 @@
+"""One run of a controller: its spec, in the environment it is given.
+
+The run resolves the resources (patiently: an API server that is not up yet is waited
+for), opens each watch use from its source, turns events into triggers (the primary's own,
+related objects' targets, ``reconcile_all_on``), feeds them through one bounded `Channel`
+into the applier, and yields each reconcile's result. A trigger source that fails ends the
+run gracefully (the applier drains) and the run then raises that failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from typing import Any
+
+from fastctl._applier import SchedulerLike, _Driver
+from fastctl._channel import Channel, ChannelClosed
+from fastctl._reasons import ReasonLog
+from fastctl.errors import InvalidObject
+from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._retry import resolve_patiently
+from fastctl.kube._store import Store, reflector
+from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent, watcher
+from fastctl.log import RedactingFilter
+from fastctl.runtime._filters import EventFilter, Predicate
+from fastctl.runtime._metrics import ReconcileCounters
+from fastctl.runtime._own_writes import OwnWrites
+from fastctl.runtime._settled_events import settled
+from fastctl.runtime._triggers import RelatedTriggers, primary_triggers
+from fastctl.runtime.controller._environment import Environment, ShardAssignment
+from fastctl.runtime.controller._spec import ControllerSpec, Relation, WatchUse
+from fastctl.runtime.controller._wrappers import reconcile_view, store_view
+from fastctl.runtime.sharding._gate import ShardGate
+from fastctl.runtime.sharding._watch import sharded_events
+from fastctl.types import ObjectRef, ReconcileResult, Trigger
+
+__all__ = ["ControllerRun"]
+
+log = logging.getLogger("fastctl.controller")
+log.addFilter(RedactingFilter())  # its records name objects and errors
+
+_REPORT_GRACE = 5.0
+"""Seconds a draining controller waits for its Events about invalid objects to be sent."""
+
+Triggers = Channel[ObjectRef | Trigger]
+
+
+class ControllerRun:
+    """The state of one run: the trigger channel, the watch tasks, the resolved primary.
+
+    `store` is the primary cache (the controller's own, or the one of a watch the
+    environment shares); `scheduler`, `counters` and `reasons` are the controller's, kept
+    across runs for metrics and ``inspect``."""
+
+    def __init__(
+        self,
+        spec: ControllerSpec,
+        env: Environment,
+        *,
+        store: Store,
+        scheduler: SchedulerLike,
+        counters: ReconcileCounters,
+        reasons: ReasonLog | None,
+    ) -> None:
+        self.spec = spec
+        self.env = env
+        self.store = store
+        self.scheduler = scheduler
+        self.counters = counters
+        self.reasons = reasons
+        self.triggers: Triggers = Channel(maxsize=1024)
+        self.resolved: ResolvedResource | None = None
+        self.own_writes: OwnWrites | None = None
+        self._resolving: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def stop(self) -> None:
+        """No new reconciles; running ones finish; `results()` ends."""
+        self._stopping = True
+        self.triggers.close()
+        if self._resolving is not None:  # still waiting for the API server: stop waiting
+            self._resolving.cancel()
+
+    async def results(self) -> AsyncIterator[ReconcileResult]:
+        """Run, yielding each reconcile's result as it finishes."""
+        spec, env = self.spec, self.env
+        triggers = self.triggers
+        tasks: list[asyncio.Task[None]] = []
+        reports: set[asyncio.Task[None]] = set()  # Events about invalid objects
+        try:
+            if self._stopping:
+                return  # stopped before it started: not even discovery
+            loop = asyncio.get_running_loop()
+            self._resolving = loop.create_task(self._resolve_resources())
+            try:
+                await self._resolving
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if self._stopping and (current is None or not current.cancelling()):
+                    return  # stopped while waiting for the API server: nothing to drain
+                raise
+            finally:
+                self._resolving = None
+            if spec.ignore_own_writes:
+                self.own_writes = OwnWrites(spec.resources)
+            shard = env.shard.gate if env.shard is not None else None
+            if shard is not None:
+                shard.bind(loop)
+            tasks.append(loop.create_task(self._watch_primary(), name=f"{spec.name}:primary"))
+            for use, rel in zip(spec.watch_uses()[1:], spec.relations, strict=True):
+                tasks.append(
+                    loop.create_task(
+                        self._watch_related(use, rel), name=f"{spec.name}:{rel.resource.kind}"
+                    )
+                )
+            for source in spec.resync_sources:
+                tasks.append(loop.create_task(self._resync(source), name=f"{spec.name}:resync"))
+            failures: list[BaseException] = []
+            for task in tasks:
+                task.add_done_callback(lambda t: _stop_on_failure(t, triggers, failures))
+            driver = _Driver(
+                reconcile_view(spec.reconcile, own_writes=self.own_writes, shard=shard),
+                spec.error_policy,
+                spec.context,
+                store_view(
+                    self.store,
+                    leader_gate=env.leader_gate,
+                    shard=shard,
+                    caches=[c.store for c in spec.caches],
+                ),
+                triggers,
+                spec.config,
+                self.scheduler,
+                # Reasons need a scheduler that answers `in` (a user's own may not).
+                self.reasons if hasattr(type(self.scheduler), "__contains__") else None,
+            )
+            async for result in driver.results():
+                self.counters.count(
+                    error=result.error is not None, requeue_after=result.action.requeue_after
+                )
+                if isinstance(result.error, InvalidObject) and spec.recorder is not None:
+                    report = loop.create_task(self._report_invalid(result))
+                    reports.add(report)
+                    report.add_done_callback(reports.discard)
+                yield result
+            if reports:  # drained: let the last Events go out (briefly; they are best effort)
+                await asyncio.wait(reports, timeout=_REPORT_GRACE)
+            if failures:
+                # A trigger source died (a fatal watch error such as a bad selector, or a
+                # reconcile_all_on iterable that raised): the applier has drained; say why.
+                raise failures[0]
+        finally:
+            triggers.close()
+            for task in [*tasks, *reports]:
+                task.cancel()
+            await asyncio.gather(*tasks, *reports, return_exceptions=True)
+
+    async def _resolve_resources(self) -> None:
+        """Resolve the primary and related resources, patiently: an API server that is not
+        up yet is waited for (the controller is not ready meanwhile); an unknown kind still
+        fails here, clearly, after a few lookups (`resolve_patiently`)."""
+        client = self.env.client
+        self.resolved = await resolve_patiently(
+            client, self.spec.resource, on_error=self.on_watch_error
+        )
+        for rel in self.spec.relations:
+            await resolve_patiently(client, rel.resource, on_error=self.on_watch_error)
+
+    async def _report_invalid(self, result: ReconcileResult) -> None:
+        """A Warning Event on an object the model rejects, so ``kubectl describe`` says why
+        it is not reconciled (best effort: a failure to publish is only logged)."""
+        recorder = self.spec.recorder
+        assert recorder is not None
+        try:
+            await recorder.publish(
+                result.obj,
+                type="Warning",
+                reason="InvalidObject",
+                note=str(result.error),
+                action="Reconcile",
+            )
+        except Exception as exc:
+            log.warning("controller %s: no Event for %s: %r", self.spec.name, result.ref, exc)
+
+    def on_watch_error(self, exc: BaseException) -> None:
+        """The watcher retries by itself; count what it retried, for metrics."""
+        self.counters.watch_errors += 1
+
+    def _sharded_events(self, shard: ShardAssignment) -> AsyncIterator[WatchEvent]:
+        """The primary watch of the served slots, restarted when they change."""
+        spec, gate = self.spec, shard.gate
+
+        def make(selector: str, keep: Callable[[dict[str, Any]], bool]) -> Any:
+            return watcher(
+                self.env.client,
+                self.resolved or spec.resource,
+                namespace=spec.namespace,
+                config=spec.watch_config,
+                on_error=self.on_watch_error,
+                shard_selector=selector,
+                shard_filter=keep,
+            )
+
+        events = sharded_events(
+            shard.member, gate.slots, gate.key, make, gate.in_slots, on_restart=gate.restarted
+        )
+        return _counted(events, gate)
+
+    def _primary_events(self) -> AsyncIterator[WatchEvent]:
+        """The primary's events, applied to `store` (by the run itself, unless a shared
+        watch already did)."""
+        shard = self.env.shard
+        if shard is not None:
+            return reflector(self.store, self._sharded_events(shard))
+        source = self.env.source(self.spec.watch_uses()[0])
+        events = source.events(self.on_watch_error)
+        return events if source.store is not None else reflector(self.store, events)
+
+    async def _watch_primary(self) -> None:
+        spec = self.spec
+        events = self._primary_events()
+        event_filter = self._event_filter(spec.event_filter, spec.resource)
+        if self.own_writes is not None:
+            events = settled(self.own_writes, spec.resource, events)
+        try:
+            async for event in events:
+                for trigger in primary_triggers(event, self.store, event_filter):
+                    await self.triggers.put(trigger)
+        except ChannelClosed:
+            return
+
+    async def _watch_related(self, use: WatchUse, rel: Relation) -> None:
+        related = RelatedTriggers(
+            rel.mapper if rel.mapper is not None else self._owner_of,
+            rel.reason,
+            controller=self.spec.name,
+            kind=rel.resource.kind,
+            index=rel.cache is not None,
+            event_filter=self._event_filter(rel.event_filter, rel.resource),
+        )
+        source = self.env.source(use)
+        events = source.events(self.on_watch_error)
+        if rel.cache is not None:
+            rel.cache._bind(related)
+            if source.store is None:  # a shared watch fills its own store
+                events = reflector(rel.cache.store, events)
+        if self.own_writes is not None:
+            events = settled(self.own_writes, rel.resource, events)
+        shard = self.env.shard
+        try:
+            async for event in events:
+                for trigger in related.on_event(event):
+                    if shard is not None and not self._related_served(
+                        shard.gate, rel, event, trigger
+                    ):
+                        continue
+                    await self.triggers.put(trigger)
+        except ChannelClosed:
+            return
+
+    def _event_filter(self, predicate: Predicate | None, resource: Resource) -> EventFilter | None:
+        """The filter state of one watch: `predicate`, and the own-writes echoes."""
+        if predicate is None and self.own_writes is None:
+            return None
+        return EventFilter(
+            predicate,
+            controller=self.spec.name,
+            kind=resource.kind,
+            own_writes=self.own_writes,
+            on_error=self._on_filter_error,
+        )
+
+    def _on_filter_error(self) -> None:
+        self.counters.event_filter_errors += 1
+
+    def _related_served(
+        self, gate: ShardGate, rel: Relation, event: WatchEvent, trigger: ObjectRef | Trigger
+    ) -> bool:
+        """Sharded: keep a related object's trigger only if its target's slot is served
+        here. An owned object names its owner's UID; otherwise the target's namespace
+        (key ``namespace``) or the cached target (key ``uid``) tells."""
+        ref = trigger.ref if isinstance(trigger, Trigger) else trigger
+        if rel.mapper is None and gate.key == "uid" and isinstance(event, ObjectEvent):
+            uid = _controller_uid(event.obj, ref.name)
+            if uid is not None:
+                return gate.member.serves(gate.slot_of(uid))
+        return gate.admits_ref(ref, self.store)
+
+    def _owner_of(self, obj: Mapping[str, Any]) -> list[ObjectRef]:
+        """The primary object that controls `obj` (its ``controller: true`` owner reference
+        of the primary kind), in `obj`'s namespace when the primary is namespaced."""
+        resource = self.spec.resource
+        meta = obj.get("metadata") or {}
+        for owner in meta.get("ownerReferences") or ():
+            if not owner.get("controller"):
+                continue
+            if owner.get("kind") != resource.kind:
+                continue
+            group = str(owner.get("apiVersion", "")).rpartition("/")[0]
+            if group != resource.group:
+                continue
+            namespaced = self.resolved.namespaced if self.resolved is not None else True
+            return [ObjectRef(owner["name"], meta.get("namespace") if namespaced else None)]
+        return []
+
+    async def _resync(self, source: AsyncIterable[Any]) -> None:
+        try:
+            async for _ in source:
+                for ref in list(self.store):
+                    await self.triggers.put(Trigger(ref, reason="reconcile_all_on"))
+        except ChannelClosed:
+            return
+
+
+def _controller_uid(obj: Mapping[str, Any], name: str) -> str | None:
+    """The UID of `obj`'s controller owner named `name`."""
+    for owner in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if owner.get("controller") and owner.get("name") == name and owner.get("uid"):
+            return str(owner["uid"])
+    return None
+
+
+async def _counted(events: AsyncIterator[WatchEvent], gate: ShardGate) -> AsyncIterator[WatchEvent]:
+    """Count what a sharded watch delivers: list items and watch events apart."""
+    async for event in events:
+        if event.kind is EventKind.INIT_APPLY:
+            gate.listed += 1
+        elif isinstance(event, ObjectEvent):
+            gate.received += 1
+        yield event
+
+
+def _stop_on_failure(
+    task: asyncio.Task[None], triggers: Triggers, failures: list[BaseException]
+) -> None:
+    """A trigger source that fails ends the controller (gracefully) instead of leaving it
+    running deaf to changes."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("%s failed: %r; stopping the controller", task.get_name(), exc)
+        failures.append(exc)
+        triggers.close()

@@ -1,0 +1,97 @@
+"""What a controller is, frozen: its resources, relations, options and callbacks.
+
+`Controller`'s builder methods collect a `ControllerSpec`; a run reads only the spec and
+the `Environment` it is given (`fastctl.runtime.controller._environment`). The spec says
+which watches the controller needs (`WatchUse`): the Manager reads those to share one watch
+between controllers that would have opened the same one, and never reaches into the
+controller to do it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fastctl._applier import ApplierConfig
+from fastctl.kube._events import Recorder
+from fastctl.kube._resource import Resource
+from fastctl.kube._watcher import WatchConfig
+from fastctl.runtime._children import RelatedCache
+from fastctl.runtime._filters import Predicate
+from fastctl.types import ErrorPolicy, Mapper, Reconcile
+
+__all__ = ["PRIMARY", "ControllerSpec", "Relation", "WatchUse"]
+
+PRIMARY = None
+"""The use of the primary watch (relation i's use is i)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    """A related resource and how its objects map to primary objects."""
+
+    resource: Resource
+    mapper: Mapper | None  # None: follow controller owner references to the primary
+    reason: str
+    cache: RelatedCache | None = None  # cache=True: the objects, for the reconcile
+    metadata_only: bool = False
+    event_filter: Predicate | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchUse:
+    """One watch a controller needs: `use` is None for the primary, i for relation i (two
+    relations on one resource are two uses, each with its own subscription)."""
+
+    use: int | None
+    resource: Resource
+    namespace: str | None
+    config: WatchConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSpec:
+    """Everything that defines a controller, and nothing about a run of it."""
+
+    name: str
+    resource: Resource
+    reconcile: Reconcile
+    context: Any
+    error_policy: ErrorPolicy | None
+    config: ApplierConfig
+    watch_config: WatchConfig
+    namespace: str | None
+    relations: tuple[Relation, ...]
+    resync_sources: tuple[AsyncIterable[Any], ...]
+    event_filter: Predicate | None
+    ignore_own_writes: bool
+    recorder: Recorder | None
+
+    @property
+    def resources(self) -> list[Resource]:
+        """Every resource the controller watches: the primary first."""
+        return [self.resource, *(rel.resource for rel in self.relations)]
+
+    @property
+    def caches(self) -> list[RelatedCache]:
+        return [rel.cache for rel in self.relations if rel.cache is not None]
+
+    def watch_config_for(self, resource: Resource) -> WatchConfig:
+        """The primary resource is watched with `watch_config`; related ones without its
+        selectors (they select primary objects, not the objects related to them)."""
+        if resource == self.resource:
+            return self.watch_config
+        metadata_only = any(r.metadata_only for r in self.relations if r.resource == resource)
+        return replace(
+            self.watch_config, label_selector=None, field_selector=None, metadata_only=metadata_only
+        )
+
+    def watch_uses(self) -> list[WatchUse]:
+        """Every watch a run of this controller opens, the primary's first."""
+        uses = [WatchUse(PRIMARY, self.resource, self.namespace, self.watch_config)]
+        for i, rel in enumerate(self.relations):
+            uses.append(
+                WatchUse(i, rel.resource, self.namespace, self.watch_config_for(rel.resource))
+            )
+        return uses
