@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = "_mutants_pytest"
+PLUGIN_FILE = f"{PLUGIN}.py"
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,108 @@ TARGETS: dict[str, Target] = {
         ),
     ),
     "controller": Target(
-        ("python/fastctl/runtime/_controller.py",),
         (
+            "python/fastctl/runtime/controller/_controller.py",
+            "python/fastctl/runtime/controller/_spec.py",
+            "python/fastctl/runtime/controller/_environment.py",
+            "python/fastctl/runtime/controller/_wrappers.py",
+            "python/fastctl/runtime/controller/_run.py",
+        ),
+        # Every unit test that runs a Controller (on a scripted watch or a fake API
+        # server); the Manager's run it in the environments a Manager builds.
+        (
+            "tests/unit/test_controller_run.py",
+            "tests/unit/test_controller_builder.py",
             "tests/unit/test_triggers.py",
             "tests/unit/test_controller_relist.py",
+            "tests/unit/test_controller_filters.py",
+            "tests/unit/test_controller_signals.py",
+            "tests/unit/test_children.py",
+            "tests/unit/test_settled_events.py",
+            "tests/unit/test_typed_controller.py",
+            "tests/unit/test_startup_retry.py",
+            "tests/unit/test_inspect.py",
+            "tests/unit/test_debounce.py",
+            "tests/unit/test_fair_by.py",
+            "tests/unit/test_group_concurrency.py",
+            "tests/unit/test_options.py",
+            "tests/unit/test_rbac.py",
             "tests/unit/test_manager_shared_watch.py",
+            "tests/unit/test_manager_mixed.py",
+            "tests/unit/test_manager_drain.py",
+            "tests/unit/test_sharding_runtime.py",
+            # inspect, queue_summary and scheduler_stats on the loop's clock (the rest of
+            # test_clock.py reads the source, which mutmut rewrites).
+            "tests/unit/test_clock.py::"
+            "test_looking_into_a_controller_keeps_its_scheduler_on_the_virtual_clock",
+        ),
+    ),
+    "manager": Target(
+        (
+            "python/fastctl/runtime/manager/_manager.py",
+            "python/fastctl/runtime/manager/_roles.py",
+            "python/fastctl/runtime/manager/_watches.py",
+            "python/fastctl/runtime/manager/_servers.py",
+            "python/fastctl/runtime/manager/_drain.py",
+            "python/fastctl/runtime/manager/_collectors.py",
+        ),
+        (
+            "tests/unit/test_manager_options.py",
+            "tests/unit/test_manager_servers.py",
+            "tests/unit/test_manager_lifecycle.py",
+            "tests/unit/test_manager_drain.py",
+            "tests/unit/test_manager_mixed.py",
+            "tests/unit/test_manager_scrape.py",
+            "tests/unit/test_manager_shared_watch.py",
+            "tests/unit/test_controller_signals.py",
+            "tests/unit/test_sharding_config.py",
+            "tests/unit/test_sharding_runtime.py",
+            "tests/unit/test_startup_retry.py",
+            "tests/unit/test_run_flags.py",
+            "tests/unit/test_options.py",
+            "tests/unit/test_webhook_server.py",
+            "tests/unit/test_webhook_managed.py",
+        ),
+    ),
+    "sharding": Target(
+        (
+            "python/fastctl/runtime/sharding/_rules.py",
+            "python/fastctl/runtime/sharding/_slots.py",
+            "python/fastctl/runtime/sharding/_assignment.py",
+            "python/fastctl/runtime/sharding/_member.py",
+            "python/fastctl/runtime/sharding/_member_api.py",
+            "python/fastctl/runtime/sharding/_gate.py",
+            "python/fastctl/runtime/sharding/_watch.py",
+            "python/fastctl/runtime/sharding/_handover.py",
+            "python/fastctl/runtime/sharding/_metrics.py",
+        ),
+        (
+            "tests/unit/test_sharding_config.py",
+            "tests/unit/test_sharding_handover.py",
+            "tests/unit/test_sharding_protocol.py",
+            "tests/unit/test_sharding_runtime.py",
+            "tests/unit/test_sharding_slots.py",
+        ),
+    ),
+    "own_writes": Target(
+        ("python/fastctl/runtime/_own_writes.py",),
+        ("tests/unit/test_controller_filters.py", "tests/unit/test_settled_events.py"),
+    ),
+    "settled_events": Target(
+        ("python/fastctl/runtime/_settled_events.py",),
+        ("tests/unit/test_settled_events.py", "tests/unit/test_controller_filters.py"),
+    ),
+    "filters": Target(
+        ("python/fastctl/runtime/_filters.py",),
+        ("tests/unit/test_event_filters.py", "tests/unit/test_controller_filters.py"),
+    ),
+    "children": Target(
+        ("python/fastctl/runtime/_children.py", "python/fastctl/runtime/_triggers.py"),
+        (
+            "tests/unit/test_children.py",
+            "tests/unit/test_triggers.py",
+            "tests/unit/test_event_filters.py",
+            "tests/unit/test_controller_relist.py",
         ),
     ),
 }
@@ -127,7 +226,14 @@ def prepare(name: str, target: Target) -> Path:
     # Python caches "no importer" for a path that does not exist at start-up, so the mutated
     # tree's import root must exist before mutmut starts.
     (scratch / "mutants" / "src").mkdir(parents=True)
+    _install_plugin(scratch)
     return scratch
+
+
+def _install_plugin(scratch: Path) -> None:
+    """The pytest plugin of the runs (`scripts/mutants_pytest.py`: signals a mutant leaves
+    unhandled fail the tests), importable from the mutated tree's import root."""
+    shutil.copy(ROOT / "scripts" / "mutants_pytest.py", scratch / "mutants" / "src" / PLUGIN_FILE)
 
 
 def write_config(scratch: Path, target: Target) -> None:
@@ -137,7 +243,7 @@ def write_config(scratch: Path, target: Target) -> None:
         'source_paths = ["src/fastctl"]\n'
         f"only_mutate = {_toml_list([f.replace('python/', 'src/', 1) for f in target.files])}\n"
         f"pytest_add_cli_args_test_selection = {_toml_list(target.tests)}\n"
-        'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n'
+        f'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "{PLUGIN}"]\n'
         # The scratch directory sits inside the repository: git's view of it is not the copy's.
         "use_git_change_detection = false\n"
         f"timeout_multiplier = {target.timeout_multiplier}\n"
@@ -194,6 +300,7 @@ def rerun(name: str, names: list[str]) -> int:
     ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
     shutil.copytree(ROOT / "tests", scratch / "tests", ignore=ignore, dirs_exist_ok=True)
     write_config(scratch, target)
+    _install_plugin(scratch)
     env = dict(os.environ, PYTHONPATH=str(scratch / "mutants" / "src"), **dict(target.env))
     # mutmut forgets the results of the mutants it was not asked to run: keep them.
     metas = sorted((scratch / "mutants").rglob("*.py.meta"))
@@ -248,6 +355,19 @@ def summary_rust(out: Path) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "targets":
+        print("\n".join(TARGETS))
+        sys.exit(0)
+    if (
+        len(sys.argv) > 2
+        and sys.argv[1] in ("run", "rerun", "summary")
+        and sys.argv[2] not in TARGETS
+    ):
+        print(
+            f"unknown target {sys.argv[2]!r}; targets: rust, all, {', '.join(TARGETS)}",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     if sys.argv[1] == "run":
         sys.exit(run(sys.argv[2]))
     if sys.argv[1] == "rerun":

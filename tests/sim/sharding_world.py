@@ -32,8 +32,9 @@ import fastctl.kube._watcher as watcher_module
 import fastctl.runtime.manager._manager as manager_module
 import fastctl.runtime.sharding._member_api as member_api_module
 from fastctl import Action, Controller, Manager
-from fastctl.runtime.sharding import Sharding, format_slots
+from fastctl.runtime.sharding import Sharding
 from fastctl.runtime.sharding._member import ShardMember
+from fastctl.runtime.sharding._rules import format_slots
 from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .apiserver import NAMESPACE, ApiServer, ServerConfig

@@ -34,7 +34,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 import fastctl.kube._watcher as watcher_module
 import fastctl.runtime.leader._lease_api as lease_api_module
 import fastctl.runtime.manager._manager as manager_module
-from fastctl import Action, Controller, LeaderElection, Manager, Resource
+from fastctl import Action, ApplierConfig, Controller, LeaderElection, Manager, Resource
 from fastctl._core import Scheduler
 from fastctl.errors import LeadershipLost, ReconcileTimeout
 from fastctl.runtime.leader import LeaderElector
@@ -420,10 +420,10 @@ def _controller(
         WIDGET,
         reconcile,
         name=name,
-        concurrency=schedule.concurrency,
-        timeout=schedule.timeout,
+        config=ApplierConfig(
+            concurrency=schedule.concurrency, timeout=schedule.timeout, executor=pool
+        ),
         namespace=NAMESPACE,
-        executor=pool,
         scheduler=SimScheduler(name, record, sched_concurrency),
     )
     ctl.owns(CHILD)

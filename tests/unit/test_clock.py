@@ -203,7 +203,9 @@ async def test_the_reason_log_times_its_entries_on_the_virtual_clock() -> None:
     assert (reason.first, reason.last, reason.count) == (0.0, 50.0, 2)
 
 
-def test_looking_into_a_controller_keeps_its_scheduler_on_the_virtual_clock() -> None:
+def test_looking_into_a_controller_keeps_its_scheduler_on_the_virtual_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """`inspect`, `queue_summary` and the metrics' `scheduler_stats` ask the Rust scheduler
     at the loop's time: asked at the system's time (its default), the scheduler's clock,
     which never goes back, would jump to the machine's uptime and no requeue would come due
@@ -211,7 +213,7 @@ def test_looking_into_a_controller_keeps_its_scheduler_on_the_virtual_clock() ->
     from kubernetes_asyncio.client import ApiClient
 
     from fastctl import Controller, Resource
-    from fastctl.kube._watcher import EventKind, WatchEvent
+    from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
     from fastctl.runtime.controller import _environment
 
     obj = {"metadata": {"name": "a", "namespace": "default", "uid": "u", "resourceVersion": "1"}}
@@ -227,28 +229,24 @@ def test_looking_into_a_controller_keeps_its_scheduler_on_the_virtual_clock() ->
         return Action.requeue(30.0) if len(starts) < 3 else None
 
     async def events() -> AsyncIterator[WatchEvent]:
-        yield WatchEvent(EventKind.INIT)
-        yield WatchEvent(EventKind.INIT_APPLY, obj)
-        yield WatchEvent(EventKind.INIT_DONE)
+        yield ListFrame(EventKind.INIT)
+        yield ObjectEvent(EventKind.INIT_APPLY, obj)
+        yield ListFrame(EventKind.INIT_DONE)
         await asyncio.sleep(3600.0)
 
     async def main() -> None:
-        original = _environment.watcher
-        _environment.watcher = lambda *a, **kw: events()  # type: ignore[assignment]
-        try:
-            cm = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
-            ctl = Controller(ApiClient.__new__(ApiClient), cm, reconcile)
-            run = asyncio.create_task(ctl.run(handle_signals=False))
-            await first.wait()
-            await asyncio.sleep(1.0)  # the first reconcile has ended: its requeue is queued
-            ctl.inspect("default", "a")
-            ctl.queue_summary()
-            ctl.scheduler_stats()
-            await asyncio.wait_for(third.wait(), 3600.0)
-            ctl.shutdown()
-            await run
-        finally:
-            _environment.watcher = original
+        monkeypatch.setattr(_environment, "watcher", lambda *a, **kw: events())
+        cm = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
+        ctl = Controller(ApiClient.__new__(ApiClient), cm, reconcile)
+        run = asyncio.create_task(ctl.run(handle_signals=False))
+        await first.wait()
+        await asyncio.sleep(1.0)  # the first reconcile has ended: its requeue is queued
+        ctl.inspect("default", "a")
+        ctl.queue_summary()
+        ctl.scheduler_stats()
+        await asyncio.wait_for(third.wait(), 3600.0)
+        ctl.shutdown()
+        await run
 
     run_virtual(main(), start=1.0)
     assert starts == [1.0, 31.0, 61.0]

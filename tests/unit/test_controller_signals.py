@@ -8,6 +8,7 @@ signals are real, sent to this process; what is checked is what happened, not wh
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 from typing import Any
@@ -59,12 +60,16 @@ async def _running_one_of_two(
 
 @pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGINT])
 async def test_the_first_signal_drains(
-    monkeypatch: pytest.MonkeyPatch, first: signal.Signals
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, first: signal.Signals
 ) -> None:
+    caplog.set_level(logging.INFO, "fastctl.signals")
     work, task = await _running_one_of_two(monkeypatch)
     os.kill(os.getpid(), first)
     for _ in range(200):
         await asyncio.sleep(0)
+    assert [r.getMessage() for r in caplog.records if r.name == "fastctl.signals"] == [
+        f"controller widgets: {first.name}: stopping gracefully; again to cancel at once"
+    ]
     assert not task.done(), "a graceful stop waits for the running reconcile"
     assert work.cancelled == []
     work.release.set()
@@ -105,12 +110,19 @@ async def _manager_running_one_of_two(
     return work, manager, task
 
 
-async def test_a_managers_first_signal_drains(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_managers_first_signal_drains(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Manager takes the signal (its controllers install no handlers of their own)."""
+    caplog.set_level(logging.INFO, "fastctl")
     work, _, task = await _manager_running_one_of_two(monkeypatch)
     os.kill(os.getpid(), signal.SIGTERM)
     for _ in range(200):
         await asyncio.sleep(0)
     assert not task.done(), "a graceful stop waits for the running reconcile"
+    assert [r.getMessage() for r in caplog.records if r.name == "fastctl.signals"] == [
+        "manager: SIGTERM: stopping gracefully; again to cancel at once"
+    ]
     work.release.set()
     await until(task.done, "run() to return")
     assert task.exception() is None
@@ -120,9 +132,10 @@ async def test_a_managers_first_signal_drains(monkeypatch: pytest.MonkeyPatch) -
 
 
 async def test_a_managers_second_signal_cancels_the_running_reconciles_at_once(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """As for a lone controller: the second signal does not wait out the drain timeout."""
+    caplog.set_level(logging.WARNING, "fastctl.manager")
     work, _, task = await _manager_running_one_of_two(monkeypatch)
     os.kill(os.getpid(), signal.SIGTERM)
     for _ in range(200):
@@ -132,3 +145,6 @@ async def test_a_managers_second_signal_cancels_the_running_reconciles_at_once(
     await until(task.done, "run() to end")
     assert work.cancelled == ["a"]
     assert work.ended == []
+    assert [r.getMessage() for r in caplog.records if r.name == "fastctl.manager"] == [
+        "aborted: cancelling 1 controller(s) at once"
+    ]

@@ -8,6 +8,7 @@ ended (one that swallows the cancellation and goes on included); `run()` returns
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -142,10 +143,14 @@ def _stop_during_a_reconcile(
 
 
 def test_a_reconcile_running_past_the_drain_timeout_is_cancelled_then_the_lease_released(
-    lease: Lease, monkeypatch: pytest.MonkeyPatch
+    lease: Lease, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, "fastctl.manager")
     work = Reconciles(swallows=False)
     ctl, asked, returned = _stop_during_a_reconcile(work, monkeypatch)
+    assert [r.getMessage() for r in caplog.records if r.name == "fastctl.manager"] == [
+        "drain timeout (5 s) passed: cancelling 1 controller(s)"
+    ]
     assert work.cancelled == asked + DRAIN  # not before the drain timeout, and not later
     assert lease.released_at is not None
     assert lease.released_at >= work.cancelled  # released only once the reconcile ended

@@ -13,17 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import pytest
 
-from fastctl.runtime.sharding import assign
+from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._member import ShardMember
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .test_sharding_protocol import SLOTS, LeaseStore, Link, config
-from .virtual_time import VirtualTimeLoop, run_virtual
 
 
 class Node:
@@ -73,7 +73,7 @@ class Group:
         for slot in range(SLOTS):
             active = [n.member.identity for n in self.nodes if n.active(slot)]
             if len(active) > 1:
-                self.violations.append(f"t={self.loop.now:.3f}: slot {slot} on {active}")
+                self.violations.append(f"t={self.loop.time():.3f}: slot {slot} on {active}")
 
     async def stop(self) -> None:
         for node in self.nodes:
@@ -137,7 +137,7 @@ def test_the_gate_refuses_a_slot_while_the_member_drains_it() -> None:
         await group.stop()
         assert group.violations == []
 
-    run_virtual(main)
+    run_virtual(_with_the_loop(main))
 
 
 async def two_members(loop: VirtualTimeLoop) -> tuple[Group, Node, Node]:
@@ -166,11 +166,11 @@ def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(timeout: float | None
         running = leaving.start(obj_in(leaving.gate, slot, "long"), forever)
         await asyncio.sleep(0)
         assert leaving.gate.running() == 1
-        leaving.link.cut_until = loop.now + 120
+        leaving.link.cut_until = loop.time() + 120
         await asyncio.sleep(0.2)  # requests already in flight wait for the cut to heal
         tenure_end = leaving.member._rules.deadline
-        assert tenure_end > loop.now + 1
-        await asyncio.sleep(tenure_end - 0.5 - loop.now)
+        assert tenure_end > loop.time() + 1
+        await asyncio.sleep(tenure_end - 0.5 - loop.time())
         assert leaving.member.serves(slot)
         assert await leaving.member.leave(timeout=timeout) is False  # cut off: not written
         await until_changed(other.member, lambda: slot in other.member.serving)
@@ -178,7 +178,7 @@ def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(timeout: float | None
         assert running.cancelled()
         await group.stop()
 
-    run_virtual(main)
+    run_virtual(_with_the_loop(main))
 
 
 def test_a_leave_after_the_tenure_ran_out_cancels_what_still_runs() -> None:
@@ -190,13 +190,18 @@ def test_a_leave_after_the_tenure_ran_out_cancels_what_still_runs() -> None:
         slot = min(leaving.member.serving)
         running = leaving.start(obj_in(leaving.gate, slot, "long"), forever)
         await asyncio.sleep(0)
-        leaving.link.cut_until = loop.now + 120
+        leaving.link.cut_until = loop.time() + 120
         await asyncio.sleep(0.2)
-        leaving.member._rules.deadline = loop.now  # over now; the timer has not run yet
+        leaving.member._rules.deadline = loop.time()  # over now; the timer has not run yet
         await leaving.member.leave()
         await until_changed(other.member, lambda: slot in other.member.serving)
         assert group.violations == []
         assert running.cancelled()
         await group.stop()
 
-    run_virtual(main)
+    run_virtual(_with_the_loop(main))
+
+
+async def _with_the_loop(main: Callable[[VirtualTimeLoop], Awaitable[None]]) -> None:
+    """Run `main` with the virtual loop it runs on."""
+    await main(VirtualTimeLoop.current())

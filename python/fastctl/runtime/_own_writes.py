@@ -45,11 +45,11 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from fastctl._clock import monotonic
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._writes import WRITE_OBSERVER, version_of
 from fastctl.types import Reconcile
@@ -109,7 +109,7 @@ class OwnWrites:
     __slots__ = ("_clock", "_keys", "_kinds", "_known", "_notes", "_pending")
 
     def __init__(
-        self, resources: Iterable[Resource], *, clock: Callable[[], float] = time.monotonic
+        self, resources: Iterable[Resource], *, clock: Callable[[], float] = monotonic
     ) -> None:
         self._kinds = {(r.group, r.kind) for r in resources}
         self._clock = clock
