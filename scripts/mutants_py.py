@@ -162,25 +162,44 @@ TARGETS: dict[str, Target] = {
             "python/fastctl/runtime/sharding/_handover.py",
             "python/fastctl/runtime/sharding/_metrics.py",
         ),
+        # The protocol's own tests, and the runs that put a member and its gates to work
+        # (a sharded controller, a sharded Manager).
         (
             "tests/unit/test_sharding_config.py",
             "tests/unit/test_sharding_handover.py",
+            "tests/unit/test_sharding_members.py",
             "tests/unit/test_sharding_protocol.py",
             "tests/unit/test_sharding_runtime.py",
             "tests/unit/test_sharding_slots.py",
+            "tests/unit/test_controller_run.py",
+            "tests/unit/test_manager_lifecycle.py",
+            "tests/unit/test_manager_mixed.py",
         ),
     ),
     "own_writes": Target(
         ("python/fastctl/runtime/_own_writes.py",),
-        ("tests/unit/test_controller_filters.py", "tests/unit/test_settled_events.py"),
+        (
+            "tests/unit/test_own_writes.py",
+            "tests/unit/test_controller_filters.py",
+            "tests/unit/test_settled_events.py",
+        ),
     ),
     "settled_events": Target(
         ("python/fastctl/runtime/_settled_events.py",),
-        ("tests/unit/test_settled_events.py", "tests/unit/test_controller_filters.py"),
+        (
+            "tests/unit/test_settled_events.py",
+            "tests/unit/test_own_writes.py",
+            "tests/unit/test_controller_filters.py",
+        ),
     ),
     "filters": Target(
         ("python/fastctl/runtime/_filters.py",),
-        ("tests/unit/test_event_filters.py", "tests/unit/test_controller_filters.py"),
+        (
+            "tests/unit/test_event_filters.py",
+            "tests/unit/test_controller_filters.py",
+            "tests/unit/test_own_writes.py",
+            "tests/unit/test_controller_run.py",
+        ),
     ),
     "children": Target(
         ("python/fastctl/runtime/_children.py", "python/fastctl/runtime/_triggers.py"),
@@ -189,6 +208,7 @@ TARGETS: dict[str, Target] = {
             "tests/unit/test_triggers.py",
             "tests/unit/test_event_filters.py",
             "tests/unit/test_controller_relist.py",
+            "tests/unit/test_controller_run.py",
         ),
     ),
 }
