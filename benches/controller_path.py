@@ -25,7 +25,8 @@ from kubernetes_asyncio.client import ApiClient
 
 import fastctl
 from fastctl import Controller, Resource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube import _watcher
+from fastctl.kube._watcher import EventKind
 
 RESOURCE = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
 
@@ -35,6 +36,14 @@ _WATCHER_HOMES = (
     "fastctl.runtime.controller._run",
     "fastctl.runtime._controller",
 )
+
+
+def _event(kind: EventKind, obj: dict[str, Any] | None = None) -> Any:
+    """A watch event in the spelling of the imported build: `ObjectEvent` and `ListFrame`,
+    or, in builds before them, the one `WatchEvent` class."""
+    if not hasattr(_watcher, "ObjectEvent"):
+        return _watcher.WatchEvent(kind, obj)  # type: ignore[operator]
+    return _watcher.ListFrame(kind) if obj is None else _watcher.ObjectEvent(kind, obj)  # type: ignore[arg-type]
 
 
 def _obj(i: int, version: int) -> dict[str, Any]:
@@ -55,19 +64,19 @@ def _obj(i: int, version: int) -> dict[str, Any]:
 async def _measure(objects: int, events: int) -> dict[str, float]:
     drained = asyncio.Event()
 
-    async def feed() -> AsyncIterator[WatchEvent]:
-        yield WatchEvent(EventKind.INIT)
+    async def feed() -> AsyncIterator[Any]:
+        yield _event(EventKind.INIT)
         for i in range(objects):
-            yield WatchEvent(EventKind.INIT_APPLY, _obj(i, 1))
-        yield WatchEvent(EventKind.INIT_DONE)
+            yield _event(EventKind.INIT_APPLY, _obj(i, 1))
+        yield _event(EventKind.INIT_DONE)
         for n in range(events):
-            yield WatchEvent(EventKind.APPLY, _obj(n % objects, 2 + n))
+            yield _event(EventKind.APPLY, _obj(n % objects, 2 + n))
             if n % 256 == 0:
                 await asyncio.sleep(0)  # a real watch yields to the loop between frames
         drained.set()
         await asyncio.Event().wait()
 
-    def fake_watcher(*args: Any, **kwargs: Any) -> AsyncIterator[WatchEvent]:
+    def fake_watcher(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         return feed()
 
     for home in _WATCHER_HOMES:

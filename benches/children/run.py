@@ -43,7 +43,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from fastctl.kube._objects import create
 from fastctl.kube._resource import Resource
 from fastctl.kube._store import Store, reflector
-from fastctl.kube._watcher import EventKind, watcher
+from fastctl.kube._watcher import EventKind, WatchConfig, watcher
 from fastctl.runtime.controller import Controller
 
 CONFIGMAP = Resource("v1", "ConfigMap")
@@ -120,8 +120,7 @@ async def measure_memory(kubeconfig: str, metadata_only: bool) -> dict[str, floa
         client,
         CONFIGMAP,
         namespace=NAMESPACE,
-        strip_managed_fields=True,
-        metadata_only=metadata_only,
+        config=WatchConfig(strip_managed_fields=True, metadata_only=metadata_only),
     )
     async for event in reflector(store, events):
         if event.kind is EventKind.INIT_DONE:

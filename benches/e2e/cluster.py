@@ -146,9 +146,9 @@ class Observer:
             if event.kind is EventKind.INIT_DONE:
                 self.listed.set()
                 continue
-            obj = event.obj
-            if obj is None or event.kind is EventKind.DELETE:
+            if event.kind is EventKind.INIT or event.kind is EventKind.DELETE:
                 continue
+            obj = event.obj
             observed = (obj.get("status") or {}).get("observedGeneration")
             if isinstance(observed, int) and observed >= self.target:
                 name = obj["metadata"]["name"]

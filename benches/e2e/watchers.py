@@ -84,10 +84,10 @@ async def consume_fastctl(kubeconfig: str, namespace: str, phases: Phases) -> No
         store, watcher(client, Resource(CM_API_VERSION, "ConfigMap"), namespace=namespace)
     )
     async for event in events:
-        obj = event.obj
         if event.kind is EventKind.INIT_APPLY:
             done = phases.event()
-        elif event.kind is EventKind.APPLY and obj is not None:
+        elif event.kind is EventKind.APPLY:
+            obj = event.obj
             key = f"{obj['metadata']['name']}/{(obj.get('data') or {}).get('round')}"
             done = phases.event(key)
         else:
@@ -143,7 +143,7 @@ async def measure_memory(kubeconfig: str, namespace: str) -> None:
     from fastctl.kube._client import load_client
     from fastctl.kube._http import request
     from fastctl.kube._store import Store, reflector
-    from fastctl.kube._watcher import EventKind, watcher
+    from fastctl.kube._watcher import EventKind, WatchConfig, watcher
 
     client = await load_client(kubeconfig)
     resource = await Resource(CM_API_VERSION, "ConfigMap").resolve(client)
@@ -158,7 +158,8 @@ async def measure_memory(kubeconfig: str, namespace: str) -> None:
 
     async def fill_store(strip: bool) -> Store:
         store = Store()
-        source = watcher(client, resource, namespace=namespace, strip_managed_fields=strip)
+        stripped = WatchConfig(strip_managed_fields=strip)
+        source = watcher(client, resource, namespace=namespace, config=stripped)
         events = reflector(store, source)
         async for event in events:
             if event.kind is EventKind.INIT_DONE:

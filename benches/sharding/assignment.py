@@ -22,8 +22,7 @@ import random
 import statistics
 from collections.abc import Callable, Mapping
 
-from fastctl.runtime.sharding import assign
-from fastctl.runtime.sharding._assignment import weight
+from fastctl.runtime.sharding._assignment import assign, weight
 
 Assignment = Callable[[list[str], int], Mapping[str, frozenset[int]]]
 

@@ -20,11 +20,11 @@ seconds, and reports:
   since the burst (each one an urgent drain, a primary watch listed twice, and a relist's
   worth of reconciles), and the renewals that timed out;
 - **cancelled**: reconciles that ended cancelled (an urgent drain cancels them);
-- **load**: ``--load`` background clients stand for the other tenants of a busy API
-  server, from ``--warmup`` seconds before the burst to the end of the run: each replaces
-  a ConfigMap of its own (``--load-kb``) in a loop and lists them all every tenth time
-  (``--load 0``: the burst alone, which this machine's control plane absorbs without
-  trouble);
+- **load**: ``--load`` background clients, in a process of their own, stand for the
+  other tenants of a busy API server, from ``--warmup`` seconds before the burst to the
+  end of the run: each replaces a ConfigMap of its own (``--load-kb``) in a loop and lists
+  them all every fourth time (``--load 0``: the burst alone, which this machine's control
+  plane absorbs without trouble);
 - **Lease write latency**: a probe in this process replaces a Lease of its own every
   0.2 s during the run, on its own connection, as a member renews: its median, 99th
   percentile and largest latency say how slow the API server was for Lease writes.
@@ -40,19 +40,21 @@ import asyncio
 import contextlib
 import copy
 import json
+import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 from kubernetes_asyncio.client import ApiClient
 from run import harness, log  # benches/sharding/run.py
 
 from fastctl.demo.widgets import install_crd
 from fastctl.kube._client import load_client
-from fastctl.kube._http import ApiError, request_json
+from fastctl.kube._http import ApiError, request, request_json
 from fastctl.testing import ControlPlane
 
 LOST = "renewals failed for the renew deadline"
@@ -111,46 +113,49 @@ async def probe_lease_writes(
         await own.close()
 
 
-async def background_load(
-    client: ApiClient,
-    namespace: str,
-    workers: int,
-    size_kb: int,
-    stop: asyncio.Event,
-    counts: list[int],
-) -> None:
-    """Other tenants of the API server until `stop`: `workers` clients, each replacing a
-    ConfigMap of its own (`size_kb` KB) in a loop and listing all of them every tenth time
-    (a list of the load namespace costs the server a serialisation of every object)."""
-    if workers <= 0:
-        return
-    config = copy.deepcopy(client.configuration)
-    config.connection_pool_maxsize = workers
-    load = ApiClient(config)
+async def load_process(kubeconfig: str, namespace: str, workers: int, size_kb: int) -> None:
+    """Other tenants of the API server, in a process of their own (so that their client
+    work does not slow the latency probe's loop), until SIGTERM: `workers` clients, each
+    replacing a ConfigMap of its own (`size_kb` KB) and listing the namespace every
+    fourth time (a list costs the server a serialisation of every object; the client
+    reads it without parsing it). Prints the number of requests made."""
+    base = await load_client(kubeconfig)
+    config = copy.deepcopy(base.configuration)
+    config.connection_pool_maxsize = workers  # one connection each
+    await base.close()
+    client = ApiClient(config)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     path = CONFIGMAPS.format(namespace)
-    payload = {"blob": "x" * (size_kb * 1024)}
+    blob = "x" * (size_kb * 1024)
+    made = 0
 
     async def worker(i: int) -> None:
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"load-{i}"}}
-        with contextlib.suppress(ApiError):
-            await request_json(load, "POST", path, body=orjson.dumps({**body, "data": payload}))
+        nonlocal made
         n = 0
         while not stop.is_set():
             n += 1
-            data = {**payload, "n": str(n)}
-            with contextlib.suppress(ApiError, TimeoutError):
-                if n % 10 == 0:
-                    await request_json(load, "GET", path)
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"load-{i}"},
+                "data": {"blob": blob, "n": str(n)},
+            }
+            with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError):
+                if n == 1:
+                    await request_json(client, "POST", path, body=orjson.dumps(body))
+                elif n % 4 == 0:
+                    async with await request(client, "GET", path) as resp:
+                        await resp.read()
                 else:
-                    await request_json(
-                        load, "PUT", f"{path}/load-{i}", body=orjson.dumps({**body, "data": data})
-                    )
-                counts[0] += 1
+                    await request_json(client, "PUT", f"{path}/load-{i}", body=orjson.dumps(body))
+                made += 1
 
     try:
         await asyncio.gather(*(worker(i) for i in range(workers)))
     finally:
-        await load.close()
+        await client.close()
+    print(made, flush=True)
 
 
 def log_since(replica: Any, offset: int) -> str:
@@ -184,7 +189,6 @@ async def one_run(
     )
     latencies: list[float] = []
     stop = asyncio.Event()
-    loaded = [0]
     load_namespace = f"load-{index}"
     status, answer = cp.api_request(
         "POST", "/api/v1/namespaces", {"metadata": {"name": load_namespace}}
@@ -195,9 +199,17 @@ async def one_run(
             cluster.start(f"r{i}")
         await cluster.settled(args.settle)
         offsets = {r.name: r.log.stat().st_size for r in cluster.live()}
-        load = asyncio.create_task(
-            background_load(client, load_namespace, args.load, args.load_kb, stop, loaded)
+        load = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            LOAD_PROCESS,
+            str(cp.kubeconfig),
+            load_namespace,
+            str(args.load),
+            str(args.load_kb),
+            stdout=asyncio.subprocess.PIPE,
         )
+        loaded_since = time.monotonic()
         probe = asyncio.create_task(probe_lease_writes(client, namespace, stop, latencies))
         await asyncio.sleep(args.warmup)  # the load reaches the server before the burst
         began = time.monotonic()
@@ -225,8 +237,9 @@ async def one_run(
             await asyncio.sleep(0.5)
         stop.set()
         await probe
-        await load
-        loaded_seconds = time.monotonic() - began + args.warmup
+        load.send_signal(signal.SIGTERM)
+        out, _ = await load.communicate()
+        loaded = int(out.decode().strip() or 0) / (time.monotonic() - loaded_since)
         overlaps = cluster.overlaps()
     finally:
         stop.set()
@@ -251,7 +264,7 @@ async def one_run(
             "p99": round(percentile(latencies, 0.99), 3),
             "max": round(max(latencies, default=float("nan")), 3),
         },
-        "load_requests_per_second": round(loaded[0] / loaded_seconds, 1),
+        "load_requests_per_second": round(loaded, 1),
         "overlaps": len(overlaps),
     }
     log(f"run {index}: {json.dumps(result)}")
@@ -269,7 +282,14 @@ async def main_async(args: argparse.Namespace, cp: ControlPlane, workdir: Path) 
     return {"args": vars(args), "runs": runs}
 
 
+LOAD_PROCESS = "--load-process"
+
+
 def main() -> int:
+    if sys.argv[1:2] == [LOAD_PROCESS]:
+        kubeconfig, namespace, workers, size_kb = sys.argv[2:6]
+        asyncio.run(load_process(kubeconfig, namespace, int(workers), int(size_kb)))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--replicas", type=int, default=3)

@@ -39,7 +39,7 @@ from typing import Any
 from run import harness, log  # benches/sharding/run.py
 
 from fastctl.kube._client import load_client
-from fastctl.runtime.sharding import fnv1a_64, slot_of
+from fastctl.runtime.sharding._slots import fnv1a_64, slot_of
 from fastctl.testing import ControlPlane
 
 TICK = os.sysconf("SC_CLK_TCK")

@@ -137,7 +137,7 @@ class DeleteObserver:
         async for event in watcher(client, WIDGET, namespace=NAMESPACE):
             if event.kind is EventKind.INIT:
                 self.relists += 1
-            elif event.kind is EventKind.DELETE and event.obj is not None:
+            elif event.kind is EventKind.DELETE:
                 self.deleted.setdefault(event.obj["metadata"]["uid"], time.monotonic())
 
     async def stop(self) -> None:

@@ -1,7 +1,8 @@
 """fastctl: Kubernetes controllers in Python on a Rust scheduling core.
 
-Every public name is exported here (and pinned by a test: names are added, never removed).
-The package follows the data path, one layer per folder (docs/architecture.md):
+The main public names are exported here; the full list of what fastctl promises, package by
+package, is in docs/contract.md, and tests/unit/test_public_api.py pins it. The package
+follows the data path, one layer per folder (docs/architecture.md):
 
 - `fastctl` itself: the Kubernetes-free engine. `types` (refs, actions, triggers), `errors`
   (one hierarchy), the Rust `Scheduler`, the `applier` that runs reconciles on it, `log`.
@@ -14,7 +15,7 @@ The package follows the data path, one layer per folder (docs/architecture.md):
 
 from typing import TYPE_CHECKING, Any
 
-from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, applier
+from fastctl._applier import ApplierConfig, applier
 from fastctl._core import Scheduler
 from fastctl._version import version as _installed_version
 from fastctl.errors import (
@@ -34,12 +35,14 @@ from fastctl.errors import (
 from fastctl.kube import (
     Discovery,
     EventKind,
+    ListFrame,
+    ObjectEvent,
     PrinterColumn,
     Recorder,
     ResolvedResource,
     Resource,
-    Rule,
     Store,
+    ValidationRule,
     WatchConfig,
     WatchEvent,
     finalizer,
@@ -55,6 +58,7 @@ from fastctl.runtime import (
     Manager,
     Predicate,
     ServerOptions,
+    Sharding,
     all_of,
     annotations_changed,
     any_of,
@@ -85,7 +89,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DEFAULT_CONCURRENCY",
     "INITIAL_LIST_PRIORITY",
     "Action",
     "ApiError",
@@ -103,8 +106,10 @@ __all__ = [
     "LeaderElection",
     "LeaderElector",
     "LeadershipLost",
+    "ListFrame",
     "Manager",
     "Mapper",
+    "ObjectEvent",
     "ObjectRef",
     "Predicate",
     "PrinterColumn",
@@ -116,12 +121,13 @@ __all__ = [
     "ResolvedResource",
     "Resource",
     "ResourceNotFound",
-    "Rule",
     "Scheduler",
     "SchemaError",
     "ServerOptions",
+    "Sharding",
     "Store",
     "Trigger",
+    "ValidationRule",
     "WatchConfig",
     "WatchError",
     "WatchEvent",

@@ -112,9 +112,10 @@ class SchedulerLike(Protocol):
 class ApplierConfig:
     """How an applier runs reconciles: every option once, with its default.
 
-    A value (frozen, comparable), so one config can serve many appliers or controllers;
-    ``applier(...)`` and ``Controller(...)`` take the same options as keywords and build
-    this. Invalid values raise `ValueError` here, at construction.
+    A value (frozen, comparable), so one config can serve many appliers or controllers
+    (``applier(..., config=)``, ``Controller(..., config=)``; their keywords `concurrency`,
+    `debounce` and `timeout` build one too). Invalid values raise `ValueError` here, at
+    construction.
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -666,16 +667,14 @@ def applier(
     debounce: float = 0.0,
     timeout: float | None = None,
     scheduler: SchedulerLike | None = None,
-    executor: Executor | None = None,
-    fair_by: FairBy | None = None,
-    group_concurrency: int = 0,
     config: ApplierConfig | None = None,
 ) -> AsyncIterator[ReconcileResult]:
     """Reconcile the objects named by `triggers`, concurrently, under the rules of docs/contract.md.
 
     Each reconcile reads its object from `store` when it starts (objects missing from the
     store are skipped). `reconcile(obj, context)` returns an `Action` or ``None`` (await
-    change); a plain function runs in `executor` (default: the loop's thread pool). An
+    change); a plain function runs in `ApplierConfig.executor` (default: the loop's thread
+    pool). An
     exception, a wrong return type, or running past `timeout` is an error: `error_policy`
     (``None``: the scheduler's per-key exponential backoff, reset on success) decides when
     to retry. If `store` has ``wait_ready`` (a `fastctl.Store`), nothing starts until it is
@@ -685,25 +684,16 @@ def applier(
     ends. Cancelling the iteration cancels the running reconciles (a plain function's thread
     cannot be stopped: its key stays in flight until it returns). A reconcile raising
     `KeyboardInterrupt` or `SystemExit` releases its slot, then the iterator raises it.
-    `scheduler` replaces the default ``Scheduler(concurrency=concurrency,
-    debounce=debounce, group_concurrency=group_concurrency)`` (for metrics, or to run on the
-    pure-Python model; give it the group cap yourself). `concurrency`, `debounce`,
-    `timeout`, `executor`, `fair_by` (fair shares between tenants) and `group_concurrency`
-    (the most reconciles of one group at once) are the fields of `ApplierConfig`: pass them
-    as keywords or as one `config`, not both. Close the
-    iterator when you stop early (``contextlib.aclosing``) so its reconciles are cancelled
-    at once.
+    `config` states every option once (`ApplierConfig`: also `executor`, and `fair_by` with
+    `group_concurrency` for fair shares between tenants); its common fields `concurrency`,
+    `debounce` and `timeout` are also keywords: pass those or `config`, not both.
+    `scheduler` replaces the default ``config.new_scheduler()`` (for metrics, or to run on
+    the pure-Python model; give it the group cap yourself). Close the iterator when you stop
+    early (``contextlib.aclosing``) so its reconciles are cancelled at once.
     """
     options = pick(
         config,
-        ApplierConfig(
-            concurrency=concurrency,
-            debounce=debounce,
-            timeout=timeout,
-            executor=executor,
-            fair_by=fair_by,
-            group_concurrency=group_concurrency,
-        ),
+        ApplierConfig(concurrency=concurrency, debounce=debounce, timeout=timeout),
         _DEFAULT_CONFIG,
     )
     return _Driver(reconcile, error_policy, context, store, triggers, options, scheduler).results()

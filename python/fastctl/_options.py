@@ -1,10 +1,11 @@
 """How an entry point takes its options: as keywords, or as one option object.
 
 The option objects (`fastctl.ApplierConfig`, `fastctl.kube.WatchConfig`) state each option
-once, with its default and its validation; internals take the object. The public entry
-points keep their keywords for convenience and turn them into the object in one place,
-`pick`, which also accepts a ready-made object (``config=``) and refuses a call that mixes
-the two, since it could not say which one wins.
+once, with its default and its validation; they are the one full spelling, and internals
+take them. The public entry points keep a few common options as keywords too
+(``concurrency``, ``debounce``, ``timeout``; ``label_selector``) and turn them into the
+object in one place, `pick`, which also accepts a ready-made object (``config=``) and
+refuses a call that mixes the two, since it could not say which one wins.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.kube._objects import create
 from fastctl.kube._resource import ResolvedResource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
 from fastctl.testing import ControlPlane
 
 from .faultproxy import FaultProxy, admin_ssl_context
@@ -178,7 +178,7 @@ async def make_configmap(
 
 
 def name_of(event: WatchEvent) -> str | None:
-    return event.obj["metadata"]["name"] if event.obj else None
+    return event.obj["metadata"]["name"] if isinstance(event, ObjectEvent) else None
 
 
 class Collector:

@@ -40,8 +40,8 @@ import orjson
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl.kube._http import request_json
-from fastctl.runtime.sharding import fnv1a_64, parse_slots, slot_of
-from fastctl.runtime.sharding._rules import SLOTS_ANNOTATION
+from fastctl.runtime.sharding._rules import SLOTS_ANNOTATION, parse_slots
+from fastctl.runtime.sharding._slots import fnv1a_64, slot_of
 from fastctl.testing import ControlPlane
 
 HERE = Path(__file__).resolve().parent

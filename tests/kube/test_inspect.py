@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl import Resource, Scheduler
+from fastctl import ApplierConfig, Resource, Scheduler
 from fastctl.cli import main
 from fastctl.runtime import Controller, Manager, ServerOptions
 from fastctl.testing import ControlPlane
@@ -167,8 +167,7 @@ async def test_fastctl_inspect_shows_the_fair_group_and_its_turn(
         reconcile,
         name="fair",
         label_selector=f"fastctl.dev/fair-test={quiet}",
-        concurrency=1,
-        fair_by="namespace",
+        config=ApplierConfig(concurrency=1, fair_by="namespace"),
     )
     async with inspecting(client, ctl, release) as ask:
         # One reconcile holds the only slot; then a flood in one namespace, and one object
@@ -245,9 +244,7 @@ async def test_a_group_at_its_cap_is_held_and_inspect_says_so(
         reconcile,
         name="capped",
         label_selector=f"fastctl.dev/cap-test={other}",
-        concurrency=4,
-        fair_by="namespace",
-        group_concurrency=1,
+        config=ApplierConfig(concurrency=4, fair_by="namespace", group_concurrency=1),
     )
     async with inspecting(client, ctl, release) as ask:
         for i in range(3):

@@ -21,13 +21,8 @@ from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.kube._http import ApiError, request_json
-from fastctl.runtime.leader import (
-    LeaderElection,
-    LeaderElector,
-    LeaseRecord,
-    micro_time,
-    next_record,
-)
+from fastctl.runtime.leader import LeaderElection, LeaderElector
+from fastctl.runtime.leader._rules import LeaseRecord, micro_time, next_record
 from fastctl.testing import ControlPlane
 
 FAST: dict[str, Any] = {"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.25}

@@ -18,7 +18,8 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.deploy import DeployOptions, metrics_rbac
+from fastctl.deploy import DeployOptions
+from fastctl.deploy._manifests import metrics_rbac
 from fastctl.kube._resource import Resource
 from fastctl.runtime._metrics_auth import MetricsAuthorizer
 from fastctl.runtime.controller import Controller

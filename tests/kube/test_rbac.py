@@ -33,7 +33,9 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.demo import widgets
-from fastctl.deploy import DeployOptions, derive, describe, rbac_objects, resolve_resources
+from fastctl.deploy import DeployOptions, derive
+from fastctl.deploy._manifests import rbac_objects
+from fastctl.deploy._operator import describe, resolve_resources
 from fastctl.runtime.leader import LeaderElection
 from fastctl.runtime.manager import Manager
 from fastctl.testing import ControlPlane

@@ -14,9 +14,9 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl.errors import ApiError
 from fastctl.kube._http import request_json
-from fastctl.runtime.sharding import fnv1a_64, shard_selector, slot_of
 from fastctl.runtime.sharding._member_api import ShardLeaseClient, member_lease
 from fastctl.runtime.sharding._rules import SLOTS_ANNOTATION, parse_slots
+from fastctl.runtime.sharding._slots import fnv1a_64, shard_selector, slot_of
 from fastctl.testing import ControlPlane
 
 from .conftest import make_configmap

@@ -19,7 +19,8 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl import Controller, Manager, Resource
 from fastctl.kube._http import request_json
 from fastctl.runtime.leader import LeaderElection
-from fastctl.runtime.sharding import Sharding, assign
+from fastctl.runtime.sharding import Sharding
+from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardGate
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]

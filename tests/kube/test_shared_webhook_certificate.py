@@ -28,7 +28,8 @@ from cryptography import x509
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._pki import CertificateAuthority
-from fastctl.deploy import DeployOptions, shared_secret_rules, webhook_service
+from fastctl.deploy import DeployOptions
+from fastctl.deploy._webhooks import shared_secret_rules, webhook_service
 from fastctl.kube import Resource
 from fastctl.kube._http import ApiError
 from fastctl.kube._objects import create, get, patch

@@ -10,7 +10,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl.kube._objects import delete, patch
 from fastctl.kube._store import Store, reflector
-from fastctl.kube._watcher import EventKind, WatchEvent, watcher
+from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent, watcher
 from fastctl.types import ObjectRef
 
 from .conftest import CM, Collector, make_configmap
@@ -29,7 +29,8 @@ async def test_store_follows_the_server(
     await make_configmap(client, namespace, "loner", labels={"app": "other"})
     store = Store()
     assert not store.is_ready
-    events = collect(reflector(store, watcher(client, CM, namespace=namespace, page_size=2)))
+    paged = WatchConfig(page_size=2)
+    events = collect(reflector(store, watcher(client, CM, namespace=namespace, config=paged)))
     await asyncio.wait_for(store.wait_ready(), 30)
     assert len(store) == 5
     uid = parent["metadata"]["uid"]
@@ -55,7 +56,8 @@ async def test_store_follows_the_server(
 async def test_strip_managed_fields(client: ApiClient, namespace: str, collect: Collect) -> None:
     await make_configmap(client, namespace, "a", {"k": "v"})
     store = Store()
-    collect(reflector(store, watcher(client, CM, namespace=namespace, strip_managed_fields=True)))
+    stripped = WatchConfig(strip_managed_fields=True)
+    collect(reflector(store, watcher(client, CM, namespace=namespace, config=stripped)))
     await asyncio.wait_for(store.wait_ready(), 30)
     obj = store[ObjectRef("a", namespace)]
     assert "managedFields" not in obj["metadata"]

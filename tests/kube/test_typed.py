@@ -35,7 +35,7 @@ from fastctl import (
     PrinterColumn,
     ReconcileResult,
     Recorder,
-    Rule,
+    ValidationRule,
 )
 from fastctl.demo.widgets import install_crd
 from fastctl.kube import ApiError, Resource, apply, apply_status, create, delete, get
@@ -52,7 +52,11 @@ T = TypeVar("T")
 
 class GadgetSpec(
     KubeModel,
-    rules=[Rule("self.minReplicas <= self.maxReplicas", message="minReplicas above maxReplicas")],
+    rules=[
+        ValidationRule(
+            "self.minReplicas <= self.maxReplicas", message="minReplicas above maxReplicas"
+        )
+    ],
 ):
     """What a gadget should be."""
 
@@ -365,7 +369,7 @@ def scalar_fields(draw: st.DrawFn) -> Field_:
 def _rule_field(inner: Field_) -> Field_:
     """The same field with a CEL rule every valid value passes (so the server checks it)."""
     annotation, values = inner
-    return Annotated[annotation, Rule("true", message="always")], values
+    return Annotated[annotation, ValidationRule("true", message="always")], values
 
 
 def default_of(annotation: Any) -> Any:

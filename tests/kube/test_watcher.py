@@ -19,7 +19,7 @@ from fastctl.kube._http import ApiError
 from fastctl.kube._objects import apply, delete, patch
 from fastctl.kube._resource import Resource
 from fastctl.kube._store import Store, reflector
-from fastctl.kube._watcher import Backoff, EventKind, WatchEvent, watcher
+from fastctl.kube._watcher import Backoff, EventKind, ObjectEvent, WatchConfig, WatchEvent, watcher
 from fastctl.testing import ControlPlane
 from fastctl.types import ObjectRef
 
@@ -45,14 +45,16 @@ async def test_paginated_list_then_watch(
 ) -> None:
     for i in range(7):
         await make_configmap(client, namespace, f"cm-{i}", {"i": str(i)})
-    events = collect(watcher(proxied, CM, namespace=namespace, page_size=2, streaming_list=False))
+    paginated = WatchConfig(page_size=2, streaming_list=False)
+    events = collect(watcher(proxied, CM, namespace=namespace, config=paginated))
     await events.wait_for(initial_done())
     kinds = [e.kind for e in events.events]
     assert kinds == [EventKind.INIT, *[EventKind.INIT_APPLY] * 7, EventKind.INIT_DONE]
     assert sorted(events.names(EventKind.INIT_APPLY)) == [f"cm-{i}" for i in range(7)]
-    first = events.events[1].obj
-    assert first is not None
-    assert (first["apiVersion"], first["kind"]) == ("v1", "ConfigMap")  # filled in for lists
+    first = events.events[1]
+    assert isinstance(first, ObjectEvent)
+    # apiVersion and kind are filled in for lists
+    assert (first.obj["apiVersion"], first.obj["kind"]) == ("v1", "ConfigMap")
     pages = [query(p) for p in proxy.lists() if "/configmaps" in p]
     assert len(pages) == 4
     assert all(p["limit"] == "2" for p in pages)
@@ -76,11 +78,11 @@ async def test_paginated_list_then_watch(
         (EventKind.APPLY, "new"),
         (EventKind.DELETE, "new"),
     ]
-    applied = [e.obj for e in events.events[9:11] if e.obj]
+    applied = [e.obj for e in events.events[9:11] if isinstance(e, ObjectEvent)]
     assert [o["data"]["a"] for o in applied] == ["1", "2"]
-    deleted = events.events[11].obj
-    assert deleted is not None
-    assert deleted["data"] == {"a": "2"}  # the last known state
+    deleted = events.events[11]
+    assert isinstance(deleted, ObjectEvent)
+    assert deleted.obj["data"] == {"a": "2"}  # the last known state
 
 
 async def test_streaming_list_is_used_when_supported(
@@ -114,7 +116,11 @@ async def test_streaming_list_falls_back_to_pagination_on_4xx(
 
 async def test_cluster_scoped_resource(client: ApiClient, namespace: str, collect: Collect) -> None:
     events = collect(
-        watcher(client, Resource("v1", "Namespace"), field_selector=f"metadata.name={namespace}")
+        watcher(
+            client,
+            Resource("v1", "Namespace"),
+            config=WatchConfig(field_selector=f"metadata.name={namespace}"),
+        )
     )
     await events.wait_for(initial_done())
     assert events.names(EventKind.INIT_APPLY) == [namespace]
@@ -244,7 +250,8 @@ async def test_silent_connection_is_dropped_after_read_timeout(
     proxied: ApiClient, proxy: FaultProxy, client: ApiClient, namespace: str, collect: Collect
 ) -> None:
     await make_configmap(client, namespace, "a")
-    events = collect(watcher(proxied, CM, namespace=namespace, read_timeout=2.0, backoff=FAST))
+    quick = WatchConfig(read_timeout=2.0)
+    events = collect(watcher(proxied, CM, namespace=namespace, config=quick, backoff=FAST))
     await events.wait_for(initial_done())
     await events.wait_for(lambda _: proxy.freeze() == 1)  # the open watch goes silent
     await patch(client, CM, "a", {"data": {"x": "1"}}, namespace=namespace)
@@ -267,8 +274,9 @@ async def test_malformed_line_resumes_from_last_good_resource_version(
     await events.wait_for(initial_done())
     await patch(client, CM, "a", {"data": {"x": "1"}}, namespace=namespace)
     await events.wait_for(lambda _: events.count(EventKind.APPLY, "a") == 1)
-    last_good = events.events[-1].obj
-    assert last_good is not None
+    last_event = events.events[-1]
+    assert isinstance(last_event, ObjectEvent)
+    last_good = last_event.obj
     await events.wait_for(lambda _: proxy.inject(b'{"type":"MODIFIED","object":{nonsense\n') == 1)
     # the corrupt line arrives just before this update's event, which must not be lost
     await patch(client, CM, "a", {"data": {"x": "2"}}, namespace=namespace)
@@ -321,7 +329,7 @@ async def test_forbidden_is_a_clear_error_and_is_retried(
             restricted,
             CM,
             namespace=namespace,
-            streaming_list=streaming,
+            config=WatchConfig(streaming_list=streaming),
             backoff=FAST,
             on_error=errors.append,
         )

@@ -14,6 +14,14 @@ answers both from memory, so the real watcher, `Store`, `Controller`, `Manager` 
   where a relist can be caught half-way;
 - outages: open streams are cut and every request fails until the server is back;
 - the watch's server-side timeout (streams end cleanly and are resumed);
+- namespaces: objects of one name in several namespaces, watched in one namespace or in
+  all; each object gets a new UID when it is created again;
+- writes from the controllers (through ``request``, which every JSON request of fastctl's
+  HTTP layer goes through): a JSON merge patch of an object or of its
+  status, answered after `ServerConfig.write_latency`, refused (409) when it carries a
+  ``metadata.resourceVersion`` that is not the object's; a patch that changes nothing is a
+  no-op, as on a real server: no new resourceVersion, no event, and the answer is the object
+  as it is (with whatever version another writer gave it meanwhile);
 - a Lease with optimistic concurrency (409 on a stale resourceVersion), requests from this
   replica that fail for a while (a partition), and a rival replica that takes the lease
   once it has not changed for a lease duration (a correct successor) and holds it a while.
@@ -22,7 +30,9 @@ answers both from memory, so the real watcher, `Store`, `Controller`, `Manager` 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import itertools
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,13 +43,14 @@ from fastctl.errors import ApiError
 from fastctl.kube._http import error_from_response
 from fastctl.kube._watcher import INITIAL_EVENTS_END
 from fastctl.runtime.leader._rules import micro_time
+from fastctl.runtime.sharding._slots import fnv1a_64
 
 from .record import Record
 
 NAMESPACE = "sim"
 GROUP_PATH = "/apis/example.com/v1"
 LEASE_COLLECTION = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
-KINDS = {"widgets": "Widget", "children": "Child"}
+KINDS = {"widgets": "Widget", "children": "Child", "pointers": "Pointer"}
 RIVAL = "rival"
 
 
@@ -53,10 +64,37 @@ class _Entry:
     obj: dict[str, Any]
 
 
+def key_of_obj(obj: Mapping[str, Any]) -> str:
+    """``namespace/name``: how the server and the record name an object."""
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}"
+
+
 def _status(code: int, reason: str, message: str) -> bytes:
     return orjson.dumps(
         {"kind": "Status", "status": "Failure", "code": code, "reason": reason, "message": message}
     )
+
+
+_SHARD_RANGE = re.compile(
+    r"shardRange\(object\.metadata\.(uid|namespace), '0x([0-9a-f]+)', '0x([0-9a-f]+)'\)"
+)
+
+Keep = Callable[[Mapping[str, Any]], bool]
+
+
+def _shard_filter(selector: str | None) -> Keep | None:
+    """The objects a ``shardSelector`` selects (FNV-1a-64 of the field in one of its
+    ``[start, end)`` ranges), as a server with sharded lists and watches applies it."""
+    if not selector:
+        return None
+    ranges = [(f, int(lo, 16), int(hi, 16)) for f, lo, hi in _SHARD_RANGE.findall(selector)]
+
+    def keep(obj: Mapping[str, Any]) -> bool:
+        meta = obj["metadata"]
+        return any(lo <= fnv1a_64(str(meta.get(f) or "")) < hi for f, lo, hi in ranges)
+
+    return keep
 
 
 class _Stream:
@@ -69,9 +107,13 @@ class _Stream:
         after_rv: int,
         initial: list[dict[str, Any]] | None,
         deadline: float,
+        namespace: str | None = None,
+        keep: Keep | None = None,
     ) -> None:
         self.server = server
         self.plural = plural
+        self.namespace = namespace
+        self.keep = keep
         self.after_rv = after_rv
         self.initial = list(initial) if initial is not None else None
         self.bookmark_pending = initial is not None
@@ -79,6 +121,13 @@ class _Stream:
         self.pos = 0
         self.cut = False
         self.listed: list[dict[str, Any]] = []  # the initial events delivered so far
+
+    def _wanted(self, entry: _Entry) -> bool:
+        if entry.plural != self.plural or entry.rv <= self.after_rv:
+            return False
+        if self.namespace is not None and entry.obj["metadata"]["namespace"] != self.namespace:
+            return False
+        return self.keep is None or self.keep(entry.obj)
 
     async def readline(self, max_line_length: int = 0) -> bytes:
         server = self.server
@@ -109,7 +158,7 @@ class _Stream:
             while self.pos < len(history):
                 entry = history[self.pos]
                 self.pos += 1
-                if entry.plural == self.plural and entry.rv > self.after_rv:
+                if self._wanted(entry):
                     server.shown.event(self.plural, entry.obj, entry.etype == "DELETED")
                     return orjson.dumps({"type": entry.etype, "object": entry.obj}) + b"\n"
             remaining = self.deadline - loop.time()
@@ -133,35 +182,56 @@ class _Shown:
         self.record = record
         self.view: dict[str, dict[str, dict[str, Any]]] = {plural: {} for plural in KINDS}
 
-    def _show(self, plural: str, name: str, obj: dict[str, Any] | None) -> None:
-        before = self.view[plural].get(name)
+    def _show(self, plural: str, key: str, obj: dict[str, Any] | None) -> None:
+        before = self.view[plural].get(key)
         if obj is None:
             if before is None:
                 return
-            del self.view[plural][name]
-            self.record.delivered(plural, name, _owner(before), None)
+            del self.view[plural][key]
+            self.record.delivered(plural, key, targets(before), (), None)
         elif (
             before is None
             or before["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]
         ):
-            self.view[plural][name] = obj
+            self.view[plural][key] = obj
             rv = int(obj["metadata"]["resourceVersion"])
-            self.record.delivered(plural, name, _owner(obj), rv)
+            old = targets(before) if before is not None else ()
+            self.record.delivered(plural, key, old, targets(obj), rv)
 
     def event(self, plural: str, obj: dict[str, Any], deleted: bool) -> None:
-        self._show(plural, obj["metadata"]["name"], None if deleted else obj)
+        self._show(plural, key_of_obj(obj), None if deleted else obj)
 
     def list_done(self, plural: str, items: list[dict[str, Any]]) -> None:
         """A list was delivered whole: the watch's view becomes exactly its items."""
-        listed = {obj["metadata"]["name"]: obj for obj in items}
-        for name in sorted(set(self.view[plural]) | set(listed)):
-            self._show(plural, name, listed.get(name))
+        listed = {key_of_obj(obj): obj for obj in items}
+        for key in sorted(set(self.view[plural]) | set(listed)):
+            self._show(plural, key, listed.get(key))
 
 
-def _owner(obj: dict[str, Any]) -> str | None:
-    refs = obj["metadata"].get("ownerReferences") or [{}]
-    name: str | None = refs[0].get("name")
-    return name
+def targets(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    """The primary objects a related object maps to (``namespace/name``): its controller
+    owner (a child), or the widget its ``spec.target`` names (a pointer)."""
+    meta = obj["metadata"]
+    refs = meta.get("ownerReferences") or ()
+    names = [ref["name"] for ref in refs if ref.get("controller")]
+    target = (obj.get("spec") or {}).get("target")
+    if target:
+        names.append(target)
+    return tuple(f"{meta['namespace']}/{name}" for name in names)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge key by key, ``null`` removes a key, any
+    other value replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
 
 
 class _Response:
@@ -199,6 +269,11 @@ class ServerConfig:
     request_latency: float = 0.01
     rival_hold: float = 0.0  # 0: no rival replica
     lease_duration: float = 15.0
+    write_latency: float = 0.0
+    """How long a controller's write takes on top of `request_latency`."""
+    shards: bool = False
+    """Apply ``shardSelector`` to lists and watches (and say so: ``metadata.shardInfo``),
+    as a server with the sharded list and watch does; else ignore it, as an older one does."""
 
 
 @dataclass
@@ -220,7 +295,7 @@ class ApiServer:
         self.config = config
         self.item_delay = config.item_delay
         self.rv = 0
-        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, ns/name)
         self.history: list[_Entry] = []
         self.compacted: dict[str, int] = dict.fromkeys(KINDS, -1)
         self.down_until = 0.0
@@ -228,7 +303,12 @@ class ApiServer:
         self.changed = asyncio.Event()
         self.lease = _Lease()
         self.shown = _Shown(record)
+        self.races: set[str] = set()
+        """Objects (``namespace/name``) that another writer changes while the next write of
+        a controller to them is in flight (`race`)."""
+        self._created: dict[tuple[str, str], int] = {}  # how often each object was created
         self._pages: dict[str, list[dict[str, Any]]] = {}  # paginated lists in progress
+        self._lists = itertools.count()
 
     @property
     def now(self) -> float:
@@ -240,47 +320,77 @@ class ApiServer:
 
     # -- what the schedule does ---------------------------------------------------------
 
-    def put(self, plural: str, name: str, owner: str | None = None) -> None:
-        """Create or change an object (a new generation in its spec)."""
+    def put(
+        self,
+        plural: str,
+        name: str,
+        owner: str | None = None,
+        *,
+        namespace: str = NAMESPACE,
+        target: str | None = None,
+    ) -> None:
+        """Create or change an object (a new generation in its spec), as another writer
+        than the controllers: a child controlled by `owner`, a pointer at `target`."""
+        key = f"{namespace}/{name}"
+        old = self.objects.get((plural, key))
+        if old is None:
+            self._created[(plural, key)] = self._created.get((plural, key), 0) + 1
         self.rv += 1
-        old = self.objects.get((plural, name))
         meta: dict[str, Any] = {
             "name": name,
-            "namespace": NAMESPACE,
-            "uid": f"uid-{plural}-{name}",
+            "namespace": namespace,
+            "uid": self._uid(plural, key),
             "resourceVersion": str(self.rv),
         }
         if owner is not None:
+            owner_obj = self.objects.get(("widgets", f"{namespace}/{owner}"))
             meta["ownerReferences"] = [
                 {
                     "apiVersion": "example.com/v1",
                     "kind": "Widget",
                     "name": owner,
-                    "uid": f"uid-widgets-{owner}",
+                    "uid": owner_obj["metadata"]["uid"] if owner_obj else f"uid-gone-{owner}",
                     "controller": True,
                 }
             ]
         gen = (old["spec"]["gen"] + 1) if old is not None else 1
-        obj = {
+        obj: dict[str, Any] = {
             "apiVersion": "example.com/v1",
             "kind": KINDS[plural],
             "metadata": meta,
-            "spec": {"gen": gen},
+            "spec": {"gen": gen, **({"target": target} if target is not None else {})},
         }
-        self.objects[(plural, name)] = obj
-        self.history.append(_Entry(self.rv, plural, "MODIFIED" if old else "ADDED", obj))
-        self.record.change(plural, name, owner, self.rv, deleted=False)
+        if old is not None and "status" in old:
+            obj["status"] = old["status"]
+        self._store(plural, key, obj, "MODIFIED" if old else "ADDED", ours=False)
+
+    def _uid(self, plural: str, key: str) -> str:
+        """A new UID each time the object is created again (as the real server gives)."""
+        uid = f"uid-{plural}-{key.replace('/', '-')}"
+        n = self._created[(plural, key)]
+        return uid if n == 1 else f"{uid}-{n}"
+
+    def _store(self, plural: str, key: str, obj: dict[str, Any], etype: str, *, ours: bool) -> None:
+        self.objects[(plural, key)] = obj
+        self.history.append(_Entry(self.rv, plural, etype, obj))
+        self.record.change(plural, key, targets(obj), self.rv, deleted=False, ours=ours)
         self._notify()
 
-    def delete(self, plural: str, name: str) -> None:
-        old = self.objects.pop((plural, name), None)
+    def delete(self, plural: str, name: str, *, namespace: str = NAMESPACE) -> None:
+        key = f"{namespace}/{name}"
+        old = self.objects.pop((plural, key), None)
         if old is None:
             return
         self.rv += 1
         obj = {**old, "metadata": {**old["metadata"], "resourceVersion": str(self.rv)}}
         self.history.append(_Entry(self.rv, plural, "DELETED", obj))
-        self.record.change(plural, name, _owner(old), self.rv, deleted=True)
+        self.record.change(plural, key, targets(old), self.rv, deleted=True)
         self._notify()
+
+    def race(self, key: str) -> None:
+        """Another writer changes `key` while a controller's next write to it is in flight,
+        after that write started and before the server applies it."""
+        self.races.add(key)
 
     def cut_streams(self, plural: str | None = None) -> None:
         for stream in [s for s in self.streams if plural in (None, s.plural)]:
@@ -292,6 +402,7 @@ class ApiServer:
         """The watches of one resource break, and that resource's history is compacted
         before they can resume (0.3 s, below the watcher's first backoff): they come back
         to 410 and relist, while the other resources' watches go on."""
+        self.record.log.append(f"{self.now:.2f} the watches of {plural} break (compacted soon)")
         self.cut_streams(plural)
         asyncio.get_running_loop().call_later(0.3, self.compact, plural)
 
@@ -299,6 +410,8 @@ class ApiServer:
         """The server goes away for `duration`: streams cut, requests refused; with
         `compact`, it comes back with its history compacted (the watches get 410)."""
         self.down_until = max(self.down_until, self.now + duration)
+        gone = " (back compacted)" if compact else ""
+        self.record.log.append(f"{self.now:.2f} server down until {self.down_until:.2f}{gone}")
         if compact:
             asyncio.get_running_loop().call_at(self.down_until, self.compact)
         self.cut_streams()
@@ -318,7 +431,7 @@ class ApiServer:
 
     # -- the HTTP layer -----------------------------------------------------------------
 
-    def _check_up(self) -> None:
+    def check_up(self) -> None:
         if self.now < self.down_until:
             raise aiohttp.ClientConnectionError("simulated API server is down")
 
@@ -334,19 +447,31 @@ class ApiServer:
         client_timeout: aiohttp.ClientTimeout | None = None,
         accept: str | None = None,
     ) -> _Response:
-        """`fastctl.kube._http.request` for collection GETs (lists and watches); full
-        objects only (`accept` is for metadata-only watches, which the simulation has none of)."""
+        """`fastctl.kube._http.request`: collection GETs (lists and watches; full objects
+        only: `accept` is for metadata-only watches, which the simulation has none of), and
+        reads and patches of single objects (what `request_json` and the object API send)."""
+        parts = path.removeprefix(GROUP_PATH).strip("/").split("/")
+        if len(parts) in (4, 5) and parts[0] == "namespaces":
+            try:
+                answer = await self._object_request(method, path, body)
+            except ApiError as exc:
+                return _Response(self, exc.status, _status(exc.status, exc.reason, exc.message))
+            return _Response(self, 200, orjson.dumps(answer))
         await asyncio.sleep(self.config.request_latency)
-        self._check_up()
+        self.check_up()
         q = {k: v for k, v in (query or {}).items() if v is not None}
-        plural = path.rsplit("/", 1)[1]
-        if method != "GET" or plural not in KINDS:
+        plural = parts[-1]
+        namespace = parts[1] if len(parts) == 3 and parts[0] == "namespaces" else None
+        if method != "GET" or plural not in KINDS or len(parts) not in (1, 3):
             return _Response(self, 404, _status(404, "NotFound", f"{method} {path}"))
+        keep = _shard_filter(str(q.get("shardSelector") or "")) if self.config.shards else None
         if q.get("watch"):
-            return self._watch(plural, q)
-        return await self._list(plural, q)
+            return self._watch(plural, namespace, keep, q)
+        return await self._list(plural, namespace, keep, q)
 
-    def _snapshot(self, plural: str, rv: int) -> list[dict[str, Any]]:
+    def _snapshot(
+        self, plural: str, rv: int, namespace: str | None = None, keep: Keep | None = None
+    ) -> list[dict[str, Any]]:
         """The objects of `plural` as they were at `rv` (replayed from the history)."""
         state: dict[str, dict[str, Any]] = {}
         for entry in self.history:
@@ -354,60 +479,67 @@ class ApiServer:
                 break
             if entry.plural != plural:
                 continue
-            name = entry.obj["metadata"]["name"]
+            if namespace is not None and entry.obj["metadata"]["namespace"] != namespace:
+                continue
+            key = key_of_obj(entry.obj)
             if entry.etype == "DELETED":
-                state.pop(name, None)
+                state.pop(key, None)
             else:
-                state[name] = entry.obj
-        return [state[name] for name in sorted(state)]
+                state[key] = entry.obj
+        return [state[key] for key in sorted(state) if keep is None or keep(state[key])]
 
-    async def _list(self, plural: str, q: Mapping[str, Any]) -> _Response:
+    async def _list(
+        self, plural: str, namespace: str | None, keep: Keep | None, q: Mapping[str, Any]
+    ) -> _Response:
         token = q.get("continue")
         if token:
-            snap_rv, _, offset_s = str(token).partition(":")
+            snap_rv, offset_s, list_id = str(token).split(":")
             rv, offset = int(snap_rv), int(offset_s)
             await asyncio.sleep(self.item_delay)  # the pause between pages
-            self._check_up()
+            self.check_up()
             if rv <= self.compacted[plural]:
+                self._pages.pop(list_id, None)
                 return _Response(self, 410, _status(410, "Expired", "continue token expired"))
         else:
-            rv, offset = self.rv, 0
-        items = self._snapshot(plural, rv)
+            rv, offset, list_id = self.rv, 0, str(next(self._lists))
+        items = self._snapshot(plural, rv, namespace, keep)
         limit = int(q.get("limit") or 0)
         size = min(limit, self.config.page_size) if limit else len(items)
         page = items[offset : offset + size]
         more = offset + size < len(items)
-        listed = self._pages.pop(plural, []) if offset else []
+        listed = self._pages.pop(list_id, []) if offset else []
         listed.extend(page)
         if more:
-            self._pages[plural] = listed
+            self._pages[list_id] = listed
         else:
             self.shown.list_done(plural, listed)
-        doc = {
-            "kind": f"{KINDS[plural]}List",
-            "metadata": {
-                "resourceVersion": str(rv),
-                "continue": f"{rv}:{offset + size}" if more else "",
-            },
-            "items": page,
+        meta: dict[str, Any] = {
+            "resourceVersion": str(rv),
+            "continue": f"{rv}:{offset + size}:{list_id}" if more else "",
         }
+        if keep is not None:
+            meta["shardInfo"] = {"selector": q.get("shardSelector")}
+        doc = {"kind": f"{KINDS[plural]}List", "metadata": meta, "items": page}
         return _Response(self, 200, orjson.dumps(doc))
 
-    def _watch(self, plural: str, q: Mapping[str, Any]) -> _Response:
+    def _watch(
+        self, plural: str, namespace: str | None, keep: Keep | None, q: Mapping[str, Any]
+    ) -> _Response:
         deadline = self.now + float(q.get("timeoutSeconds") or 290)
         if q.get("sendInitialEvents"):
             if not self.config.streaming:
                 return _Response(self, 400, _status(400, "BadRequest", "no sendInitialEvents"))
-            stream = _Stream(self, plural, self.rv, self._snapshot(plural, self.rv), deadline)
+            initial = self._snapshot(plural, self.rv, namespace, keep)
+            stream = _Stream(self, plural, self.rv, initial, deadline, namespace, keep)
         else:
             since = int(str(q.get("resourceVersion") or "0"))
             if since <= self.compacted[plural]:
                 return _Response(self, 410, _status(410, "Expired", f"too old: {since}"))
-            stream = _Stream(self, plural, since, None, deadline)
+            stream = _Stream(self, plural, since, None, deadline, namespace, keep)
         self.streams.add(stream)
         return _Response(self, 200, b"", stream)
 
-    # -- the Lease --------------------------------------------------------------------
+    # -- single objects: the controllers' writes ------------------------------------------
 
     async def request_json(
         self,
@@ -420,9 +552,64 @@ class ApiServer:
         content_type: str = "application/json",
         request_timeout: float = 60.0,
     ) -> Any:
-        """`fastctl.kube._http.request_json` for the Lease client."""
+        """`fastctl.kube._http.request_json` for the Lease client (and single objects, as
+        `request` answers them)."""
+        if path.startswith(GROUP_PATH):
+            return await self._object_request(method, path, body)
+        return await self._lease_request(method, path, body)
+
+    async def _object_request(self, method: str, path: str, body: bytes | None) -> Any:
         await asyncio.sleep(self.config.request_latency)
-        self._check_up()
+        self.check_up()
+        parts = path.removeprefix(GROUP_PATH).strip("/").split("/")
+        if len(parts) not in (4, 5) or parts[0] != "namespaces" or parts[2] not in KINDS:
+            raise self._error(404, "NotFound", method, path)
+        plural, key = parts[2], f"{parts[1]}/{parts[3]}"
+        subresource = parts[4] if len(parts) == 5 else None
+        if method == "GET":
+            found = self.objects.get((plural, key))
+            if found is None:
+                raise self._error(404, "NotFound", method, path)
+            return found
+        if method != "PATCH":
+            raise self._error(405, "MethodNotAllowed", method, path)
+        if key in self.races:
+            self.races.discard(key)
+            obj = self.objects.get((plural, key))
+            if obj is not None:
+                meta = obj["metadata"]
+                self.put(plural, meta["name"], namespace=meta["namespace"])
+        await asyncio.sleep(self.config.write_latency)
+        self.check_up()
+        old = self.objects.get((plural, key))
+        if old is None:
+            raise self._error(404, "NotFound", method, path)
+        patch = orjson.loads(body or b"{}")
+        meta = patch.get("metadata") or {}
+        wanted = meta.get("resourceVersion")
+        if wanted is not None and wanted != old["metadata"]["resourceVersion"]:
+            raise self._error(409, "Conflict", method, path)  # a precondition, refused
+        if wanted is not None:  # a condition, not a change
+            rest = {k: v for k, v in meta.items() if k != "resourceVersion"}
+            patch = {k: v for k, v in patch.items() if k != "metadata"}
+            if rest:
+                patch["metadata"] = rest
+        if subresource == "status":
+            patch = {"status": patch.get("status")} if "status" in patch else {}
+        new = merge_patch(old, patch)
+        if new == old:
+            return old  # a no-op: no new version, no event
+        self.rv += 1
+        new["metadata"] = {**new["metadata"], "resourceVersion": str(self.rv)}
+        self._store(plural, key, new, "MODIFIED", ours=True)
+        return new
+
+    # -- the Lease --------------------------------------------------------------------
+
+    async def _lease_request(self, method: str, path: str, body: bytes | None) -> Any:
+        """The leader Lease: GET, POST and PUT of one object."""
+        await asyncio.sleep(self.config.request_latency)
+        self.check_up()
         if self.now < self.lease.partition_until:
             raise aiohttp.ClientConnectionError("simulated partition from the API server")
         lease = self.lease
@@ -444,7 +631,8 @@ class ApiServer:
             return self._write_lease(doc)
         raise self._error(405, "MethodNotAllowed", method, path)
 
-    def _error(self, code: int, reason: str, method: str, path: str) -> ApiError:
+    @staticmethod
+    def _error(code: int, reason: str, method: str, path: str) -> ApiError:
         return error_from_response(code, _status(code, reason, reason), method=method, path=path)
 
     def _write_lease(self, doc: dict[str, Any]) -> dict[str, Any]:

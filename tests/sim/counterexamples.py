@@ -7,7 +7,9 @@ Once the defect is fixed the schedule must pass, and it stays as a regression ch
 from __future__ import annotations
 
 from .apiserver import ServerConfig
+from .sharding_world import ShardOp, ShardSchedule
 from .world import Op, Outcome, Schedule
+from .writes_world import WOp, WritesSchedule
 
 OLD_SERVER = ServerConfig(streaming=False, page_size=1, item_delay=0.0)
 """Paginated lists, one object per page: a relist takes several requests."""
@@ -97,3 +99,66 @@ deleted again (rv 8-11) between two relists of the children, and w0 is not recon
 it. Those versions were never shown to the watch (compacted before it resumed, gone again by
 the relist), so no list + watch client can see them: the invariant asked too much and now
 asks only for changes the watch was shown (README.md, the long run)."""
+
+LEAVE_DURING_FAILING_RENEWALS = ShardSchedule(
+    members=2,
+    objects=1,
+    ops=(ShardOp(5.0, "partition", 1, arg=30.0), ShardOp(6.0, "leave", 1)),
+    scripts=((Outcome("ok", 20.0),),),
+    drain_timeout=1.0,
+    concurrency=1,
+    server=ServerConfig(page_size=1, item_delay=0.0),
+    seed=255,
+)
+"""shard-overlap: m1 reconciles w0 (20 s) when its Lease requests start failing (its last
+renewal applied at 1004.32, so its tenure ends at 1014.31); it is stopped at 1011, drains for
+its 1 s and leaves at 1012 while the reconcile still runs. The leave forgot the tenure and
+drained gracefully, for up to the renew deadline: the reconcile ran on until 1022.00, while
+m0, having counted m1's Lease expired, served the slot from 1021.98 and started w0 at
+1021.99."""
+
+NO_OP_WRITE_DURING_ANOTHER_WRITE = WritesSchedule(
+    namespaces=1,
+    objects=1,
+    ops=(WOp(0.3, "race", 0, 0), WOp(0.0, "burst")),
+    ignore_own_writes=True,
+    concurrency=1,
+    server=ServerConfig(streaming=False, page_size=1, item_delay=0.0),
+)
+"""held-back: w0's first reconcile wrote its status (rv 2, an echo held back as it should
+be). At 1000.30 a re-trigger reconciles it again, and its status write changes nothing;
+while that write is in flight another writer changes w0's spec (rv 3, gen 2). The no-op's
+answer is the object as it is, at rv 3, which was noted as the controller's own version: the
+watch event of rv 3 was then held back as an echo, and no reconcile ever saw gen 2."""
+
+CHILD_MOVED_DURING_RELIST = WritesSchedule(
+    namespaces=1,
+    objects=2,
+    ops=(
+        WOp(0.0, "put_child", 0, 0, target=0),
+        WOp(0.05, "relist", plural="children"),
+        WOp(0.0, "put_child", 0, 0, target=1),
+    ),
+    ignore_own_writes=False,
+    concurrency=1,
+    server=ServerConfig(streaming=False, page_size=1, item_delay=0.0),
+)
+"""related: the child c0, owned by w0, moves to w1 (rv 4) while the children's watch is
+down and compacted; the relist (1000.64) shows c0 owned by w1, and the related triggers'
+diff at the end of the list re-triggered only the new owner, w1: w0, which lost its child,
+was not reconciled after the move."""
+
+POINTER_MOVED_DURING_RELIST = WritesSchedule(
+    namespaces=1,
+    objects=2,
+    ops=(
+        WOp(0.0, "put_pointer", 0, 0, target=0),
+        WOp(0.05, "relist", plural="pointers"),
+        WOp(0.0, "put_pointer", 0, 0, target=1),
+    ),
+    ignore_own_writes=False,
+    concurrency=1,
+    server=ServerConfig(streaming=False, page_size=1, item_delay=0.0),
+)
+"""related: the same with a watched pointer whose ``spec.target`` changes from w0 to w1 while
+the pointers' watch is down (the mapper's old target is not re-triggered)."""

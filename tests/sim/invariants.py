@@ -142,8 +142,7 @@ def _settled(record: Record, schedule: Schedule) -> list[str]:
                 f"slots: {ctl} has {record.in_flight_at_settle[ctl]} key(s) in flight but "
                 f"{record.running_at_settle[ctl]} reconcile(s) running after settling"
             )
-    for name, changes in sorted(record.primary_changes.items()):
-        key = f"sim/{name}"
+    for key, changes in sorted(record.primary_changes.items()):
         last = changes[-1]
         for ctl in ctls:
             mine = runs.get((ctl, key), [])
@@ -163,7 +162,7 @@ def _settled(record: Record, schedule: Schedule) -> list[str]:
                     f"lost-trigger: {ctl}'s last reconcile of {key} (at {final.start:.2f}) saw "
                     f"rv {final.rv}, not its final rv {last.rv} (changed at {last.t:.2f})"
                 )
-            child = record.child_observed.get(name)
+            child = record.child_observed.get(key)
             if child and final.start_seq < child[-1].seq:
                 out.append(
                     f"lost-trigger: {ctl}'s last reconcile of {key} (at {final.start:.2f}) "

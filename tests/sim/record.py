@@ -37,6 +37,11 @@ class Change:
     seq: int
     rv: int
     deleted: bool
+    ours: bool = False
+    """Written by a controller (a reconcile's own write), not by another writer."""
+    how: str = ""
+    """For a related object's change as shown to a primary: ``gained``, ``lost`` or
+    ``changed`` (the primary kept it)."""
 
 
 @dataclass(slots=True)
@@ -55,10 +60,14 @@ class Record:
     seq: int = 0
     runs: list[Run] = field(default_factory=list)
     primary_changes: dict[str, list[Change]] = field(default_factory=lambda: defaultdict(list))
+    """Per primary object (``namespace/name``): its changes, in order."""
     child_changes: dict[str, list[Change]] = field(default_factory=lambda: defaultdict(list))
+    """Per primary object: the changes of the related objects that map to it."""
     child_observed: dict[str, list[Change]] = field(default_factory=lambda: defaultdict(list))
-    """Per owner: the changes of its children's state *as the watch delivered it* (a watch
-    event, or a completed list that differs from what the watch had delivered before)."""
+    """Per primary object: the changes of its related objects (owned children, pointers at
+    it) *as the watch delivered them* (a watch event, or a completed list that differs from
+    what the watch had delivered before), including a related object that moved to or away
+    from it."""
     sched: dict[str, list[SchedCall]] = field(default_factory=lambda: defaultdict(list))
     pop_many_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     spins: list[str] = field(default_factory=list)
@@ -89,20 +98,45 @@ class Record:
     def now(self) -> float:
         return self.clock()
 
-    def change(self, plural: str, name: str, owner: str | None, rv: int, *, deleted: bool) -> None:
-        c = Change(self.now, self._next(), rv, deleted)
+    def change(
+        self,
+        plural: str,
+        key: str,
+        targets: tuple[str, ...],
+        rv: int,
+        *,
+        deleted: bool,
+        ours: bool = False,
+    ) -> None:
+        """The server changed `key` (``namespace/name``); a related object's `targets` are
+        the primary objects it maps to; `ours`: a controller's write."""
+        c = Change(self.now, self._next(), rv, deleted, ours)
         if plural == "widgets":
-            self.primary_changes[name].append(c)
-        elif owner is not None:
-            self.child_changes[owner].append(c)
-        self.log.append(f"{c.t:.2f} {'delete' if deleted else 'put'} {plural}/{name} rv={rv}")
+            self.primary_changes[key].append(c)
+        else:
+            for target in targets:
+                self.child_changes[target].append(c)
+        who = " (ours)" if ours else ""
+        self.log.append(f"{c.t:.2f} {'delete' if deleted else 'put'} {plural}/{key} rv={rv}{who}")
 
-    def delivered(self, plural: str, name: str, owner: str | None, rv: int | None) -> None:
-        """The watch of `plural` now shows `name` at `rv` (``None``: gone)."""
-        c = Change(self.now, self._next(), rv or 0, rv is None)
-        if plural != "widgets" and owner is not None:
-            self.child_observed[owner].append(c)
-        self.log.append(f"{c.t:.2f} delivered {plural}/{name} {'gone' if rv is None else rv}")
+    def delivered(
+        self,
+        plural: str,
+        key: str,
+        before: tuple[str, ...],
+        after: tuple[str, ...],
+        rv: int | None,
+    ) -> None:
+        """The watch of `plural` now shows `key` at `rv` (``None``: gone), mapping to the
+        primaries `after` where it mapped to `before`."""
+        seq, now = self._next(), self.now
+        if plural != "widgets":
+            for target in dict.fromkeys((*before, *after)):
+                how = "changed" if target in before and target in after else "gained"
+                if target not in after:
+                    how = "lost"
+                self.child_observed[target].append(Change(now, seq, rv or 0, rv is None, how=how))
+        self.log.append(f"{now:.2f} delivered {plural}/{key} {'gone' if rv is None else rv}")
 
     def sched_call(self, ctl: str, op: str, key: str, *, retry: bool = False) -> None:
         self.sched[ctl].append(SchedCall(op, key, self._next(), self.now, retry))

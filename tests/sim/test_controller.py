@@ -68,7 +68,7 @@ def test_a_child_created_and_deleted_between_two_relists() -> None:
     before the watch resumed, gone before it listed): nothing to trigger on, and the
     invariant asks only for changes a watch was shown. The record must say so."""
     record = check(cx.TRANSIENT_CHILD_BETWEEN_RELISTS)
-    changed = {c.rv for c in record.child_changes["w0"]}
-    shown = {c.rv for c in record.child_observed["w0"] if not c.deleted}
+    changed = {c.rv for c in record.child_changes["sim/w0"]}
+    shown = {c.rv for c in record.child_observed["sim/w0"] if not c.deleted}
     assert {8, 9, 11} <= changed
     assert not {8, 9, 11} & shown

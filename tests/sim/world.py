@@ -34,7 +34,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 import fastctl.kube._watcher as watcher_module
 import fastctl.runtime.leader._lease_api as lease_api_module
 import fastctl.runtime.manager._manager as manager_module
-from fastctl import Action, Controller, LeaderElection, Manager, Resource
+from fastctl import Action, ApplierConfig, Controller, LeaderElection, Manager, Resource
 from fastctl._core import Scheduler
 from fastctl.errors import LeadershipLost, ReconcileTimeout
 from fastctl.runtime.leader import LeaderElector
@@ -43,6 +43,7 @@ from fastctl.types import ReconcileResult
 
 from .apiserver import NAMESPACE, ApiServer, ServerConfig
 from .record import Record, Run
+from .tls import rest_module, ssl_once
 
 WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
 CHILD = Resource("example.com/v1", "Child", plural="children", namespaced=True)
@@ -382,6 +383,7 @@ def _wired(server: ApiServer, record: Record) -> Iterator[None]:
         (watcher_module, "request", server.request),
         (lease_api_module, "request_json", server.request_json),
         (manager_module, "LeaderElector", _recording_elector(record)),
+        (rest_module, "ssl", ssl_once()),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
     for module, name, value in patches:
@@ -418,10 +420,10 @@ def _controller(
         WIDGET,
         reconcile,
         name=name,
-        concurrency=schedule.concurrency,
-        timeout=schedule.timeout,
+        config=ApplierConfig(
+            concurrency=schedule.concurrency, timeout=schedule.timeout, executor=pool
+        ),
         namespace=NAMESPACE,
-        executor=pool,
         scheduler=SimScheduler(name, record, sched_concurrency),
     )
     ctl.owns(CHILD)
@@ -456,8 +458,8 @@ async def _simulate(schedule: Schedule, record: Record) -> None:
     server = ApiServer(record, schedule.server)
     for i in range(schedule.objects):
         server.put("widgets", name_of(i))
-    client = ApiClient(Configuration(host="http://sim.invalid"))
     with _wired(server, record):
+        client = ApiClient(Configuration(host="http://sim.invalid"))
         names = ["a", "b"][: schedule.controllers]
         bursts = {n: asyncio.Queue[None]() for n in names}
         pools = {n: SimExecutor() for n in names}

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from fastctl.kube._http import ApiError
-from fastctl.runtime.leader import LeaseRecord
+from fastctl.runtime.leader._rules import LeaseRecord
 
 
 class LeaseStore:

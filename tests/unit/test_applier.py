@@ -22,7 +22,7 @@ import pytest
 
 import fastctl
 from fastctl import Action, ObjectRef, ReconcileResult, Scheduler, Trigger
-from fastctl._applier import DEFAULT_CONCURRENCY, applier
+from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, applier
 from fastctl.errors import ReconcileCancelled, ReconcileTimeout
 
 pytestmark = pytest.mark.timeout(120)
@@ -778,7 +778,14 @@ async def test_plain_functions_retriggered_while_running_get_exactly_one_follow_
     driver = asyncio.create_task(drive())
     with ThreadPoolExecutor(len(keys)) as pool:
         results = await collect(
-            applier(reconcile, None, None, store, feed, concurrency=8, executor=pool)
+            applier(
+                reconcile,
+                None,
+                None,
+                store,
+                feed,
+                config=ApplierConfig(concurrency=8, executor=pool),
+            )
         )
     await driver
     assert dict(seen) == {ref.name: [0, 20] for ref in keys}

@@ -529,7 +529,8 @@ async def test_a_key_released_by_its_late_thread_is_no_orphan_for_its_next_recon
 
     with ThreadPoolExecutor(1) as pool:
         feed = feed_of(ref)
-        it = applier(reconcile, None, None, store_of([ref]), feed, scheduler=sched, executor=pool)
+        config = ApplierConfig(executor=pool)
+        it = applier(reconcile, None, None, store_of([ref]), feed, scheduler=sched, config=config)
         nxt = asyncio.ensure_future(it.__anext__())
         try:
             await wait_for(lambda: calls == 1)

@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 
 from fastctl import Action, ObjectRef, ReconcileResult, Scheduler, Trigger
-from fastctl._applier import applier
+from fastctl._applier import ApplierConfig, applier
 from fastctl._threads import live_threads
 from fastctl.errors import ReconcileCancelled, ReconcileTimeout
 from fastctl.log import current_object
@@ -277,7 +277,15 @@ async def test_a_thread_reconcile_that_never_started_is_skipped_on_cancel() -> N
             feed.put(ref)
         task = asyncio.create_task(
             collect(
-                applier(reconcile, None, None, store_of(keys), feed, scheduler=sched, executor=pool)
+                applier(
+                    reconcile,
+                    None,
+                    None,
+                    store_of(keys),
+                    feed,
+                    scheduler=sched,
+                    config=ApplierConfig(executor=pool),
+                )
             )
         )
         await wait_for(lambda: len(ran) == 1)

@@ -15,7 +15,9 @@ from fastctl.kube._watcher import (
     METADATA_LIST_ACCEPT,
     METADATA_WATCH_ACCEPT,
     EventKind,
+    ListFrame,
     MetadataOnlyUnsupported,
+    ObjectEvent,
     WatchEvent,
 )
 from fastctl.runtime._children import RelatedCache
@@ -37,8 +39,8 @@ from .test_watcher_fallbacks import (
 
 CM = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
 WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
-INIT = WatchEvent(EventKind.INIT)
-DONE = WatchEvent(EventKind.INIT_DONE)
+INIT = ListFrame(EventKind.INIT)
+DONE = ListFrame(EventKind.INIT_DONE)
 
 
 def ref(name: str) -> ObjectRef:
@@ -61,12 +63,12 @@ def names(triggers: list[Any]) -> list[str]:
 
 def test_a_removed_reference_triggers_its_old_target_and_a_delete_the_last_ones() -> None:
     related = RelatedTriggers(mapper, "watched", controller="c", kind="K", index=True)
-    assert names(related.on_event(WatchEvent(EventKind.APPLY, pointer("p", "a", "b")))) == [
+    assert names(related.on_event(ObjectEvent(EventKind.APPLY, pointer("p", "a", "b")))) == [
         "a",
         "b",
     ]
     # b is dropped, c added: b must hear of it (it no longer has p pointing at it)
-    assert names(related.on_event(WatchEvent(EventKind.APPLY, pointer("p", "a", "c")))) == [
+    assert names(related.on_event(ObjectEvent(EventKind.APPLY, pointer("p", "a", "c")))) == [
         "a",
         "b",
         "c",
@@ -74,24 +76,34 @@ def test_a_removed_reference_triggers_its_old_target_and_a_delete_the_last_ones(
     assert related.sources_of(ref("b")) == ()
     assert related.sources_of(ref("c")) == (ref("p"),)
     # every reference removed: the old targets are triggered, and nothing is remembered
-    assert names(related.on_event(WatchEvent(EventKind.APPLY, pointer("p")))) == ["a", "c"]
+    assert names(related.on_event(ObjectEvent(EventKind.APPLY, pointer("p")))) == ["a", "c"]
     assert len(related) == 0
     assert related.sources_of(ref("a")) == ()
-    related.on_event(WatchEvent(EventKind.APPLY, pointer("p", "d")))
+    related.on_event(ObjectEvent(EventKind.APPLY, pointer("p", "d")))
     # deleted in a state that names nothing: the last targets are triggered, state dropped
-    assert names(related.on_event(WatchEvent(EventKind.DELETE, pointer("p")))) == ["d"]
+    assert names(related.on_event(ObjectEvent(EventKind.DELETE, pointer("p")))) == ["d"]
     assert len(related) == 0
     assert related.sources_of(ref("d")) == ()
 
 
 def test_the_reverse_index_follows_a_relist() -> None:
     related = RelatedTriggers(mapper, "watched", controller="c", kind="K", index=True)
-    for event in (INIT, WatchEvent(EventKind.INIT_APPLY, pointer("p", "a")), DONE):
+    first: tuple[WatchEvent, ...] = (
+        INIT,
+        ObjectEvent(EventKind.INIT_APPLY, pointer("p", "a")),
+        DONE,
+    )
+    for event in first:
         related.on_event(event)
     assert related.sources_of(ref("a")) == (ref("p"),)
     # relisted: p now points at b, q at a
     listing = [pointer("p", "b"), pointer("q", "a")]
-    for event in (INIT, *(WatchEvent(EventKind.INIT_APPLY, o) for o in listing), DONE):
+    relist: tuple[WatchEvent, ...] = (
+        INIT,
+        *(ObjectEvent(EventKind.INIT_APPLY, o) for o in listing),
+        DONE,
+    )
+    for event in relist:
         related.on_event(event)
     assert related.sources_of(ref("a")) == (ref("q"),)
     assert related.sources_of(ref("b")) == (ref("p"),)
@@ -113,19 +125,19 @@ def test_the_cache_finds_children_by_controller_owner_and_forgets_deleted_ones()
     store = cache.store
     for event in (
         INIT,
-        WatchEvent(EventKind.INIT_APPLY, child("a1", "uid-a")),
-        WatchEvent(EventKind.INIT_APPLY, child("a2", "uid-a")),
-        WatchEvent(EventKind.INIT_APPLY, child("b1", "uid-b")),
-        WatchEvent(EventKind.INIT_APPLY, child("loose", "uid-a", controller=False)),
+        ObjectEvent(EventKind.INIT_APPLY, child("a1", "uid-a")),
+        ObjectEvent(EventKind.INIT_APPLY, child("a2", "uid-a")),
+        ObjectEvent(EventKind.INIT_APPLY, child("b1", "uid-b")),
+        ObjectEvent(EventKind.INIT_APPLY, child("loose", "uid-a", controller=False)),
         DONE,
     ):
         store.apply(event)
     owner = {"metadata": {"name": "a", "namespace": "ns", "uid": "uid-a"}}
     assert sorted(o["metadata"]["name"] for o in cache.owned_by(owner)) == ["a1", "a2"]
-    store.apply(WatchEvent(EventKind.DELETE, child("a1", "uid-a")))
+    store.apply(ObjectEvent(EventKind.DELETE, child("a1", "uid-a")))
     assert [o["metadata"]["name"] for o in cache.owned_by("uid-a")] == ["a2"]
     # adopted by b: gone from a's children, found under b's
-    store.apply(WatchEvent(EventKind.APPLY, child("a2", "uid-b")))
+    store.apply(ObjectEvent(EventKind.APPLY, child("a2", "uid-b")))
     assert cache.owned_by("uid-a") == []
     assert sorted(o["metadata"]["name"] for o in cache.owned_by("uid-b")) == ["a2", "b1"]
     assert cache.get("b1", "ns") is store[ref("b1")]
@@ -147,7 +159,7 @@ def test_mapped_to_reads_the_mapper_memory_and_the_store() -> None:
         cache.mapped_to(ref("a"))
     cache._bind(related)
     obj = pointer("p", "a")
-    for event in (INIT, WatchEvent(EventKind.INIT_APPLY, obj), DONE):
+    for event in (INIT, ObjectEvent(EventKind.INIT_APPLY, obj), DONE):
         cache.store.apply(event)
         related.on_event(event)
     assert cache.mapped_to({"metadata": {"name": "a", "namespace": "ns"}}) == [obj]
@@ -193,14 +205,14 @@ def test_mapped_to_may_answer_from_events_the_triggers_have_not_reached() -> Non
             return triggered
 
         queue.put_nowait(INIT)
-        queue.put_nowait(WatchEvent(EventKind.INIT_APPLY, pointer("x", "w1")))
+        queue.put_nowait(ObjectEvent(EventKind.INIT_APPLY, pointer("x", "w1")))
         queue.put_nowait(DONE)
         assert await through(3) == ["w1"]
         assert cache.mapped_to(ref("w1")) == [pointer("x", "w1")]
-        queue.put_nowait(WatchEvent(EventKind.APPLY, pointer("x", "w2")))  # moved to w2
-        queue.put_nowait(WatchEvent(EventKind.APPLY, pointer("y", "w1")))  # new, to w1
+        queue.put_nowait(ObjectEvent(EventKind.APPLY, pointer("x", "w2")))  # moved to w2
+        queue.put_nowait(ObjectEvent(EventKind.APPLY, pointer("y", "w1")))  # new, to w1
         for i in range(200):
-            queue.put_nowait(WatchEvent(EventKind.APPLY, pointer(f"f{i}")))
+            queue.put_nowait(ObjectEvent(EventKind.APPLY, pointer(f"f{i}")))
         await asyncio.sleep(1)
         assert len(arrived) == 3 + 64 + 1, "the cache runs 65 events ahead, no more"
         assert len(cache.store) == 2 + 63
@@ -279,9 +291,10 @@ def test_a_metadata_only_watch_asks_for_partial_objects_and_restores_the_kind(
     assert server.accepts[1] == METADATA_LIST_ACCEPT  # the paginated list
     assert server.accepts[2] == METADATA_WATCH_ACCEPT  # the watch
     assert server.accepts[0] == METADATA_WATCH_ACCEPT  # the streaming list is a watch
-    objs = [e.obj for e in events if e.obj is not None]
+    objs = [e.obj for e in events if isinstance(e, ObjectEvent)]
     assert [(o["apiVersion"], o["kind"]) for o in objs] == [("v1", "ConfigMap")] * 2
-    assert [e.kind for e in events if e.obj is not None] == [EventKind.INIT_APPLY, EventKind.APPLY]
+    kinds = [e.kind for e in events if isinstance(e, ObjectEvent)]
+    assert kinds == [EventKind.INIT_APPLY, EventKind.APPLY]
 
 
 def test_full_objects_where_metadata_was_asked_for_are_a_clear_error(
@@ -327,10 +340,10 @@ def test_a_full_watch_sends_no_metadata_accept(monkeypatch: pytest.MonkeyPatch) 
 
 async def test_a_shared_watch_fills_the_cache_and_keeps_metadata_only_watches_apart() -> None:
     from fastctl.runtime._shared_watch import SharedWatch
-    from fastctl.runtime.controller import Environment
+    from fastctl.runtime.controller._environment import Environment
 
     async def nothing() -> Any:
-        yield WatchEvent(EventKind.INIT)
+        yield ListFrame(EventKind.INIT)
 
     ctl = Controller(client(), WIDGET, lambda obj, ctx: None)
     ctl.owns(CM, cache=True)

@@ -213,7 +213,7 @@ def test_looking_into_a_controller_keeps_its_scheduler_on_the_virtual_clock(
     from kubernetes_asyncio.client import ApiClient
 
     from fastctl import Controller, Resource
-    from fastctl.kube._watcher import EventKind, WatchEvent
+    from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
     from fastctl.runtime.controller import _environment
 
     obj = {"metadata": {"name": "a", "namespace": "default", "uid": "u", "resourceVersion": "1"}}
@@ -229,9 +229,9 @@ def test_looking_into_a_controller_keeps_its_scheduler_on_the_virtual_clock(
         return Action.requeue(30.0) if len(starts) < 3 else None
 
     async def events() -> AsyncIterator[WatchEvent]:
-        yield WatchEvent(EventKind.INIT)
-        yield WatchEvent(EventKind.INIT_APPLY, obj)
-        yield WatchEvent(EventKind.INIT_DONE)
+        yield ListFrame(EventKind.INIT)
+        yield ObjectEvent(EventKind.INIT_APPLY, obj)
+        yield ListFrame(EventKind.INIT_DONE)
         await asyncio.sleep(3600.0)
 
     async def main() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from fastctl import Action, generation_changed
 from fastctl.kube._resource import ResolvedResource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
 from fastctl.kube._writes import WRITE_OBSERVER, observed_write
 from fastctl.runtime._filters import EventFilter
 from fastctl.runtime._own_writes import OwnWrites
@@ -77,12 +77,12 @@ async def test_status_writes_do_not_trigger_requeues_and_resyncs_still_do(
     ctl.reconcile_all_on(resync())
     feed = sources.feeds[WIDGET]
     async with running(ctl):
-        feed.push(INIT, WatchEvent(EventKind.INIT_APPLY, widget("a", 1)), DONE)
+        feed.push(INIT, ObjectEvent(EventKind.INIT_APPLY, widget("a", 1)), DONE)
         await until(lambda: len(calls) == 1, "the listed Widget reconciled")
-        feed.push(WatchEvent(EventKind.APPLY, widget("a", 1, "Ready")))  # a status write
-        feed.push(WatchEvent(EventKind.APPLY, widget("b", 1)))  # first event: passes
+        feed.push(ObjectEvent(EventKind.APPLY, widget("a", 1, "Ready")))  # a status write
+        feed.push(ObjectEvent(EventKind.APPLY, widget("b", 1)))  # first event: passes
         await until(lambda: calls.count(("b", 1, "")) == 2, "b requeued and reconciled again")
-        feed.push(WatchEvent(EventKind.APPLY, widget("a", 2, "Ready")))  # a spec change
+        feed.push(ObjectEvent(EventKind.APPLY, widget("a", 2, "Ready")))  # a spec change
         await until(lambda: ("a", 2, "Ready") in calls, "the spec change reconciled")
         ticks.put_nowait(None)
         await until(lambda: len(calls) == 6, "the resync reconciled both")
@@ -101,7 +101,7 @@ def test_a_controller_rejects_an_event_filter_that_is_not_callable() -> None:
 def deliver(f: EventFilter, own: OwnWrites, event: WatchEvent) -> bool:
     """`event` through the own-writes watch as the controller passes it: the version noted
     as the latest known (`fastctl.runtime._settled_events`), then the filter's verdict."""
-    if event.obj is not None and event.kind is not EventKind.DELETE:
+    if isinstance(event, ObjectEvent) and event.kind is not EventKind.DELETE:
         own.saw(CHILD, event.obj)
     return f.admits(event)
 
@@ -130,7 +130,7 @@ async def wrote(
 async def test_the_echo_of_an_own_write_is_held_back_and_a_foreign_write_passes() -> None:
     own = OwnWrites([CHILD])
     f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
-    assert deliver(f, own, WatchEvent(EventKind.APPLY, configmap("x", "1")))  # someone made it
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "1")))  # someone made it
     sent: list[str | None] = []
 
     async def reconcile(obj: Any, ctx: Any) -> None:
@@ -143,16 +143,16 @@ async def test_the_echo_of_an_own_write_is_held_back_and_a_foreign_write_passes(
     assert WRITE_OBSERVER.get() is None  # reset after the reconcile
     assert sent == ["1", "5", None]  # each on the version before it; the Event as it is
     assert len(own) == 1  # "x" only: the Event is not remembered
-    assert not deliver(f, own, WatchEvent(EventKind.APPLY, configmap("x", "5")))
-    assert not deliver(f, own, WatchEvent(EventKind.APPLY, configmap("x", "6")))
+    assert not deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "5")))
+    assert not deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "6")))
     assert len(own) == 0  # both echoes used up
-    assert deliver(f, own, WatchEvent(EventKind.APPLY, configmap("x", "9")))  # someone else's
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "9")))  # someone else's
 
 
 async def test_an_echo_that_comes_before_the_answer_waits_for_it() -> None:
     own = OwnWrites([CHILD])
     f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
-    assert deliver(f, own, WatchEvent(EventKind.APPLY, configmap("x", "4")))
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "4")))
     echo = configmap("x", "5")
     answered = asyncio.Event()
 
@@ -172,14 +172,14 @@ async def test_an_echo_that_comes_before_the_answer_waits_for_it() -> None:
     answered.set()
     await waiting
     await task
-    assert not deliver(f, own, WatchEvent(EventKind.APPLY, echo))
+    assert not deliver(f, own, ObjectEvent(EventKind.APPLY, echo))
     assert len(own) == 0
 
 
 async def test_own_writes_go_with_their_object() -> None:
     own = OwnWrites([CHILD])
     f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
-    deliver(f, own, WatchEvent(EventKind.APPLY, configmap("x", "4")))
+    deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "4")))
 
     async def reconcile(obj: Any, ctx: Any) -> None:
         await wrote(CONFIGMAPS, "x", configmap("x", "5"))
@@ -194,7 +194,7 @@ async def test_own_writes_go_with_their_object() -> None:
         await observed(own, reconcile)
     assert len(own) == 1  # "x"'s version; the failed write of "y" left nothing behind
     assert own.known == 1
-    deliver(f, own, WatchEvent(EventKind.DELETE, configmap("x", "5")))
+    deliver(f, own, ObjectEvent(EventKind.DELETE, configmap("x", "5")))
     assert len(own) == 0
     assert own.known == 0  # its latest version went with it
 
@@ -205,7 +205,7 @@ async def test_the_echo_of_a_create_by_generate_name_is_held_back_and_a_dry_run_
     own = OwnWrites([CHILD])
     f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
     made = configmap("x-7f2q", "11")
-    deliver(f, own, WatchEvent(EventKind.APPLY, configmap("y", "4")))
+    deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("y", "4")))
 
     async def reconcile(obj: Any, ctx: Any) -> None:
         await wrote(CONFIGMAPS, None, made, status=201)  # the name comes back
@@ -214,5 +214,5 @@ async def test_the_echo_of_a_create_by_generate_name_is_held_back_and_a_dry_run_
 
     await observed(own, reconcile)
     assert len(own) == 1  # the created object's version; nothing of the dry run
-    assert not deliver(f, own, WatchEvent(EventKind.APPLY, made))  # its echo
-    assert deliver(f, own, WatchEvent(EventKind.APPLY, configmap("y", "5")))
+    assert not deliver(f, own, ObjectEvent(EventKind.APPLY, made))  # its echo
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("y", "5")))

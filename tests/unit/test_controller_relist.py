@@ -19,16 +19,17 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl import Action, ObjectRef
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime._shared_watch import SharedWatch
-from fastctl.runtime.controller import Controller, Environment, _environment, _run
+from fastctl.runtime.controller import Controller, _environment, _run
+from fastctl.runtime.controller._environment import Environment
 
 # plural and scope given: resolving needs no server
 WIDGET = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
 CHILD = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
 NS = "default"
-INIT = WatchEvent(EventKind.INIT)
-DONE = WatchEvent(EventKind.INIT_DONE)
+INIT = ListFrame(EventKind.INIT)
+DONE = ListFrame(EventKind.INIT_DONE)
 
 
 def widget(name: str, version: int) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def child(name: str, owner: str) -> dict[str, Any]:
 
 
 def listing(*objs: dict[str, Any]) -> list[WatchEvent]:
-    return [INIT, *(WatchEvent(EventKind.INIT_APPLY, o) for o in objs), DONE]
+    return [INIT, *(ObjectEvent(EventKind.INIT_APPLY, o) for o in objs), DONE]
 
 
 class Feed:
@@ -191,8 +192,8 @@ async def test_a_live_change_is_not_held_back_by_a_relation_relisting(sources: S
     sources.feeds[CHILD].push(*listing(child("c", "a")))
     async with running(ctl, *watches, env=sources.env):
         await until(lambda: seen.last("a") == 0, "initial list")
-        sources.feeds[CHILD].push(INIT, WatchEvent(EventKind.INIT_APPLY, child("c", "a")))
-        sources.feeds[WIDGET].push(WatchEvent(EventKind.APPLY, widget("a", 1)))
+        sources.feeds[CHILD].push(INIT, ObjectEvent(EventKind.INIT_APPLY, child("c", "a")))
+        sources.feeds[WIDGET].push(ObjectEvent(EventKind.APPLY, widget("a", 1)))
         await until(lambda: seen.last("a") == 1, "live change")
 
 
@@ -234,7 +235,7 @@ async def test_an_owner_that_lost_a_child_to_another_is_triggered() -> None:
         await until(lambda: seen.names() == {"w1", "w2"}, "initial lists")
         await settle()
         before = len(seen.calls)
-        children.push(WatchEvent(EventKind.APPLY, child("c", "w2")))
+        children.push(ObjectEvent(EventKind.APPLY, child("c", "w2")))
         await until(lambda: seen.names(before) == {"w1", "w2"}, "both owners")
 
 
@@ -295,8 +296,8 @@ async def test_a_live_change_overtakes_the_listed_objects_still_queued(
         await until(lambda: len(seen.calls) == before + 1, "the first listed object running")
         waiting = [n for n in names if n not in seen.names(before)]
         feed.push(
-            WatchEvent(EventKind.APPLY, widget("live", 1)),
-            WatchEvent(EventKind.APPLY, widget(waiting[-1], 2)),
+            ObjectEvent(EventKind.APPLY, widget("live", 1)),
+            ObjectEvent(EventKind.APPLY, widget(waiting[-1], 2)),
         )
         await settle()
         hold.set()

@@ -25,8 +25,9 @@ from fastctl._core import Scheduler
 from fastctl.kube._events import Recorder
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._store import Store
-from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent
-from fastctl.runtime.controller import Controller, Environment, ShardAssignment, _environment, _run
+from fastctl.kube._watcher import EventKind, ObjectEvent, WatchConfig, WatchEvent
+from fastctl.runtime.controller import Controller, _environment, _run
+from fastctl.runtime.controller._environment import Environment, ShardAssignment
 from fastctl.runtime.controller._wrappers import ReadinessGate
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._slots import shard_selector
@@ -329,7 +330,7 @@ def _gizmo_events(monkeypatch: pytest.MonkeyPatch, *objs: dict[str, Any]) -> Non
     async def events(*_: Any, **__: Any) -> AsyncIterator[WatchEvent]:
         yield INIT
         for obj in objs:
-            yield WatchEvent(EventKind.INIT_APPLY, obj)
+            yield ObjectEvent(EventKind.INIT_APPLY, obj)
         yield DONE
         await asyncio.Event().wait()
 
@@ -429,7 +430,7 @@ async def test_a_change_of_an_owned_object_triggers_its_controller_owner(
     watches.feeds["ConfigMap"].push(*listing())
     async with running(ctl):
         await until(lambda: calls.count("o") == 1, "the initial reconcile")
-        watches.feeds["ConfigMap"].push(WatchEvent(EventKind.APPLY, _owned("c", primary, "o", NS)))
+        watches.feeds["ConfigMap"].push(ObjectEvent(EventKind.APPLY, _owned("c", primary, "o", NS)))
         await until(lambda: calls.count("o") == 2, "the owner triggered by its child")
 
 
@@ -444,7 +445,7 @@ async def test_watches_triggers_what_the_mapper_returns(watches: Watches) -> Non
     pointer = {**child("c", "a"), "data": {"target": "b"}}  # owned by a, pointing at b
     async with running(ctl):
         await until(lambda: calls.count("a") == calls.count("b") == 1, "initial reconciles")
-        watches.feeds["ConfigMap"].push(WatchEvent(EventKind.APPLY, pointer))
+        watches.feeds["ConfigMap"].push(ObjectEvent(EventKind.APPLY, pointer))
         await until(lambda: calls.count("b") == 2, "the mapped target")
         await settle()
     assert calls.count("a") == 1
@@ -470,11 +471,11 @@ async def test_a_related_event_filter_decides_which_changes_trigger(
     changed = child("c", "a")
     async with running(ctl):
         await until(lambda: calls.count("a") == 1, "the initial reconcile")
-        watches.feeds["ConfigMap"].push(WatchEvent(EventKind.APPLY, changed))
+        watches.feeds["ConfigMap"].push(ObjectEvent(EventKind.APPLY, changed))
         await settle()
         assert calls.count("a") == 1, "a change the filter rejects triggered"
         changed = {**changed, "data": {**changed["data"], "important": "yes"}}
-        watches.feeds["ConfigMap"].push(WatchEvent(EventKind.APPLY, changed))
+        watches.feeds["ConfigMap"].push(ObjectEvent(EventKind.APPLY, changed))
         await until(lambda: calls.count("a") == 2, "a change the filter admits")
 
 
@@ -491,8 +492,8 @@ async def test_a_failing_event_filter_is_counted_each_time_and_logged_once(
     watches.feeds["Widget"].push(*listing(widget("a", 0)))
     async with running(ctl):
         await until(lambda: calls.count("a") == 1, "the initial reconcile")
-        watches.feeds["Widget"].push(WatchEvent(EventKind.APPLY, widget("a", 1)))
-        watches.feeds["Widget"].push(WatchEvent(EventKind.APPLY, widget("a", 2)))
+        watches.feeds["Widget"].push(ObjectEvent(EventKind.APPLY, widget("a", 1)))
+        watches.feeds["Widget"].push(ObjectEvent(EventKind.APPLY, widget("a", 2)))
         await until(lambda: ctl.counters.event_filter_errors == 2, "two failures counted")
     logged = [r.getMessage() for r in caplog.records if r.name == "fastctl.controller"]
     assert logged == [
@@ -571,10 +572,10 @@ async def test_inspect_sees_the_run_its_reasons_and_the_slots(watches: Watches) 
     async with running(ctl):
         await until(lambda: calls.count("a") == 1, "a running")
         assert ctl.inspect(NS, "a").state == "in_flight"
-        watches.feeds["Widget"].push(WatchEvent(EventKind.APPLY, widget("b", 0)))
-        watches.feeds["ConfigMap"].push(WatchEvent(EventKind.APPLY, child("c", "b")))
+        watches.feeds["Widget"].push(ObjectEvent(EventKind.APPLY, widget("b", 0)))
+        watches.feeds["ConfigMap"].push(ObjectEvent(EventKind.APPLY, child("c", "b")))
         secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": NS}}
-        watches.feeds["Secret"].push(WatchEvent(EventKind.APPLY, secret))
+        watches.feeds["Secret"].push(ObjectEvent(EventKind.APPLY, secret))
         tick.set()
         want = {
             "Widget changed",
@@ -648,7 +649,7 @@ async def test_reasons_are_not_kept_with_a_scheduler_that_does_not_answer_in(
 
 def test_the_readiness_gate_reads_like_its_store() -> None:
     store = Store()
-    store.apply(WatchEvent(EventKind.APPLY, widget("a", 0)))
+    store.apply(ObjectEvent(EventKind.APPLY, widget("a", 0)))
     gate = ReadinessGate(store, None, [])
     ref = ObjectRef("a", NS)
     assert list(gate) == [ref]
@@ -742,19 +743,19 @@ async def test_a_sharded_run_watches_and_reconciles_only_the_served_slots(
 
         # Related objects: ours' child (with another owner first) triggers it, theirs' none.
         added = ctl.scheduler_stats()["adds_total"]
-        watches.feeds["ConfigMap"].push(WatchEvent(EventKind.APPLY, _child_of(theirs, "t")))
+        watches.feeds["ConfigMap"].push(ObjectEvent(EventKind.APPLY, _child_of(theirs, "t")))
         await settle()
         assert ctl.scheduler_stats()["adds_total"] == added, (
             "a trigger for another replica's object"
         )
-        watches.feeds["ConfigMap"].push(WatchEvent(EventKind.APPLY, _child_of(ours, "o", theirs)))
+        watches.feeds["ConfigMap"].push(ObjectEvent(EventKind.APPLY, _child_of(ours, "o", theirs)))
         await until(lambda: calls.count("ours") == 2, "ours triggered by its child")
 
         # Counted apart: the two listed objects, and three watch events (not the frames
         # of the list, which carry no object).
-        watches.feeds["Widget"].push(WatchEvent(EventKind.APPLY, ours))
-        watches.feeds["Widget"].push(WatchEvent(EventKind.APPLY, ours))
-        watches.feeds["Widget"].push(WatchEvent(EventKind.DELETE, theirs))
+        watches.feeds["Widget"].push(ObjectEvent(EventKind.APPLY, ours))
+        watches.feeds["Widget"].push(ObjectEvent(EventKind.APPLY, ours))
+        watches.feeds["Widget"].push(ObjectEvent(EventKind.DELETE, theirs))
         await until(lambda: ObjectRef("theirs", NS) not in ctl.store, "the delete applied")
         await settle()
         assert (gate.listed, gate.received) == (2, 3)
@@ -778,7 +779,7 @@ async def test_a_mapped_event_keeps_each_target_in_a_served_slot(watches: Watche
     watches.feeds["ConfigMap"].push(*listing())
     async with running(ctl, env=env):
         await until(lambda: calls.count("ours") == 1, "ours reconciled")
-        watches.feeds["ConfigMap"].push(WatchEvent(EventKind.APPLY, pointer))
+        watches.feeds["ConfigMap"].push(ObjectEvent(EventKind.APPLY, pointer))
         await until(lambda: calls.count("ours") == 2, "ours triggered")
 
 

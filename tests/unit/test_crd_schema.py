@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import Field
 
-from fastctl import CustomResource, KubeModel, PrinterColumn, Rule, SchemaError
+from fastctl import CustomResource, KubeModel, PrinterColumn, SchemaError, ValidationRule
 from fastctl.kube import crd
 
 
@@ -195,22 +195,24 @@ def test_sets_are_list_type_set_not_unique_items() -> None:
 
 
 def test_cel_rules_on_fields_models_and_the_root() -> None:
-    class Range(KubeModel, rules=[Rule("self.low <= self.high", message="low above high")]):
+    class Range(
+        KubeModel, rules=[ValidationRule("self.low <= self.high", message="low above high")]
+    ):
         low: int = 0
         high: int = 0
 
     class Spec(KubeModel):
         replicas: Annotated[
-            int, Rule("self >= 0", message="no negatives", reason="FieldValueInvalid")
+            int, ValidationRule("self >= 0", message="no negatives", reason="FieldValueInvalid")
         ] = 0
         range: Range = Range()
-        other: Annotated[Range, Rule("self.high < 100")] = Range()
+        other: Annotated[Range, ValidationRule("self.high < 100")] = Range()
 
     class Thing(
         CustomResource,
         group="test.fastctl.dev",
         version="v1",
-        rules=[Rule("self.metadata.name.size() <= 10", message_expression="'too long'")],
+        rules=[ValidationRule("self.metadata.name.size() <= 10", message_expression="'too long'")],
     ):
         spec: Spec
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fastctl import Action, ObjectRef, applier
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ObjectEvent
 from fastctl.runtime.controller import Controller, _environment, _run
 from fastctl.testing import VirtualTimeLoop, run_virtual
 
@@ -83,7 +83,7 @@ def test_a_burst_of_changes_through_a_controller_is_one_reconcile_a_window_later
         await asyncio.sleep(2.0)
         for version in range(1, 5):
             pushed.append(loop.time())
-            feed.push(WatchEvent(EventKind.APPLY, widget("a", version)))
+            feed.push(ObjectEvent(EventKind.APPLY, widget("a", version)))
             await asyncio.sleep(0.2)
         await asyncio.sleep(2.0)
         ctl.shutdown()

@@ -13,7 +13,8 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from fastctl.cli import main
-from fastctl.deploy import CA_NOTE, CERT_DIR, DeployOptions, Permissions, manifests
+from fastctl.deploy import CERT_DIR, DeployOptions, Permissions, manifests
+from fastctl.deploy._webhooks import CA_NOTE
 from fastctl.webhook import Webhooks
 
 OPERATOR = str(Path(__file__).parents[1] / "kube" / "operators" / "webhooked.py") + ":make"

@@ -12,13 +12,13 @@ import pytest
 
 from fastctl import all_of, annotations_changed, any_of, generation_changed, labels_changed
 from fastctl.kube._store import Store
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime._filters import EventFilter, Predicate
 from fastctl.runtime._triggers import RelatedTriggers, primary_triggers
 from fastctl.types import ObjectRef, Trigger
 
-INIT = WatchEvent(EventKind.INIT)
-DONE = WatchEvent(EventKind.INIT_DONE)
+INIT = ListFrame(EventKind.INIT)
+DONE = ListFrame(EventKind.INIT_DONE)
 
 
 def obj(
@@ -41,15 +41,15 @@ def obj(
 
 
 def apply(o: dict[str, Any]) -> WatchEvent:
-    return WatchEvent(EventKind.APPLY, o)
+    return ObjectEvent(EventKind.APPLY, o)
 
 
 def listed(o: dict[str, Any]) -> WatchEvent:
-    return WatchEvent(EventKind.INIT_APPLY, o)
+    return ObjectEvent(EventKind.INIT_APPLY, o)
 
 
 def delete(o: dict[str, Any]) -> WatchEvent:
-    return WatchEvent(EventKind.DELETE, o)
+    return ObjectEvent(EventKind.DELETE, o)
 
 
 def new_filter(predicate: Predicate | None = generation_changed, **kw: Any) -> EventFilter:

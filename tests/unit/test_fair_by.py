@@ -53,7 +53,7 @@ async def run_order(fair_by: FairBy | None, refs: list[ObjectRef], data: Any = N
         store,
         triggers(),
         scheduler=Scheduler(concurrency=1, max_wait=float("inf")),
-        fair_by=fair_by,
+        config=ApplierConfig(fair_by=fair_by),
     )
     async for _ in results:
         pass
@@ -112,6 +112,6 @@ def test_a_controller_takes_fair_by_into_its_config() -> None:
         return None
 
     client = ApiClient.__new__(ApiClient)  # never used
-    ctl = Controller(client, widget, reconcile, fair_by="namespace")
+    ctl = Controller(client, widget, reconcile, config=ApplierConfig(fair_by="namespace"))
     assert ctl.config.fair_by == "namespace"
     assert Controller(client, widget, reconcile).config.fair_by is None

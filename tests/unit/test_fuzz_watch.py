@@ -27,6 +27,8 @@ from fastctl.kube._watcher import (
     INITIAL_EVENTS_END,
     Backoff,
     EventKind,
+    ListFrame,
+    ObjectEvent,
     WatchConfig,
     WatchEvent,
     _Watcher,
@@ -145,7 +147,7 @@ async def _drive(mode: str, answers: list[tuple[int, bytes]]) -> list[WatchEvent
         None,
     )
     if mode == "watch":
-        watcher.rv = "1"
+        watcher.state.rv = "1"
     pending = list(answers)
 
     async def get(query: object) -> StreamResponse:
@@ -167,10 +169,9 @@ async def _drive(mode: str, answers: list[tuple[int, bytes]]) -> list[WatchEvent
     try:
         async with asyncio.timeout(30):  # a hang guard, not a timing assertion
             async for event in watcher.run():
-                assert isinstance(event, WatchEvent)
-                assert (event.obj is None) == (
-                    event.kind in (EventKind.INIT, EventKind.INIT_DONE)
-                ), event
+                # The kind says which class: a frame has no object, the rest always one.
+                frame = event.kind in (EventKind.INIT, EventKind.INIT_DONE)
+                assert isinstance(event, ListFrame if frame else ObjectEvent), event
                 store.apply(event)
                 store.owned_by("o1")
                 events.append(event)

@@ -273,7 +273,7 @@ def test_inspect_reports_state_position_reasons_and_backoff() -> None:
 
 
 def test_inspect_names_the_fair_group_and_counts_its_turns() -> None:
-    ctl = _controller(concurrency=1, fair_by="namespace")
+    ctl = _controller(config=ApplierConfig(concurrency=1, fair_by="namespace"))
     sched = ctl.scheduler
     assert isinstance(sched, Scheduler)
     sched.add_many([f"flood/{i}" for i in range(4)], group="flood")
@@ -312,7 +312,7 @@ def test_inspect_names_the_fair_group_and_counts_its_turns() -> None:
 def test_inspect_says_a_key_is_held_by_its_groups_cap() -> None:
     """A ready object of a group at its cap says it is held and has no place in line; the
     others' positions do not count it; the summary marks the group held."""
-    ctl = _controller(concurrency=4, fair_by="namespace", group_concurrency=1)
+    ctl = _controller(config=ApplierConfig(concurrency=4, fair_by="namespace", group_concurrency=1))
     sched = ctl.scheduler
     assert isinstance(sched, Scheduler)
     sched.add_many(["slow/0", "slow/1", "slow/2"], group="slow", priority=1)

@@ -1,8 +1,7 @@
 """The layering rule of docs/architecture.md ("Who may import whom"), checked on every
 import statement of the package: the engine imports no Kubernetes layer, `kube` no runtime,
 `runtime` no `webhook` or `deploy`, `testing` none of them, and nothing inside the library
-imports the facade `fastctl/__init__.py` (which, like the deprecated alias `fastctl.apply`,
-only re-exports).
+imports the facade `fastctl/__init__.py` (which only re-exports).
 Imports under ``if TYPE_CHECKING:`` are annotations only and do not count."""
 
 from __future__ import annotations
@@ -68,8 +67,8 @@ def imports(path: Path) -> Iterator[str]:
             yield from (alias.name for alias in node.names)
 
 
-FACADES = {"fastctl", "fastctl.apply"}
-"""Re-exports only: the root package, and the deprecated alias of the object API."""
+FACADES = {"fastctl"}
+"""Re-exports only: the root package."""
 
 LIBRARY = [
     p

@@ -15,9 +15,9 @@ from typing import Any, cast
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl.runtime.leader import (
-    LeaderElection,
-    LeaderElector,
+from fastctl.runtime.leader import LeaderElection, LeaderElector
+from fastctl.runtime.leader._rules import (
+    MIN_SAFETY_MARGIN,
     LeaseRecord,
     Observation,
     Tenure,
@@ -26,7 +26,6 @@ from fastctl.runtime.leader import (
     next_record,
     released_record,
 )
-from fastctl.runtime.leader._rules import MIN_SAFETY_MARGIN
 
 from .fake_lease import LeaseStore
 

@@ -36,7 +36,8 @@ from hypothesis import strategies as st
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl.kube._http import ApiError
-from fastctl.runtime.leader import LeaderElection, LeaderElector, LeaseRecord, _elector, micro_time
+from fastctl.runtime.leader import LeaderElection, LeaderElector, _elector
+from fastctl.runtime.leader._rules import LeaseRecord, micro_time
 from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .fake_lease import LeaseStore

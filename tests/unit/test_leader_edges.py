@@ -17,17 +17,16 @@ from typing import Any, Self
 import pytest
 
 from fastctl.kube._http import ApiError
-from fastctl.runtime.leader import (
-    LeaderElection,
+from fastctl.runtime.leader import LeaderElection, _elector, _rules
+from fastctl.runtime.leader._rules import (
+    RETRY_JITTER,
     LeaseRecord,
     Observation,
-    _elector,
-    _rules,
+    check_lease_timings,
     default_identity,
     micro_time,
     next_record,
 )
-from fastctl.runtime.leader._rules import RETRY_JITTER, check_lease_timings
 from fastctl.testing import VirtualTimeLoop
 
 from .fake_lease import LeaseStore

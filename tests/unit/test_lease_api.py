@@ -20,8 +20,9 @@ from aiohttp.test_utils import TestServer
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.kube._http import ApiError
-from fastctl.runtime.leader import LeaderElection, LeaderElector, LeaseRecord
+from fastctl.runtime.leader import LeaderElection, LeaderElector
 from fastctl.runtime.leader._lease_api import TRANSIENT, LeaseClient
+from fastctl.runtime.leader._rules import LeaseRecord
 
 COLLECTION = "/apis/coordination.k8s.io/v1/namespaces/ops/leases"
 PATH = f"{COLLECTION}/op"

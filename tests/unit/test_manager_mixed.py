@@ -161,7 +161,7 @@ def test_the_elected_controller_waits_for_leadership_and_the_sharded_for_its_slo
     """Another replica holds the leader Lease: the sharded controller reconciles, the
     elected one does not."""
     setup = Setup(monkeypatch)
-    from fastctl.runtime.leader import LeaseRecord
+    from fastctl.runtime.leader._rules import LeaseRecord
 
     setup.lease.create(LeaseRecord("other", 3))
     elected, sharded = Work(None), Work(None)

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fastctl import Action
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
 from fastctl.runtime.controller import Controller, _environment, _run
 from fastctl.runtime.leader import LeaderElection
 from fastctl.runtime.manager import Manager, ServerOptions
@@ -116,9 +116,9 @@ async def test_metrics_of_a_busy_controller(monkeypatch: pytest.MonkeyPatch) -> 
         feeds.push(*listing(widget("w", 0)))
         await until(lambda: ctl.scheduler.stats()["waiting"] == 1, "w requeued")
         for name in ("a", "b", "c", "d"):  # a, b run; c, d wait for a slot
-            feeds.push(WatchEvent(EventKind.APPLY, widget(name, 1)))
+            feeds.push(ObjectEvent(EventKind.APPLY, widget(name, 1)))
         await until(lambda: ctl.scheduler.in_flight == 2, "a and b running")
-        feeds.push(WatchEvent(EventKind.APPLY, widget("a", 2)))  # a dirty
+        feeds.push(ObjectEvent(EventKind.APPLY, widget("a", 2)))  # a dirty
         for _ in range(2):
             feeds.on_error[0](ConnectionError("reset"))
         await until(lambda: ctl.scheduler.stats()["dirty"] == 1, "a dirty")

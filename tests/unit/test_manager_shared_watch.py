@@ -15,7 +15,7 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl import Action
 from fastctl.errors import ApiError
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import EventKind, WatchConfig, WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchConfig, WatchEvent
 from fastctl.runtime.controller import Controller, _environment, _run
 from fastctl.runtime.manager import Manager, _watches
 from fastctl.runtime.manager._watches import share_watches
@@ -48,8 +48,8 @@ class FakeWatchers:
     async def _events(self, on_error: Any) -> AsyncIterator[WatchEvent]:
         if on_error is not None:
             on_error(ApiError(503, "ServiceUnavailable", "try later", method="GET", path="/x"))
-        yield WatchEvent(EventKind.INIT)
-        yield WatchEvent(EventKind.INIT_DONE)
+        yield ListFrame(EventKind.INIT)
+        yield ListFrame(EventKind.INIT_DONE)
         await asyncio.Event().wait()
 
 
@@ -84,7 +84,8 @@ CLIENT = ApiClient.__new__(ApiClient)  # never used: the watcher is faked
 
 
 def controller(name: str, *, strip: bool = True, client: ApiClient = CLIENT) -> Controller:
-    return Controller(client, WIDGET, nothing, name=name, strip_managed_fields=strip).owns(CHILD)
+    watch = WatchConfig(strip_managed_fields=strip)
+    return Controller(client, WIDGET, nothing, name=name, watch_config=watch).owns(CHILD)
 
 
 async def test_every_controller_counts_the_errors_of_a_shared_watch(
@@ -140,13 +141,13 @@ async def test_two_relations_on_one_resource_each_hear_every_event(
     """`owns(CHILD)` and `watches(CHILD, ...)` in one controller share the Manager's watch
     of CHILD through a subscription each: neither takes events from the other's stream, and
     no subscription is left unread (a bounded channel nobody reads stalls the shared watch)."""
-    listing = [
-        WatchEvent(EventKind.INIT),
+    listing: list[WatchEvent] = [
+        ListFrame(EventKind.INIT),
         *(
-            WatchEvent(EventKind.INIT_APPLY, {"metadata": {"name": f"c{i}", "namespace": "n"}})
+            ObjectEvent(EventKind.INIT_APPLY, {"metadata": {"name": f"c{i}", "namespace": "n"}})
             for i in range(5)
         ),
-        WatchEvent(EventKind.INIT_DONE),
+        ListFrame(EventKind.INIT_DONE),
     ]
 
     def fake(*_: Any, **__: Any) -> AsyncIterator[WatchEvent]:

@@ -23,7 +23,7 @@ from fastctl.errors import ApiError
 from fastctl.kube import _http
 from fastctl.kube._objects import patch
 from fastctl.kube._resource import ResolvedResource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ObjectEvent, ObjectKind, WatchEvent
 from fastctl.kube._writes import observed_write
 from fastctl.runtime._filters import EventFilter
 from fastctl.runtime._own_writes import NOTE_TTL, OwnWrites
@@ -92,16 +92,18 @@ class FakeServer:
         self.writes: list[str] = []  # "200", "201", "409" per write, in order
         monkeypatch.setattr(_http, "request", self.request)
 
-    def commit(self, obj: dict[str, Any], kind: EventKind = EventKind.APPLY) -> dict[str, Any]:
+    def commit(self, obj: dict[str, Any], kind: ObjectKind = EventKind.APPLY) -> dict[str, Any]:
         """Store `obj` at a new version; the watch delivers it."""
         self.version += 1
         obj = copy.deepcopy(obj)
         obj["metadata"]["resourceVersion"] = str(self.version)
         self.objects[obj["metadata"]["name"]] = obj
-        self.feed.push(WatchEvent(kind, copy.deepcopy(obj)))
+        self.feed.push(ObjectEvent(kind, copy.deepcopy(obj)))
         return obj
 
-    def create(self, name: str, kind: EventKind = EventKind.APPLY, **fields: Any) -> dict[str, Any]:
+    def create(
+        self, name: str, kind: ObjectKind = EventKind.APPLY, **fields: Any
+    ) -> dict[str, Any]:
         meta = {"name": name, "namespace": NS, "uid": f"uid-{name}"}
         widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta, **fields}
         return self.commit(widget, kind)
@@ -237,7 +239,7 @@ CONFIGMAPS = ResolvedResource("", "v1", "ConfigMap", "configmaps", True)
 
 
 def namespace_of(event: WatchEvent) -> str:
-    assert event.obj is not None
+    assert isinstance(event, ObjectEvent)
     return str(event.obj["metadata"]["namespace"])
 
 
@@ -255,7 +257,7 @@ async def test_a_write_in_one_namespace_holds_nothing_of_the_same_name_in_anothe
 
     queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
     for namespace in ("ns-a", "ns-b"):
-        queue.put_nowait(WatchEvent(EventKind.APPLY, cm(namespace, "x", "8")))
+        queue.put_nowait(ObjectEvent(EventKind.APPLY, cm(namespace, "x", "8")))
 
     async def events() -> AsyncIterator[WatchEvent]:
         while (event := await queue.get()) is not None:
@@ -285,7 +287,7 @@ async def test_an_unproven_answer_claims_nothing_even_for_an_object_no_watch_has
 
     await own.observing(reconcile)(None, None)  # type: ignore[misc]
     assert len(own) == 0
-    assert f.admits(WatchEvent(EventKind.APPLY, theirs))
+    assert f.admits(ObjectEvent(EventKind.APPLY, theirs))
 
 
 async def test_an_echo_after_versions_the_watch_skipped_passes() -> None:
@@ -294,7 +296,7 @@ async def test_an_echo_after_versions_the_watch_skipped_passes() -> None:
     last saw 3), the echo passes: it carries the change 3 -> 4 that no event showed."""
     own = OwnWrites([CHILD])
     f = EventFilter(None, controller="c", kind="ConfigMap", own_writes=own)
-    assert f.admits(WatchEvent(EventKind.APPLY, cm("ns", "x", "3")))
+    assert f.admits(ObjectEvent(EventKind.APPLY, cm("ns", "x", "3")))
     own.saw(CHILD, cm("ns", "x", "4"))  # delivered to the watch, not yet to the filter
 
     async def reconcile(obj: Any, ctx: Any) -> None:
@@ -307,7 +309,7 @@ async def test_an_echo_after_versions_the_watch_skipped_passes() -> None:
 
     await own.observing(reconcile)(None, None)  # type: ignore[misc]
     assert len(own) == 1
-    relisted = [INIT, WatchEvent(EventKind.INIT_APPLY, cm("ns", "x", "5")), DONE]
+    relisted: list[WatchEvent] = [INIT, ObjectEvent(EventKind.INIT_APPLY, cm("ns", "x", "5")), DONE]
     assert [f.admits(event) for event in relisted] == [True, True, True]
     assert f.take_listed() == {ObjectRef("x", "ns")}
     assert len(own) == 0  # the note is used up

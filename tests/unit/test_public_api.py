@@ -1,7 +1,7 @@
-"""The public API as docs/contract.md and docs/architecture.md describe it: names are added,
-never removed; every exported name resolves; no module is hidden behind a function of the
-same name; the exception hierarchy holds; and the docs name only modules and objects that
-exist, so they cannot go stale unnoticed."""
+"""The public API as docs/contract.md states it: exactly the pinned 1.0 names, listed on that
+page; every exported name resolves; no module is hidden behind a function of the same name;
+the exception hierarchy holds; the docs name only modules and objects that exist, and teach
+only public imports, so they cannot go stale unnoticed."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import inspect
 import pkgutil
 import re
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -25,94 +24,155 @@ from fastctl._core import SCHEDULER_DEFAULTS
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = Path(fastctl.__file__).resolve().parent
 
-PUBLIC_PACKAGES = (
-    "fastctl",
-    "fastctl.kube",
-    "fastctl.runtime",
-    "fastctl.runtime.leader",
-    "fastctl.runtime.sharding",
-    "fastctl.deploy",
-    "fastctl.errors",
-    "fastctl.types",
-    "fastctl.testing",
-    "fastctl.webhook",
-)
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(text.split())
 
 
-def _names(text: str) -> set[str]:
-    return set(text.split())
+PUBLIC: dict[str, frozenset[str]] = {
+    "fastctl": _names(
+        """
+        INITIAL_LIST_PRIORITY Action ApiError ApplierConfig Controller CustomResource Discovery
+        DiscoveryError ErrorPolicy EventKind FastctlError InvalidObject KubeModel
+        KubeconfigError LeaderElection LeaderElector LeadershipLost ListFrame Manager Mapper
+        ObjectEvent ObjectRef Predicate PrinterColumn Reconcile ReconcileCancelled
+        ReconcileResult ReconcileTimeout Recorder ResolvedResource Resource ResourceNotFound
+        Scheduler SchemaError ServerOptions Sharding Store Trigger ValidationRule WatchConfig
+        WatchError WatchEvent WatchStreamError
+        all_of annotations_changed any_of applier finalizer generation_changed labels_changed
+        load_client reflector watcher
+        """
+    ),
+    "fastctl.kube": _names(
+        """
+        ApiError Backoff CustomResource Discovery DiscoveryError EventKind InvalidObject
+        KubeModel KubeconfigError ListFrame MetadataOnlyUnsupported ObjectEvent ObjectMeta
+        PatchType PrinterColumn Recorder ResolvedResource Resource ResourceNotFound
+        SchemaError Store ValidationRule WatchConfig WatchEvent add_finalizer apply
+        apply_status controller_uid crd create delete finalizer get load_client patch
+        reflector remove_finalizer watcher
+        """
+    ),
+    "fastctl.runtime": _names(
+        """
+        INITIAL_LIST_PRIORITY Controller LeaderElection LeaderElector Manager ObjectInspection
+        Predicate QueueSummary ReasonCount RelatedCache ServerOptions Sharding all_of
+        annotations_changed any_of generation_changed labels_changed
+        """
+    ),
+    "fastctl.runtime.leader": _names("LeaderElection LeaderElector"),
+    "fastctl.runtime.sharding": _names("Sharding"),
+    "fastctl.webhook": _names(
+        """
+        MAX_BODY_BYTES AdmissionRequest AdmissionWebhook Allow Converter Deny
+        ManagedWebhookServer Service ServingCertificate SharedSecret WebhookServer Webhooks
+        configurations conversion install json_patch shared_secret_of uninstall
+        """
+    ),
+    "fastctl.deploy": _names(
+        "CERT_DIR DeployOptions Permissions PolicyRule derive manifests needs to_yaml"
+    ),
+    "fastctl.testing": _names(
+        """
+        ETCD_VERSION K8S_VERSION Binaries BinariesNotFoundError BuildError ControlPlane
+        ControlPlaneError Deadlock Spin StartupError VirtualTimeLoop build_binaries
+        ensure_binaries find_binaries run_virtual virtual_time
+        """
+    ),
+    "fastctl.testing.model": _names("ModelScheduler"),
+    "fastctl.errors": _names(
+        """
+        ApiError DiscoveryError FastctlError InvalidObject KubeconfigError LeadershipLost
+        ReconcileCancelled ReconcileTimeout ResourceNotFound SchemaError WatchError
+        WatchStreamError
+        """
+    ),
+    "fastctl.types": _names(
+        "Action ErrorPolicy Mapper ObjectRef Reconcile ReconcileResult Trigger"
+    ),
+    "fastctl.log": _names(
+        "JsonFormatter ObjectContextFilter RedactingFilter current_object mark_sensitive redact"
+    ),
+}
+"""The 1.0 API: each public namespace and its ``__all__``, in full (docs/contract.md, "The
+public names"). From 1.0 on, names may be added here (and on that page); removing or
+renaming one needs a deprecation path first."""
+
+PUBLIC_PACKAGES = tuple(PUBLIC)
+
+HOMES = (
+    "fastctl.runtime.controller",
+    "fastctl.runtime.manager",
+    "fastctl.testing.binaries",
+    "fastctl.testing.control_plane",
+    "fastctl.testing.pytest_plugin",
+)
+"""Modules without an underscore that define public names but are not where users import
+them from: their ``__all__`` may only hold names some public namespace exports."""
+
+APPLICATIONS = ("fastctl.cli", "fastctl.demo")
+"""Applications of the library (the ``fastctl`` command, the example operator): no API."""
 
 
-# What fastctl exported before: each of these must stay (new names are welcome).
-FASTCTL_ALL = _names(
-    """
-    DEFAULT_CONCURRENCY INITIAL_LIST_PRIORITY Action ApiError Controller Discovery
-    DiscoveryError ErrorPolicy EventKind FastctlError KubeconfigError LeaderElection LeaderElector
-    LeadershipLost Manager Mapper ObjectRef Reconcile ReconcileCancelled ReconcileResult
-    ReconcileTimeout Recorder ResolvedResource Resource ResourceNotFound Scheduler Store
-    Trigger WatchError WatchEvent WatchStreamError applier finalizer load_client reflector
-    watcher
-    CustomResource KubeModel PrinterColumn Rule InvalidObject SchemaError
-    Predicate all_of annotations_changed any_of generation_changed labels_changed
-    """
-)
-KUBE_ALL = _names(
-    """
-    ApiError Backoff Discovery DiscoveryError EventKind KubeconfigError PatchType Recorder
-    ResolvedResource
-    Resource ResourceNotFound Store WatchEvent add_finalizer apply apply_status
-    controller_uid create delete finalizer get load_client patch reflector remove_finalizer
-    resolved watcher MetadataOnlyUnsupported
-    CustomResource KubeModel ObjectMeta PrinterColumn Rule crd InvalidObject SchemaError
-    """
-)
-RUNTIME_ALL = _names(
-    """
-    INITIAL_LIST_PRIORITY Controller LeaderElection LeaderElector Manager
-    ObjectInspection QueueSummary ReasonCount RelatedCache
-    Predicate all_of annotations_changed any_of generation_changed labels_changed
-    """
-)
-DEPLOY_ALL = _names(
-    """
-    BUILTIN_RESOURCES EVENTS_RULE LEASE_RULE DeployOptions Needs Operator Permissions Rule
-    collect_crds deployment derive describe manifests metrics_rbac needs needs_of rbac_objects
-    resolve_offline resolve_resources service_account to_yaml
-    CA_NOTE CERT_DIR MANAGED_RULES shared_secret_rules webhook_objects webhook_rules
-    webhook_secret webhook_service
-    """
-)
-WEBHOOK_ALL = _names(
-    """
-    MAX_BODY_BYTES AdmissionRequest AdmissionWebhook Allow Converter Deny
-    ManagedWebhookServer Service ServingCertificate SharedSecret WebhookMetrics WebhookServer
-    Webhooks configurations conversion install json_patch shared_secret_of uninstall
-    """
-)
-
-TESTING_ALL = _names(
-    """
-    ETCD_VERSION K8S_VERSION Binaries BinariesNotFoundError BuildError ControlPlane
-    ControlPlaneError StartupError build_binaries ensure_binaries find_binaries
-    Deadlock Spin VirtualTimeLoop run_virtual virtual_time
-    """
-)
-
-
-@pytest.mark.parametrize(
-    ("package", "names"),
-    [
-        ("fastctl", FASTCTL_ALL),
-        ("fastctl.kube", KUBE_ALL),
-        ("fastctl.runtime", RUNTIME_ALL),
-        ("fastctl.deploy", DEPLOY_ALL),
-        ("fastctl.webhook", WEBHOOK_ALL),
-        ("fastctl.testing", TESTING_ALL),
-    ],
-)
-def test_exports_only_grow(package: str, names: set[str]) -> None:
+@pytest.mark.parametrize("package", PUBLIC_PACKAGES)
+def test_exports_are_the_pinned_list(package: str) -> None:
     exported = set(importlib.import_module(package).__all__)
-    assert names <= exported, f"{package}.__all__ lost {sorted(names - exported)}"
+    pinned = PUBLIC[package]
+    assert exported == pinned, (
+        f"{package}.__all__ differs from the 1.0 list: "
+        f"not pinned {sorted(exported - pinned)}, missing {sorted(pinned - exported)}"
+    )
+
+
+def _contract_names() -> dict[str, frozenset[str]]:
+    """The "The public names" block of docs/contract.md: a namespace per unindented line,
+    its names on the indented lines below it."""
+    text = (ROOT / "docs" / "contract.md").read_text()
+    block = re.search(r"## The public names\n.*?```text\n(.*?)```", text, re.S)
+    assert block is not None, "docs/contract.md has no list of the public names"
+    listed: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in block.group(1).splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith(" "):
+            assert line not in listed, f"{line} is listed twice"
+            current = listed[line] = []
+        else:
+            assert current is not None, f"names before any namespace: {line!r}"
+            current.extend(line.split())
+    for namespace, names in listed.items():
+        assert len(names) == len(set(names)), f"{namespace}: a name is listed twice"
+    return {namespace: frozenset(names) for namespace, names in listed.items()}
+
+
+def test_the_contract_lists_the_pinned_names() -> None:
+    assert _contract_names() == PUBLIC
+
+
+def _walk() -> list[str]:
+    return [info.name for info in pkgutil.walk_packages(fastctl.__path__, "fastctl.")]
+
+
+def test_every_module_is_public_private_a_home_or_an_application() -> None:
+    """A new module without an underscore is a decision: pin it, or say what it is."""
+    undecided = [
+        name
+        for name in _walk()
+        if not any(part.startswith("_") for part in name.split("."))
+        and name not in PUBLIC
+        and name not in HOMES
+        and not name.startswith(tuple(f"{app}." for app in APPLICATIONS))
+        and name not in APPLICATIONS
+    ]
+    assert undecided == []
+
+
+@pytest.mark.parametrize("home", HOMES)
+def test_homes_export_only_public_names(home: str) -> None:
+    exported = set(getattr(importlib.import_module(home), "__all__", ()))
+    public = set().union(*PUBLIC.values())
+    assert exported <= public, f"{home}.__all__ exports internals: {sorted(exported - public)}"
 
 
 @pytest.mark.parametrize("package", PUBLIC_PACKAGES)
@@ -129,12 +189,7 @@ def test_the_root_exports_the_option_objects() -> None:
 
 
 def _submodules() -> list[str]:
-    names = []
-    for info in pkgutil.walk_packages(fastctl.__path__, "fastctl."):
-        if info.name.rsplit(".", 1)[-1] == "__main__":
-            continue  # running it is its whole point
-        names.append(info.name)
-    return names
+    return [name for name in _walk() if name.rsplit(".", 1)[-1] != "__main__"]
 
 
 @pytest.mark.parametrize("name", _submodules())
@@ -142,9 +197,7 @@ def test_no_public_module_is_shadowed(name: str) -> None:
     """``import fastctl.x.y as m`` and ``fastctl.x.y`` must be the same object: a package
     that binds a function to a submodule's name makes the module unreachable by attribute
     (``fastctl.kube.finalizer`` is the function because its module is ``_finalizer``)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fastctl.apply
-        module = importlib.import_module(name)
+    module = importlib.import_module(name)
     parent_name, _, short = name.rpartition(".")
     if short.startswith("_"):
         return  # implementation: reached through the package's names, not by attribute
@@ -159,14 +212,6 @@ def test_module_attributes_are_reachable() -> None:
     assert callable(kube.finalizer)
     assert callable(fastctl.finalizer)
     assert callable(fastctl.watcher)
-
-
-def test_fastctl_apply_is_a_deprecated_alias() -> None:
-    sys.modules.pop("fastctl.apply", None)
-    with pytest.warns(DeprecationWarning, match="import .* from fastctl.kube"):
-        alias = importlib.import_module("fastctl.apply")
-    assert alias.apply is fastctl.kube.apply
-    assert set(alias.__all__) <= set(fastctl.kube.__all__)
 
 
 def test_every_error_derives_from_fastctl_error() -> None:
@@ -281,9 +326,7 @@ def _resolves(dotted: str) -> bool:
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                obj: object = importlib.import_module(".".join(parts[:i]))
+            obj: object = importlib.import_module(".".join(parts[:i]))
         except ImportError:
             continue
         for attr in parts[i:]:
@@ -294,13 +337,28 @@ def _resolves(dotted: str) -> bool:
     return False
 
 
+CHANGES_HEADING = "## Changes before 1.0"
+"""The section of docs/contract.md that names what is gone, on purpose."""
+
+
+def _current_text(doc: Path) -> str:
+    """`doc` without the section that lists the names renamed or removed before 1.0."""
+    text = doc.read_text()
+    start = text.find(CHANGES_HEADING)
+    if start < 0:
+        return text
+    end = text.find("\n## ", start + len(CHANGES_HEADING))
+    return text[:start] + (text[end:] if end >= 0 else "")
+
+
 def test_the_docs_name_only_what_exists() -> None:
     """Every dotted ``fastctl.…`` name in README.md and docs/ is a module or an object (or a
-    logger): a module that moves, or a name that goes, fails here until the docs follow."""
+    logger): a module that moves, or a name that goes, fails here until the docs follow.
+    The "Changes before 1.0" table of docs/contract.md names the old spellings: left out."""
     loggers = _logger_names()
     stale = set()
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for name in re.findall(r"(?<![\w./-])fastctl(?:\.\w+)+", doc.read_text()):
+        for name in re.findall(r"(?<![\w./-])fastctl(?:\.\w+)+", _current_text(doc)):
             if name not in loggers and not _resolves(name):
                 stale.add(f"{doc.relative_to(ROOT)}: {name}")
     assert not stale, sorted(stale)
@@ -313,6 +371,82 @@ def test_the_docs_stand_alone() -> None:
         if "DESIGN.md" in path.read_text():
             offenders.append(str(path.relative_to(ROOT)))
     assert not offenders
+
+
+TEACHING = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "examples").glob("*.py")),
+    *sorted((PACKAGE / "demo").glob("*.py")),
+]
+"""What users copy from: the README, the docs, the examples and the demo operator."""
+
+INTERNALS_SHOWN = {
+    ("python/fastctl/demo/widgets.py", "fastctl.demo._record"),
+}
+"""(file, module) pairs where an underscored module is imported on purpose: the demo's own
+record of its reconciles (a module of the application, not of the library)."""
+
+_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(fastctl[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)"
+    r"|import[ \t]+(fastctl[\w.]*))",
+    re.M,
+)
+
+
+def _fastctl_imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names) of every ``from fastctl… import names`` and ``import fastctl…`` in
+    `path`: a Python file's import statements, or the lines of a Markdown file."""
+    if path.suffix == ".py":
+        found: list[tuple[str, list[str]]] = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.append((node.module, [alias.name for alias in node.names]))
+            elif isinstance(node, ast.Import):
+                found.extend((alias.name, []) for alias in node.names)
+        return [(module, names) for module, names in found if module.split(".")[0] == "fastctl"]
+    found = []
+    for match in _IMPORT.finditer(path.read_text()):
+        module = match.group(1) or match.group(3)
+        listed = re.sub(r"#[^\n]*", "", match.group(2) or "").strip("()")
+        names = [item.split()[0] for item in listed.split(",") if item.strip()]
+        found.append((module, names))
+    return found
+
+
+def test_the_docs_find_imports() -> None:
+    """The import scanner above is not vacuous."""
+    imports = _fastctl_imports(ROOT / "README.md")
+    assert ("fastctl.kube", ["apply"]) in imports
+    assert any(module == "fastctl" and "Controller" in names for module, names in imports)
+
+
+@pytest.mark.parametrize("path", TEACHING, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_docs_teach_only_public_imports(path: Path) -> None:
+    """What users copy imports only public names from public namespaces: no ``_module``
+    (unless listed in `INTERNALS_SHOWN`), no home module (``fastctl.runtime.controller``:
+    the namespace that exports the name is where to import it from), no name outside the
+    namespace's ``__all__``. The example operator (`fastctl.demo`) is the exception the
+    examples run."""
+    where = str(path.relative_to(ROOT))
+    wrong = []
+    for module, names in _fastctl_imports(path):
+        if module == "fastctl.demo" or module.startswith("fastctl.demo."):
+            if any(part.startswith("_") for part in module.split(".")) and (
+                (where, module) not in INTERNALS_SHOWN
+            ):
+                wrong.append(f"{module} (private)")
+            continue
+        if (where, module) in INTERNALS_SHOWN:
+            continue
+        if module not in PUBLIC:
+            wrong.append(f"{module} (not a public namespace)")
+            continue
+        public_modules = {m.rpartition(".")[2] for m in PUBLIC if m.startswith(module + ".")}
+        hidden = [n for n in names if n not in PUBLIC[module] and n not in public_modules]
+        if hidden:
+            wrong.append(f"{module}: {', '.join(hidden)} (not exported)")
+    assert wrong == []
 
 
 def _documented_keywords(doc: str, opening: str) -> dict[str, object]:

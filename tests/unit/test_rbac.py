@@ -21,17 +21,10 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.cli import build_parser, main
 from fastctl.demo import widgets
-from fastctl.deploy import (
-    LEASE_RULE,
-    Permissions,
-    Rule,
-    collect_crds,
-    derive,
-    describe,
-    needs,
-    resolve_offline,
-    resolve_resources,
-)
+from fastctl.deploy import Permissions, PolicyRule, derive, needs
+from fastctl.deploy._manifests import collect_crds
+from fastctl.deploy._operator import describe, resolve_resources
+from fastctl.deploy._rbac import LEASE_RULE, resolve_offline
 from fastctl.kube import Resource
 from fastctl.runtime import Controller, LeaderElection, Manager
 from fastctl.types import ObjectRef
@@ -61,7 +54,7 @@ async def permissions_of(built: Any, module: Any = None, **kw: Any) -> Permissio
     return derive(operator.controllers, resolved, extra=operator.rules, **kw)
 
 
-def by_resource(rules: tuple[Rule, ...]) -> dict[tuple[str, str], tuple[str, ...]]:
+def by_resource(rules: tuple[PolicyRule, ...]) -> dict[tuple[str, str], tuple[str, ...]]:
     out: dict[tuple[str, str], tuple[str, ...]] = {}
     for rule in rules:
         for resource in rule.resources:
@@ -149,7 +142,7 @@ async def test_the_module_level_rbac_list_is_granted_where_the_controllers_are(
     offline: ApiClient,
 ) -> None:
     module = types.ModuleType("op")
-    module.RBAC = [Rule("apps", ("deployments",), ("get",))]  # type: ignore[attr-defined]
+    module.RBAC = [PolicyRule("apps", ("deployments",), ("get",))]  # type: ignore[attr-defined]
     module.CRD = widgets.CRD  # type: ignore[attr-defined]
     operator = describe(widgets.make_controller(offline, namespace="n"), module)
     resolved = await resolve_resources(operator)
@@ -190,8 +183,8 @@ async def test_a_rule_limited_to_names_stays_limited_when_merged(offline: ApiCli
         ctl,
         rules=[
             {**token, "resourceNames": ["token"]},
-            Rule("", ("secrets",), ("get", "update"), resource_names=("token",)),
-            Rule("", ("configmaps",), ("get",), resource_names=("settings",)),
+            PolicyRule("", ("secrets",), ("get", "update"), resource_names=("token",)),
+            PolicyRule("", ("configmaps",), ("get",), resource_names=("settings",)),
         ],
     )
     rules = (await permissions_of(ctl, widgets)).namespaced["n"]
@@ -206,10 +199,10 @@ async def test_a_rule_limited_to_names_stays_limited_when_merged(offline: ApiCli
          "resourceNames": ["token"]},
     ]  # fmt: skip
     assert ("", "secrets") not in by_resource(tuple(r for r in rules if not r.resource_names))
-    assert Rule.of({**token, "resourceNames": ["token"]})[0].grants() == set()
+    assert PolicyRule.of({**token, "resourceNames": ["token"]})[0].grants() == set()
     # A verb the resource's own rule grants on every object is not repeated by name.
     owner = Controller(offline, widgets.WIDGET, _noop, namespace="n").owns(widgets.CONFIGMAP)
-    named = Rule("", ("configmaps",), ("get",), resource_names=("settings",))
+    named = PolicyRule("", ("configmaps",), ("get",), resource_names=("settings",))
     needs(owner, owned=("create", "patch", "delete", "get"), rules=[named])
     again = (await permissions_of(owner, widgets)).namespaced["n"]
     assert [r for r in again if r.resource_names] == []
@@ -218,16 +211,16 @@ async def test_a_rule_limited_to_names_stays_limited_when_merged(offline: ApiCli
 def test_a_rule_limited_to_names_refuses_what_rbac_cannot_limit() -> None:
     for verb in ("create", "deletecollection", "*"):
         with pytest.raises(ValueError, match=f"cannot grant {re.escape(verb)}: RBAC"):
-            Rule("", ("secrets",), ("get", verb), resource_names=("a",))
+            PolicyRule("", ("secrets",), ("get", verb), resource_names=("a",))
     with pytest.raises(TypeError, match="tuple of names, got the string 'abc'"):
-        Rule("", ("secrets",), ("get",), resource_names="abc")  # type: ignore[arg-type]
+        PolicyRule("", ("secrets",), ("get",), resource_names="abc")  # type: ignore[arg-type]
 
 
 def test_policy_rules_need_groups_resources_and_verbs() -> None:
     with pytest.raises(ValueError, match="apiGroups"):
-        Rule.of({"resources": ["secrets"], "verbs": ["get"]})
+        PolicyRule.of({"resources": ["secrets"], "verbs": ["get"]})
     with pytest.raises(ValueError, match="resources and verbs"):
-        Rule("", ("secrets",), ())
+        PolicyRule("", ("secrets",), ())
 
 
 # -- the command ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fastctl.kube._resource import ResolvedResource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, ObjectKind, WatchEvent
 from fastctl.kube._writes import observed_write
 from fastctl.runtime import _own_writes
 from fastctl.runtime._own_writes import OwnWrites
@@ -40,13 +40,13 @@ def widget(name: str, version: str) -> dict[str, Any]:
     return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta}
 
 
-def apply(name: str, version: str, kind: EventKind = EventKind.APPLY) -> WatchEvent:
-    return WatchEvent(kind, widget(name, version))
+def apply(name: str, version: str, kind: ObjectKind = EventKind.APPLY) -> WatchEvent:
+    return ObjectEvent(kind, widget(name, version))
 
 
 def seen(event: WatchEvent) -> str:
-    if event.obj is None:
-        return event.kind.value
+    if isinstance(event, ListFrame):
+        return str(event.kind.value)
     meta = event.obj["metadata"]
     return f"{meta['name']}@{meta['resourceVersion']}"
 
@@ -133,7 +133,7 @@ async def test_an_error_of_the_source_comes_after_the_held_events() -> None:
     async def consume() -> None:
         async for event in settled(own, WIDGET, failing()):
             out.append(seen(event))
-            if event.obj is not None and event.obj["metadata"]["name"] == "b":
+            if isinstance(event, ObjectEvent) and event.obj["metadata"]["name"] == "b":
                 hanging.answered.set()
 
     with pytest.raises(RuntimeError, match="the watch broke"):
@@ -199,8 +199,8 @@ async def test_a_hanging_write_of_a_child_holds_back_only_that_childs_events(
         echo = child("child-a", "a")
         echo["metadata"].update(uid="uid-child-a", resourceVersion="2")
         feeds[CHILD].push(  # a's child's echo comes before the answer; then b's child
-            WatchEvent(EventKind.APPLY, echo),
-            WatchEvent(EventKind.APPLY, child("child-b", "b")),
+            ObjectEvent(EventKind.APPLY, echo),
+            ObjectEvent(EventKind.APPLY, child("child-b", "b")),
         )
         await until(
             lambda: calls.count("b") == 2, "b re-triggered by its child while a's write hangs"

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import pytest
 
-from fastctl.runtime.sharding import assign
+from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._member import ShardMember
 from fastctl.testing import VirtualTimeLoop, run_virtual

@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastctl.kube._http import ApiError
-from fastctl.runtime.sharding import Sharding, assign
+from fastctl.runtime.sharding import Sharding
+from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._member import ShardMember
 from fastctl.testing import VirtualTimeLoop, run_virtual
 

@@ -11,10 +11,9 @@ from typing import Any, cast
 
 import pytest
 
-from fastctl.kube._watcher import EventKind, WatchEvent
-from fastctl.runtime.sharding import shard_selector
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime.sharding._gate import ShardGate
-from fastctl.runtime.sharding._slots import ShardKey
+from fastctl.runtime.sharding._slots import ShardKey, shard_selector
 from fastctl.runtime.sharding._watch import sharded_events
 
 SLOTS = 4
@@ -176,15 +175,15 @@ class FakeServer:
     async def _watch(self, keep: Callable[[dict[str, Any]], bool]) -> AsyncIterator[WatchEvent]:
         self.open += 1
         try:
-            yield WatchEvent(EventKind.INIT)
+            yield ListFrame(EventKind.INIT)
             for obj in self.objects:
                 if keep(obj):
-                    yield WatchEvent(EventKind.INIT_APPLY, obj)
-            yield WatchEvent(EventKind.INIT_DONE)
+                    yield ObjectEvent(EventKind.INIT_APPLY, obj)
+            yield ListFrame(EventKind.INIT_DONE)
             while True:
                 obj = await self.pushed.get()
                 if keep(obj):
-                    yield WatchEvent(EventKind.APPLY, obj)
+                    yield ObjectEvent(EventKind.APPLY, obj)
         finally:
             self.open -= 1
 
@@ -199,7 +198,7 @@ async def _until(events: AsyncIterator[WatchEvent], kind: EventKind) -> list[Wat
 
 
 def _uids(events: list[WatchEvent]) -> set[str]:
-    return {e.obj["metadata"]["uid"] for e in events if e.obj is not None}
+    return {e.obj["metadata"]["uid"] for e in events if isinstance(e, ObjectEvent)}
 
 
 async def test_the_primary_watch_lists_again_with_the_new_selector_when_slots_change() -> None:
@@ -234,8 +233,7 @@ async def test_the_client_filter_matches_the_selector_ranges(key: str) -> None:
     gate = ShardGate(FakeMember(set()), key, 16)  # type: ignore[arg-type]
     owned = frozenset({0, 3, 4, 5, 11})
     keep = gate.in_slots(owned)
-    from fastctl.runtime.sharding import fnv1a_64
-    from fastctl.runtime.sharding._slots import merge_slots
+    from fastctl.runtime.sharding._slots import fnv1a_64, merge_slots
 
     ranges = merge_slots(owned, 16)
     dropped = 0
@@ -270,7 +268,8 @@ def _sharded_controller(member: FakeMember, key: ShardKey, mapped: bool) -> Any:
 
     from fastctl import ObjectRef
     from fastctl.kube._resource import Resource
-    from fastctl.runtime.controller import Controller, Environment, ShardAssignment
+    from fastctl.runtime.controller import Controller
+    from fastctl.runtime.controller._environment import Environment, ShardAssignment
     from fastctl.runtime.controller._run import ControllerRun
 
     widget = Resource("example.com/v1", "Widget", plural="widgets", namespaced=True)
@@ -327,14 +326,14 @@ async def test_a_related_trigger_is_kept_only_if_its_owner_slot_is_served(mapped
     gate = run.env.shard.gate
 
     def kept(owner: dict[str, Any]) -> bool:
-        event = WatchEvent(EventKind.APPLY, _child_of(owner))
+        event = ObjectEvent(EventKind.APPLY, _child_of(owner))
         ref = ObjectRef(owner["metadata"]["name"], "ns")
         return bool(run._related_served(gate, rel, event, ref))
 
     if mapped:  # the mapper names an object: it must be in this replica's cache
         assert not kept(ours)
         for owner in (ours, theirs):
-            run.store.apply(WatchEvent(EventKind.APPLY, owner))
+            run.store.apply(ObjectEvent(EventKind.APPLY, owner))
     assert kept(ours)
     assert not kept(theirs)
     member.move({1})
@@ -350,7 +349,7 @@ async def test_a_related_trigger_with_key_namespace_follows_the_namespace() -> N
     gate = run.env.shard.gate
     rel = run.spec.relations[0]
     owner = {"metadata": {"name": "w", "namespace": "team-a", "uid": "u"}}
-    event = WatchEvent(EventKind.APPLY, _child_of(owner))
+    event = ObjectEvent(EventKind.APPLY, _child_of(owner))
     ref = ObjectRef("w", "team-a")
     assert not run._related_served(gate, rel, event, ref)
     member.move({gate.slot_of("team-a")})

@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fastctl.runtime.sharding import (
-    Sharding,
-    assign,
+from fastctl.runtime.sharding import Sharding
+from fastctl.runtime.sharding._assignment import assign
+from fastctl.runtime.sharding._rules import format_slots, parse_slots
+from fastctl.runtime.sharding._slots import (
+    HASH_SPACE,
     fnv1a_64,
-    format_slots,
-    parse_slots,
+    merge_slots,
     shard_selector,
     slot_of,
     slot_range,
 )
-from fastctl.runtime.sharding._slots import HASH_SPACE, merge_slots
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from fastctl.kube._store import Store, controller_uid, reflector
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.types import ObjectRef
 
-INIT = WatchEvent(EventKind.INIT)
-DONE = WatchEvent(EventKind.INIT_DONE)
+INIT = ListFrame(EventKind.INIT)
+DONE = ListFrame(EventKind.INIT_DONE)
 
 
 def cm(
@@ -38,7 +38,7 @@ def cm(
 
 
 def listed(*objs: dict[str, Any]) -> list[WatchEvent]:
-    return [INIT, *(WatchEvent(EventKind.INIT_APPLY, o) for o in objs), DONE]
+    return [INIT, *(ObjectEvent(EventKind.INIT_APPLY, o) for o in objs), DONE]
 
 
 def feed(store: Store, events: list[WatchEvent]) -> list[dict[str, Any]]:
@@ -56,7 +56,7 @@ def test_list_is_buffered_and_swapped_atomically() -> None:
     store = Store()
     assert not store.is_ready
     store.apply(INIT)
-    store.apply(WatchEvent(EventKind.INIT_APPLY, cm("a")))
+    store.apply(ObjectEvent(EventKind.INIT_APPLY, cm("a")))
     assert len(store) == 0
     assert not store.is_ready
     store.apply(DONE)
@@ -70,11 +70,11 @@ def test_relist_keeps_serving_old_state_and_reports_vanished() -> None:
     store = Store()
     feed(store, listed(cm("a"), cm("b"), cm("c")))
     store.apply(INIT)
-    store.apply(WatchEvent(EventKind.INIT_APPLY, cm("b", rv="9")))
+    store.apply(ObjectEvent(EventKind.INIT_APPLY, cm("b", rv="9")))
     # mid-relist: still the old, complete state, still ready
     assert store.is_ready
     assert len(store) == 3
-    store.apply(WatchEvent(EventKind.INIT_APPLY, cm("d")))
+    store.apply(ObjectEvent(EventKind.INIT_APPLY, cm("d")))
     vanished = store.apply(DONE)
     assert names(list(vanished)) == ["a", "c"]
     assert sorted(r.name for r in store) == ["b", "d"]
@@ -100,7 +100,7 @@ def test_a_relist_keeps_the_held_copy_of_an_unchanged_object() -> None:
 def test_restarted_list_discards_the_partial_one() -> None:
     store = Store()
     store.apply(INIT)
-    store.apply(WatchEvent(EventKind.INIT_APPLY, cm("half")))
+    store.apply(ObjectEvent(EventKind.INIT_APPLY, cm("half")))
     feed(store, listed(cm("whole")))
     assert [r.name for r in store] == ["whole"]
 
@@ -112,12 +112,12 @@ def test_first_list_reports_nothing_vanished() -> None:
 def test_apply_and_delete() -> None:
     store = Store()
     feed(store, listed())
-    store.apply(WatchEvent(EventKind.APPLY, cm("a")))
-    store.apply(WatchEvent(EventKind.APPLY, cm("a", rv="2")))
+    store.apply(ObjectEvent(EventKind.APPLY, cm("a")))
+    store.apply(ObjectEvent(EventKind.APPLY, cm("a", rv="2")))
     assert store[ObjectRef("a", "default")]["metadata"]["resourceVersion"] == "2"
-    store.apply(WatchEvent(EventKind.DELETE, cm("a", rv="3")))
+    store.apply(ObjectEvent(EventKind.DELETE, cm("a", rv="3")))
     assert len(store) == 0
-    store.apply(WatchEvent(EventKind.DELETE, cm("never-seen")))  # harmless
+    store.apply(ObjectEvent(EventKind.DELETE, cm("never-seen")))  # harmless
 
 
 def test_cluster_scoped_and_namespaced_keys() -> None:
@@ -134,11 +134,11 @@ def test_owner_index_follows_updates_deletes_and_relists() -> None:
     feed(store, listed(cm("a", owner="u1"), cm("b", owner="u1"), cm("c")))
     assert names(store.owned_by("u1")) == ["a", "b"]
     assert store.owned_by("not-controller") == []  # only the controller reference counts
-    store.apply(WatchEvent(EventKind.APPLY, cm("b", owner="u2")))
-    store.apply(WatchEvent(EventKind.APPLY, cm("c", owner="u2")))
+    store.apply(ObjectEvent(EventKind.APPLY, cm("b", owner="u2")))
+    store.apply(ObjectEvent(EventKind.APPLY, cm("c", owner="u2")))
     assert names(store.owned_by("u1")) == ["a"]
     assert names(store.owned_by("u2")) == ["b", "c"]
-    store.apply(WatchEvent(EventKind.DELETE, cm("a")))
+    store.apply(ObjectEvent(EventKind.DELETE, cm("a")))
     assert store.owned_by("u1") == []
     feed(store, listed(cm("z", owner="u1")))
     assert names(store.owned_by("u1")) == ["z"]
@@ -149,11 +149,11 @@ def test_label_index_is_lazy_and_incremental() -> None:
     store = Store()
     feed(store, listed(cm("a", labels={"app": "x"}), cm("b", labels={"app": "y"}), cm("c")))
     assert names(store.with_label("app", "x")) == ["a"]  # built on first use
-    store.apply(WatchEvent(EventKind.APPLY, cm("c", labels={"app": "x"})))
-    store.apply(WatchEvent(EventKind.APPLY, cm("a", labels={"other": "1"})))
+    store.apply(ObjectEvent(EventKind.APPLY, cm("c", labels={"app": "x"})))
+    store.apply(ObjectEvent(EventKind.APPLY, cm("a", labels={"other": "1"})))
     assert names(store.with_label("app", "x")) == ["c"]
     assert names(store.with_label("other", "1")) == ["a"]
-    store.apply(WatchEvent(EventKind.DELETE, cm("c")))
+    store.apply(ObjectEvent(EventKind.DELETE, cm("c")))
     assert store.with_label("app", "x") == []
     feed(store, listed(cm("d", labels={"app": "x", "other": "1"})))
     assert names(store.with_label("app", "x")) == ["d"]
@@ -165,9 +165,9 @@ def test_a_missing_init_is_tolerated() -> None:
     """A list may come without its INIT (first or later): its objects still make the new
     state, and an INIT_DONE alone is an empty list."""
     store = Store()
-    assert feed(store, [WatchEvent(EventKind.INIT_APPLY, cm("a")), DONE]) == []
+    assert feed(store, [ObjectEvent(EventKind.INIT_APPLY, cm("a")), DONE]) == []
     assert [r.name for r in store] == ["a"]
-    vanished = feed(store, [WatchEvent(EventKind.INIT_APPLY, cm("b")), DONE])
+    vanished = feed(store, [ObjectEvent(EventKind.INIT_APPLY, cm("b")), DONE])
     assert (names(vanished), [r.name for r in store]) == (["a"], ["b"])
     empty = Store()
     assert empty.apply(DONE) == []
@@ -178,7 +178,7 @@ def test_a_missing_init_is_tolerated() -> None:
 def test_indexes_follow_objects_applied_before_any_list() -> None:
     store = Store()
     assert store.with_label("app", "x") == []  # the index exists before any object
-    store.apply(WatchEvent(EventKind.APPLY, cm("a", owner="u1", labels={"app": "x"})))
+    store.apply(ObjectEvent(EventKind.APPLY, cm("a", owner="u1", labels={"app": "x"})))
     assert names(store.owned_by("u1")) == ["a"]
     assert names(store.with_label("app", "x")) == ["a"]
 
@@ -188,7 +188,7 @@ def test_the_label_index_stays_incremental_after_a_relist() -> None:
     feed(store, listed(cm("a", labels={"app": "x"})))
     assert names(store.with_label("app", "x")) == ["a"]
     feed(store, listed(cm("a", labels={"app": "x"}), cm("b", labels={"app": "x"})))
-    store.apply(WatchEvent(EventKind.APPLY, cm("a", rv="2", labels={"app": "y"})))
+    store.apply(ObjectEvent(EventKind.APPLY, cm("a", rv="2", labels={"app": "y"})))
     assert names(store.with_label("app", "x")) == ["b"]
     assert names(store.with_label("app", "y")) == ["a"]
 
@@ -219,7 +219,7 @@ async def test_reflector_emits_deletes_after_relist() -> None:
     async def events() -> AsyncIterator[WatchEvent]:
         for ev in [
             *listed(cm("a"), cm("b")),
-            WatchEvent(EventKind.APPLY, cm("c")),
+            ObjectEvent(EventKind.APPLY, cm("c")),
             *listed(cm("b")),
         ]:
             yield ev
@@ -227,7 +227,7 @@ async def test_reflector_emits_deletes_after_relist() -> None:
     store = Store()
     seen: list[tuple[EventKind, str | None, bool]] = []
     async for ev in reflector(store, events()):
-        name = ev.obj["metadata"]["name"] if ev.obj else None
+        name = ev.obj["metadata"]["name"] if isinstance(ev, ObjectEvent) else None
         in_store = name is not None and ObjectRef(name, "default") in store
         seen.append((ev.kind, name, in_store))
     deletes = [(n, present) for k, n, present in seen if k is EventKind.DELETE]

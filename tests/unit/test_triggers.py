@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from fastctl.kube._store import Store
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY, RelatedTriggers, primary_triggers
 from fastctl.types import ObjectRef, Trigger
 
-INIT = WatchEvent(EventKind.INIT)
-DONE = WatchEvent(EventKind.INIT_DONE)
+INIT = ListFrame(EventKind.INIT)
+DONE = ListFrame(EventKind.INIT_DONE)
 
 
 def obj(name: str, target: str | None = None) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def obj(name: str, target: str | None = None) -> dict[str, Any]:
 
 
 def listed(*names: str) -> list[WatchEvent]:
-    return [INIT, *(WatchEvent(EventKind.INIT_APPLY, obj(n)) for n in names), DONE]
+    return [INIT, *(ObjectEvent(EventKind.INIT_APPLY, obj(n)) for n in names), DONE]
 
 
 def to_target(o: dict[str, Any]) -> list[ObjectRef]:
@@ -37,7 +37,7 @@ def feed(related: RelatedTriggers, *events: WatchEvent) -> list[tuple[str, int]]
 
 
 def apply(name: str, target: str | None) -> WatchEvent:
-    return WatchEvent(EventKind.INIT_APPLY, obj(name, target))
+    return ObjectEvent(EventKind.INIT_APPLY, obj(name, target))
 
 
 def test_a_primary_list_triggers_the_swapped_store_at_init_done_only() -> None:
@@ -50,10 +50,10 @@ def test_a_primary_list_triggers_the_swapped_store_at_init_done_only() -> None:
             assert triggered == []
     assert {t.ref.name for t in triggered if isinstance(t, Trigger)} == {"a", "b"}
     assert all(isinstance(t, Trigger) and t.priority == INITIAL_LIST_PRIORITY for t in triggered)
-    live = WatchEvent(EventKind.APPLY, obj("c"))
+    live = ObjectEvent(EventKind.APPLY, obj("c"))
     store.apply(live)
     assert list(primary_triggers(live, store)) == [ObjectRef("c", "ns")]
-    gone = WatchEvent(EventKind.DELETE, obj("a"))
+    gone = ObjectEvent(EventKind.DELETE, obj("a"))
     store.apply(gone)
     assert list(primary_triggers(gone, store)) == []
 
@@ -81,11 +81,11 @@ def test_a_list_that_starts_over_forgets_what_it_had_collected() -> None:
 def test_a_live_move_triggers_the_old_and_the_new_target_and_a_delete_both_too() -> None:
     related = RelatedTriggers(to_target, "child", controller="c", kind="K")
     feed(related, INIT, apply("x", "w1"), DONE)
-    moved = WatchEvent(EventKind.APPLY, obj("x", "w2"))
+    moved = ObjectEvent(EventKind.APPLY, obj("x", "w2"))
     assert feed(related, moved) == [("w1", 0), ("w2", 0)]
-    assert feed(related, WatchEvent(EventKind.APPLY, obj("x", "w2"))) == [("w2", 0)]
+    assert feed(related, ObjectEvent(EventKind.APPLY, obj("x", "w2"))) == [("w2", 0)]
     # a DELETE whose object no longer maps (e.g. its owner reference was removed first)
-    assert feed(related, WatchEvent(EventKind.DELETE, obj("x", None))) == [("w2", 0)]
+    assert feed(related, ObjectEvent(EventKind.DELETE, obj("x", None))) == [("w2", 0)]
     assert len(related) == 0
 
 
@@ -99,7 +99,7 @@ def test_a_move_across_a_relist_triggers_the_old_and_the_new_target() -> None:
     relist = [INIT, apply("x", "w2"), apply("y", "w3"), apply("z", "w5"), DONE]
     assert feed(related, *relist) == [("w1", 0), ("w2", 0), ("w3", low), ("w5", low)]
     # the memory follows the move: the next live change of x triggers w2 only
-    assert feed(related, WatchEvent(EventKind.APPLY, obj("x", "w2"))) == [("w2", 0)]
+    assert feed(related, ObjectEvent(EventKind.APPLY, obj("x", "w2"))) == [("w2", 0)]
 
 
 def test_a_fan_out_that_changed_across_a_relist_triggers_every_target_it_gained_or_lost() -> None:
@@ -132,7 +132,7 @@ def test_a_move_the_filter_holds_back_across_a_relist_triggers_nothing_as_live()
     feed(related, INIT, apply("x", "w1"), DONE)
     held_back.add("x")
     assert feed(related, INIT, apply("x", "w2"), DONE) == []
-    assert feed(related, WatchEvent(EventKind.DELETE, obj("x", None))) == [("w2", 0)]
+    assert feed(related, ObjectEvent(EventKind.DELETE, obj("x", None))) == [("w2", 0)]
 
 
 def test_a_failing_mapper_or_a_wrong_value_is_logged_and_skipped(
@@ -144,7 +144,7 @@ def test_a_failing_mapper_or_a_wrong_value_is_logged_and_skipped(
         return ["not-a-ref", ObjectRef("w", "ns")]
 
     related = RelatedTriggers(mapper, "child", controller="ctl", kind="K")
-    assert feed(related, WatchEvent(EventKind.APPLY, obj("x", "boom"))) == []
-    assert feed(related, WatchEvent(EventKind.APPLY, obj("y", "ok"))) == [("w", 0)]
+    assert feed(related, ObjectEvent(EventKind.APPLY, obj("x", "boom"))) == []
+    assert feed(related, ObjectEvent(EventKind.APPLY, obj("y", "ok"))) == [("w", 0)]
     assert "controller ctl: mapper for K failed" in caplog.text
     assert "returned 'not-a-ref', not an ObjectRef" in caplog.text

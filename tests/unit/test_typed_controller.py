@@ -18,7 +18,7 @@ from fastctl import Action, CustomResource, InvalidObject, KubeModel, ReconcileR
 from fastctl.kube import _objects, apply_status
 from fastctl.kube._events import Recorder
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime.controller import Controller, _environment, _run
 
 
@@ -54,10 +54,10 @@ OBJECTS = [gizmo("a", 1), gizmo("bad", "many"), gizmo("c", 3)]
 def fake_watcher(monkeypatch: pytest.MonkeyPatch) -> None:
     async def events(client: Any, resource: Resource, **_: Any) -> AsyncIterator[WatchEvent]:
         assert resource == Gizmo.resource()
-        yield WatchEvent(EventKind.INIT)
+        yield ListFrame(EventKind.INIT)
         for obj in OBJECTS:
-            yield WatchEvent(EventKind.INIT_APPLY, obj)
-        yield WatchEvent(EventKind.INIT_DONE)
+            yield ObjectEvent(EventKind.INIT_APPLY, obj)
+        yield ListFrame(EventKind.INIT_DONE)
         await asyncio.Event().wait()
 
     monkeypatch.setattr(_environment, "watcher", events)

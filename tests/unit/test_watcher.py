@@ -14,8 +14,13 @@ from fastctl.kube._watcher import (
     INITIAL_EVENTS_END,
     Backoff,
     EventKind,
+    ListFrame,
+    ObjectEvent,
     WatchConfig,
+    WatchStreamError,
     _Gone,
+    _Listing,
+    _State,
     _StreamingListUnsupported,
     _Watcher,
 )
@@ -47,59 +52,58 @@ def bookmark(rv: str, end: bool = False) -> dict[str, Any]:
 
 def test_streaming_list_frames() -> None:
     w = make()
-    first = w._event("ADDED", obj("a", "5"), initial=True)
+    first = w._event("ADDED", obj("a", "5"))
     assert first is not None
     assert first.kind is EventKind.INIT_APPLY
-    assert w.rv is None  # initial events carry no usable position
-    done = w._event("BOOKMARK", bookmark("9", end=True), initial=True)
+    assert w.state.rv is None  # initial events carry no usable position
+    done = w._event("BOOKMARK", bookmark("9", end=True))
     assert done is not None
     assert done.kind is EventKind.INIT_DONE
-    assert w.rv == "9"
+    assert w.state.rv == "9"
 
 
 def test_servers_that_ignore_send_initial_events_are_detected() -> None:
     w = make()
     with pytest.raises(_StreamingListUnsupported):
-        w._event("BOOKMARK", bookmark("9"), initial=True)
+        w._event("BOOKMARK", bookmark("9"))
     with pytest.raises(_StreamingListUnsupported):
-        w._event("MODIFIED", obj("a", "5"), initial=True)
+        w._event("MODIFIED", obj("a", "5"))
 
 
 def test_watch_frames_track_the_resource_version() -> None:
     w = make()
-    w.rv = "10"
-    added = w._event("ADDED", obj("a", "11"), initial=False)
+    w.state.rv = "10"
+    added = w._event("ADDED", obj("a", "11"))
     assert added is not None
     assert added.kind is EventKind.APPLY
-    assert w.rv == "11"
-    assert w._event("BOOKMARK", bookmark("15"), initial=False) is None
-    assert w.rv == "15"
-    deleted = w._event("DELETED", obj("a", "16"), initial=False)
+    assert w.state.rv == "11"
+    assert w._event("BOOKMARK", bookmark("15")) is None
+    assert w.state.rv == "15"
+    deleted = w._event("DELETED", obj("a", "16"))
     assert deleted is not None
     assert deleted.kind is EventKind.DELETE
-    assert w.rv == "16"
-    assert w._event("SOMETHING", obj("a", "17"), initial=False) is None
+    assert w.state.rv == "16"
+    assert w._event("SOMETHING", obj("a", "17")) is None
 
 
 def test_error_frames() -> None:
     w = make()
-    w.rv = "3"
+    w.state.rv = "3"
     gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
     with pytest.raises(_Gone, match="too old"):
-        w._event("ERROR", gone, initial=False)
+        w._event("ERROR", gone)
     internal = {"kind": "Status", "code": 500, "reason": "InternalError", "message": "boom"}
     with pytest.raises(ApiError) as info:
-        w._event("ERROR", internal, initial=False)
+        w._event("ERROR", internal)
     assert info.value.status == 500
     assert str(info.value) == "WATCH /api/v1/namespaces/ns/configmaps: 500 InternalError: boom"
 
 
 def test_strip_managed_fields() -> None:
     w = make(strip=True)
-    w.rv = "1"
-    event = w._event("MODIFIED", obj("a", "2", managedFields=[{"manager": "x"}]), initial=False)
-    assert event is not None
-    assert event.obj is not None
+    w.state.rv = "1"
+    event = w._event("MODIFIED", obj("a", "2", managedFields=[{"manager": "x"}]))
+    assert isinstance(event, ObjectEvent)
     assert "managedFields" not in event.obj["metadata"]
 
 
@@ -107,3 +111,67 @@ async def test_unconfigured_client_is_a_clear_error() -> None:
     async with ApiClient(Configuration(host="")) as client:
         with pytest.raises(ValueError, match="no host"):
             await request(client, "GET", "/api")
+
+
+def test_an_event_carries_an_object_exactly_when_its_kind_does() -> None:
+    """`ObjectEvent` is the kinds with an object, `ListFrame` the list's frames: a kind on
+    the wrong class, or an object event without its object, is refused when it is made."""
+    assert ObjectEvent(EventKind.APPLY, {"metadata": {}}).obj == {"metadata": {}}
+    assert ListFrame(EventKind.INIT_DONE).kind is EventKind.INIT_DONE
+    for kind in (EventKind.INIT, EventKind.INIT_DONE):
+        with pytest.raises(ValueError, match="INIT_APPLY, APPLY or DELETE"):
+            ObjectEvent(kind, {})  # type: ignore[arg-type]
+    for kind in (EventKind.INIT_APPLY, EventKind.APPLY, EventKind.DELETE):
+        with pytest.raises(ValueError, match="INIT or INIT_DONE"):
+            ListFrame(kind)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="carries a dict, not NoneType"):
+            ObjectEvent(kind, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("streaming_list", "page_size", "listing", "fallback"),
+    [
+        (None, 500, _Listing.STREAMING, _Listing.PAGES),
+        (True, 500, _Listing.STREAMING_ONLY, _Listing.PAGES),
+        (False, 500, _Listing.PAGES, _Listing.PAGES),
+        (None, 0, _Listing.STREAMING, _Listing.WHOLE),
+        (False, 0, _Listing.WHOLE, _Listing.WHOLE),
+    ],
+)
+def test_the_state_starts_from_the_config(
+    streaming_list: bool | None, page_size: int, listing: _Listing, fallback: _Listing
+) -> None:
+    state = _State.start(WatchConfig(streaming_list=streaming_list, page_size=page_size))
+    assert (state.listing, state.fallback, state.rv) == (listing, fallback, None)
+    assert state.needs_list
+
+
+def test_the_state_moves_only_by_its_transitions() -> None:
+    """Every change of a watcher's state, in the order a watcher meets them."""
+    state = _State.start(WatchConfig())
+    assert state.verb() == "list+watch (streaming list)"
+    assert state.streaming_refused()  # refused: paginated lists from now on
+    assert (state.listing, state.verb()) == (_Listing.PAGES, "list")
+    state.continue_expired()  # the next list in one piece ...
+    assert state.listing is _Listing.WHOLE_ONCE
+    state.listed("7")  # ... and pages again once it is complete
+    assert (state.listing, state.rv, state.needs_list) == (_Listing.PAGES, "7", False)
+    assert state.verb() == "watch"
+    state.advanced("9")
+    assert state.rv == "9"
+    state.gone()
+    assert state.needs_list  # rv is None again
+    forced = _State.start(WatchConfig(streaming_list=True))
+    assert not forced.streaming_refused()  # forced: no fallback, nothing changes
+    assert forced.listing is _Listing.STREAMING_ONLY
+    forced.without_streaming()  # sharded: only a list says whether the server sharded
+    assert (forced.listing, forced.streams) == (_Listing.PAGES, False)
+
+
+def test_an_end_marker_without_a_resource_version_is_a_stream_error() -> None:
+    """The end of a streaming list is where the watch goes on: without a resourceVersion
+    there is nowhere to go, so the connection is retried (the list starts over)."""
+    w = make()
+    with pytest.raises(WatchStreamError, match="has no resourceVersion"):
+        w._event("BOOKMARK", {"metadata": {"annotations": {INITIAL_EVENTS_END: "true"}}})
+    assert w.state.needs_list

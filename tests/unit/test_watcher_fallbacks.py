@@ -6,6 +6,7 @@ next step of the test's script, and the test checks the requests and the events.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import sys
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from fastctl.kube._watcher import (
     INITIAL_EVENTS_END,
     Backoff,
     MetadataOnlyUnsupported,
+    ObjectEvent,
+    WatchConfig,
     WatchEvent,
     watcher,
 )
@@ -130,13 +133,16 @@ def run(
     **options: Any,
 ) -> list[WatchEvent]:
     """Run a watcher against `server` until it has yielded `events` events or the script
-    is over."""
+    is over. `options` are the watcher's keywords and the fields of its `WatchConfig`."""
+    fields = {field.name for field in dataclasses.fields(WatchConfig)}
+    config = WatchConfig(**{k: v for k, v in options.items() if k in fields})
+    options = {k: v for k, v in options.items() if k not in fields}
     monkeypatch.setattr(_watcher, "request", server.request)
     options.setdefault("backoff", Backoff(jitter=0.0))
     got: list[WatchEvent] = []
 
     async def main() -> None:
-        gen = watcher(client(), CM, namespace="ns", **options)
+        gen = watcher(client(), CM, namespace="ns", config=config, **options)
         try:
             async for event in gen:
                 got.append(event)
@@ -152,7 +158,7 @@ def run(
 
 def framing(events: list[WatchEvent]) -> list[str]:
     return [
-        e.kind.name if e.obj is None else f"{e.kind.name} {e.obj['metadata']['name']}"
+        f"{e.kind.name} {e.obj['metadata']['name']}" if isinstance(e, ObjectEvent) else e.kind.name
         for e in events
     ]
 
@@ -359,7 +365,8 @@ def test_listed_objects_get_their_type_lose_managed_fields_and_pagination_resume
     got = run(
         server, monkeypatch, events=20, streaming_list=False, page_size=1, strip_managed_fields=True
     )
-    listed = [e.obj for e in got if e.obj is not None and e.obj["metadata"]["name"] == "a"]
+    objs = [e.obj for e in got if isinstance(e, ObjectEvent)]
+    listed = [o for o in objs if o["metadata"]["name"] == "a"]
     assert listed == [
         {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "10"}}
         | {"apiVersion": "v1", "kind": "ConfigMap"}
@@ -455,7 +462,7 @@ def test_a_metadata_only_list_gives_its_objects_the_resources_type(
     answers = [metadata_page("PartialObjectMetadataList", "PartialObjectMetadata")]
     server = Server(lambda q: answers.pop(0) if answers else None)
     got = run(server, monkeypatch, streaming_list=False, metadata_only=True)
-    (listed,) = [e.obj for e in got if e.obj is not None]
+    (listed,) = [e.obj for e in got if isinstance(e, ObjectEvent)]
     assert (listed["apiVersion"], listed["kind"]) == ("v1", "ConfigMap")
 
 

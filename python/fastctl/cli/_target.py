@@ -3,7 +3,8 @@
 ``fastctl run`` and ``fastctl manifests`` read an operator the same way, here: the module
 is imported, `attr` is built (a factory is called with the client, and with
 ``namespace=``/``concurrency=`` when those flags are given), and what comes back, with the
-module's ``WEBHOOKS``, ``CRDS`` and ``RBAC``, is described once (`fastctl.deploy.describe`).
+module's ``WEBHOOKS``, ``CRDS`` and ``RBAC``, is described once
+(`fastctl.deploy._operator.describe`).
 What one command runs is therefore what the other deploys.
 
 A flag the factory cannot take is an error naming it, never dropped: ``--namespace`` for a

@@ -76,7 +76,7 @@ def _operator_crds(target: Target) -> list[dict[str, Any]]:
     """The CRDs of the operator `target` builds (a client that is never connected)."""
     from kubernetes_asyncio.client import ApiClient, Configuration
 
-    from fastctl.deploy import describe
+    from fastctl.deploy._operator import describe
 
     async def read() -> list[dict[str, Any]]:
         client = ApiClient(Configuration(host=""))

@@ -93,14 +93,8 @@ async def _render(target: Target, args: argparse.Namespace) -> str:
     from kubernetes_asyncio.client import ApiClient, Configuration
 
     from fastctl.cli._target import build
-    from fastctl.deploy import (
-        DeployOptions,
-        derive,
-        describe,
-        manifests,
-        resolve_resources,
-        to_yaml,
-    )
+    from fastctl.deploy import DeployOptions, derive, manifests, to_yaml
+    from fastctl.deploy._operator import describe, resolve_resources
     from fastctl.kube._client import KubeconfigError, load_client
     from fastctl.kube._resource import Discovery
 

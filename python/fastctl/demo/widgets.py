@@ -40,7 +40,6 @@ from kubernetes_asyncio.client import ApiClient
 from pydantic import Field
 
 from fastctl import Action, Controller, generation_changed
-from fastctl._clock import monotonic
 from fastctl.demo._record import RECORD_ENV, recorded
 from fastctl.kube import (
     CustomResource,
@@ -324,12 +323,20 @@ async def install_crd(
     """Apply a CRD (the Widget's by default) and wait until it is established (served)."""
     crd_resource = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
     await apply(client, crd_resource, crd, field_manager=FIELD_MANAGER)
-    deadline = monotonic() + timeout
-    while True:
-        current = await get(client, crd_resource, crd["metadata"]["name"])
-        conditions = (current.get("status") or {}).get("conditions") or ()
-        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-            return
-        if monotonic() > deadline:
-            raise TimeoutError(f"CRD {crd['metadata']['name']} not established in {timeout} s")
-        await asyncio.sleep(0.2)
+    deadline = asyncio.timeout(timeout)  # on the loop's clock, as the runtime's own timers
+    try:
+        async with deadline:
+            while True:
+                current = await get(client, crd_resource, crd["metadata"]["name"])
+                conditions = (current.get("status") or {}).get("conditions") or ()
+                if any(
+                    c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+                ):
+                    return
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        if not deadline.expired():
+            raise  # the request's own timeout, not ours
+        raise TimeoutError(
+            f"CRD {crd['metadata']['name']} not established in {timeout} s"
+        ) from None

@@ -1,68 +1,23 @@
 """Deploying an operator: the RBAC rules its controllers need and the manifests that run it
-(``fastctl manifests``; docs/authoring.md, "Running in a cluster")."""
+(``fastctl manifests``; docs/authoring.md, "Running in a cluster").
 
-from fastctl.deploy._manifests import (
-    DeployOptions,
-    collect_crds,
-    deployment,
-    manifests,
-    metrics_rbac,
-    rbac_objects,
-    service_account,
-    to_yaml,
-)
-from fastctl.deploy._operator import Operator, describe, resolve_resources
-from fastctl.deploy._rbac import (
-    BUILTIN_RESOURCES,
-    EVENTS_RULE,
-    LEASE_RULE,
-    Needs,
-    Permissions,
-    Rule,
-    derive,
-    needs,
-    needs_of,
-    resolve_offline,
-)
-from fastctl.deploy._webhooks import (
-    CA_NOTE,
-    CERT_DIR,
-    MANAGED_RULES,
-    shared_secret_rules,
-    webhook_objects,
-    webhook_rules,
-    webhook_secret,
-    webhook_service,
-)
+Public: `needs` and `PolicyRule` (what an operator declares beyond its controllers),
+`derive` (the `Permissions` its controllers need), `DeployOptions`, `manifests` and
+`to_yaml` (the objects that run it), and `CERT_DIR` (where the webhook certificate is
+mounted). The pieces ``fastctl manifests`` assembles them from are private.
+"""
+
+from fastctl.deploy._manifests import DeployOptions, manifests, to_yaml
+from fastctl.deploy._rbac import Permissions, PolicyRule, derive, needs
+from fastctl.deploy._webhooks import CERT_DIR
 
 __all__ = [
-    "BUILTIN_RESOURCES",
-    "CA_NOTE",
     "CERT_DIR",
-    "EVENTS_RULE",
-    "LEASE_RULE",
-    "MANAGED_RULES",
     "DeployOptions",
-    "Needs",
-    "Operator",
     "Permissions",
-    "Rule",
-    "collect_crds",
-    "deployment",
+    "PolicyRule",
     "derive",
-    "describe",
     "manifests",
-    "metrics_rbac",
     "needs",
-    "needs_of",
-    "rbac_objects",
-    "resolve_offline",
-    "resolve_resources",
-    "service_account",
-    "shared_secret_rules",
     "to_yaml",
-    "webhook_objects",
-    "webhook_rules",
-    "webhook_secret",
-    "webhook_service",
 ]

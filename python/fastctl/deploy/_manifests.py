@@ -1,5 +1,5 @@
 """The objects that deploy an operator: CRDs, ServiceAccount, RBAC, Deployment (and, for an
-operator with webhooks, what `fastctl.deploy.webhook_objects` adds).
+operator with webhooks, what `fastctl.deploy._webhooks.webhook_objects` adds).
 
 Everything here is a pure function of what the operator declares (its controllers, its
 CRDs, its extra rules) and of `DeployOptions`: no cluster is needed, and the output is plain
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fastctl.deploy._rbac import Permissions, Rule
+from fastctl.deploy._rbac import Permissions, PolicyRule
 from fastctl.deploy._webhooks import (
     CERT_DIR,
     CertificateMode,
@@ -65,7 +65,7 @@ class DeployOptions:
       9443), when it has webhooks.
     - `webhook_certificates`: ``"cert-manager"`` (an Issuer and a Certificate, the CA
       injected by cert-manager) or ``"managed"`` (the operator patches the ``caBundle`` at
-      start); see `fastctl.deploy.webhook_objects`.
+      start); see `fastctl.deploy._webhooks.webhook_objects`.
     - `metrics_port`, `probe_port`: ``/metrics`` and ``/healthz``/``/readyz``.
     - `metrics_secure`: ``/metrics`` over HTTPS for callers RBAC allows (False: plain HTTP
       for anyone, ``--metrics-insecure``, and no review rules).
@@ -132,7 +132,7 @@ def rbac_objects(options: DeployOptions, permissions: Permissions) -> list[Obj]:
         "namespace": options.operator_namespace,
     }
     out: list[Obj] = []
-    scopes: list[tuple[str | None, Sequence[Rule]]] = []
+    scopes: list[tuple[str | None, Sequence[PolicyRule]]] = []
     if permissions.cluster:
         scopes.append((None, permissions.cluster))
     scopes.extend(sorted(permissions.namespaced.items()))
@@ -305,7 +305,7 @@ def manifests(
     """Every object, in the order ``kubectl apply`` needs: CRDs, the Namespace (with
     `DeployOptions.create_namespace`), ServiceAccount, RBAC (the metrics' too), then, with
     `webhooks` that register anything, the webhook Service and certificate objects, the
-    Deployment, and the webhook configurations last (`fastctl.deploy.webhook_objects`)."""
+    Deployment, and the webhook configurations last (`fastctl.deploy._webhooks.webhook_objects`)."""
     before: list[Obj] = []
     after: list[Obj] = []
     served = webhooks is not None and bool(webhooks.admission or webhooks.converters)

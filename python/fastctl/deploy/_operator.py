@@ -7,8 +7,9 @@
   own `LeaderElection`;
 - CRDs: the module's ``CRDS`` (a list of CRD dicts or of models with a ``crd()``
   classmethod) and ``CRD`` (one dict), and every watched resource that has a ``crd()``;
-- extra rules: the module's ``RBAC`` (a list of `Rule` or ``PolicyRule`` dicts), for what
-  the reconciles touch that no controller declares (granted where the controllers are);
+- extra rules: the module's ``RBAC`` (a list of `PolicyRule` or Kubernetes ``PolicyRule``
+  dicts), for what the reconciles touch that no controller declares (granted where the
+  controllers are);
 - webhooks: the module's ``WEBHOOKS`` (a `fastctl.webhook.Webhooks`), which the operator's
   webhook server serves.
 """
@@ -21,7 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from fastctl.deploy._manifests import collect_crds
-from fastctl.deploy._rbac import Rule, resolve_offline
+from fastctl.deploy._rbac import PolicyRule, resolve_offline
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.runtime.controller import Controller
 from fastctl.runtime.leader._rules import LeaderElection
@@ -40,7 +41,7 @@ class Operator:
 
     controllers: tuple[Controller, ...]
     crds: tuple[dict[str, Any], ...] = ()
-    rules: tuple[Rule, ...] = ()
+    rules: tuple[PolicyRule, ...] = ()
     manager: bool = False
     election: LeaderElection | None = None
     sharded: bool = False
@@ -68,7 +69,7 @@ def describe(built: Any, module: ModuleType | None = None) -> Operator:
     if not controllers or not all(isinstance(c, Controller) for c in controllers):
         raise TypeError(f"expected Controllers or a Manager, got {type(built).__name__}")
     declared: list[Any] = []
-    rules: list[Rule] = []
+    rules: list[PolicyRule] = []
     webhooks = getattr(module, "WEBHOOKS", None) if module is not None else None
     if webhooks is not None and not isinstance(webhooks, Webhooks):
         raise TypeError(f"WEBHOOKS must be a fastctl.webhook.Webhooks, not {type(webhooks)}")
@@ -77,7 +78,7 @@ def describe(built: Any, module: ModuleType | None = None) -> Operator:
         if isinstance(getattr(module, "CRD", None), Mapping):
             declared.append(module.CRD)
         for value in getattr(module, "RBAC", None) or ():
-            rules.extend(Rule.of(value))
+            rules.extend(PolicyRule.of(value))
     declared.extend(r for ctl in controllers for r in ctl.resources)
     return Operator(
         tuple(controllers),

@@ -44,7 +44,7 @@ __all__ = [
     "LEASE_RULE",
     "Needs",
     "Permissions",
-    "Rule",
+    "PolicyRule",
     "derive",
     "needs",
     "needs_of",
@@ -53,7 +53,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True, order=True)
-class Rule:
+class PolicyRule:
     """One RBAC policy rule: `verbs` on `resources` (``plural`` or ``plural/subresource``)
     of `api_group` (``""``: the core group); with `resource_names`, on the objects of those
     names only. RBAC cannot limit ``create`` or ``deletecollection`` by name (a new object's
@@ -68,25 +68,26 @@ class Rule:
 
     def __post_init__(self) -> None:
         if not self.resources or not self.verbs:
-            raise ValueError(f"a Rule needs resources and verbs, got {self!r}")
+            raise ValueError(f"a PolicyRule needs resources and verbs, got {self!r}")
         if isinstance(self.resource_names, str):
             raise TypeError(
-                f"a Rule's resource_names is a tuple of names, got the string "
+                f"a PolicyRule's resource_names is a tuple of names, got the string "
                 f"{self.resource_names!r}"
             )
         unnamed = {"create", "deletecollection", "*"} & set(self.verbs)
         if self.resource_names and unnamed:
             raise ValueError(
-                f"a Rule limited to resource_names cannot grant {', '.join(sorted(unnamed))}: "
+                "a PolicyRule limited to resource_names cannot grant "
+                f"{', '.join(sorted(unnamed))}: "
                 f"RBAC authorizes them before a name is known; give them a rule of their own, "
                 f"got {self!r}"
             )
 
     @classmethod
-    def of(cls, value: Rule | Mapping[str, Any]) -> list[Rule]:
-        """A `Rule`, or rules from a Kubernetes ``PolicyRule`` dict (``apiGroups``,
-        ``resources``, ``verbs``, optional ``resourceNames``; one `Rule` per group)."""
-        if isinstance(value, Rule):
+    def of(cls, value: PolicyRule | Mapping[str, Any]) -> list[PolicyRule]:
+        """A `PolicyRule`, or rules from a Kubernetes ``PolicyRule`` dict (``apiGroups``,
+        ``resources``, ``verbs``, optional ``resourceNames``; one `PolicyRule` per group)."""
+        if isinstance(value, PolicyRule):
             return [value]
         groups = value.get("apiGroups")
         resources = value.get("resources")
@@ -115,9 +116,9 @@ class Rule:
         return {(self.api_group, r, v) for r in self.resources for v in self.verbs}
 
 
-EVENTS_RULE = Rule("events.k8s.io", ("events",), ("create", "patch"))
+EVENTS_RULE = PolicyRule("events.k8s.io", ("events",), ("create", "patch"))
 """What `fastctl.kube.Recorder` sends: a POST per new Event, a PATCH per repeat."""
-LEASE_RULE = Rule("coordination.k8s.io", ("leases",), ("create", "get", "update"))
+LEASE_RULE = PolicyRule("coordination.k8s.io", ("leases",), ("create", "get", "update"))
 """What the leader elector sends: GET, POST (the first time), PUT (acquire and renew)."""
 
 
@@ -140,7 +141,7 @@ class Needs:
     finalizer: bool = True
     events: bool = True
     owned: tuple[str, ...] = ("create", "patch", "delete")
-    rules: tuple[Rule, ...] = ()
+    rules: tuple[PolicyRule, ...] = ()
 
 
 _DECLARED: weakref.WeakKeyDictionary[Controller, Needs] = weakref.WeakKeyDictionary()
@@ -153,14 +154,14 @@ def needs(
     finalizer: bool = True,
     events: bool = True,
     owned: Sequence[str] = ("create", "patch", "delete"),
-    rules: Iterable[Rule | Mapping[str, Any]] = (),
+    rules: Iterable[PolicyRule | Mapping[str, Any]] = (),
 ) -> Controller:
     """Declare what `controller`'s reconcile does (see `Needs`); returns the controller, so a
     factory can end with ``return needs(Controller(...).owns(CM), events=False)``. It has no
     effect on running: ``fastctl manifests`` reads it to write the Role."""
     if not isinstance(controller, Controller):
         raise TypeError(f"expected a fastctl.Controller, got {type(controller).__name__}")
-    extra = tuple(r for value in rules for r in Rule.of(value))
+    extra = tuple(r for value in rules for r in PolicyRule.of(value))
     _DECLARED[controller] = Needs(status, finalizer, events, tuple(owned), extra)
     return controller
 
@@ -243,8 +244,8 @@ class Permissions:
     (controllers of all namespaces, cluster-scoped resources), `namespaced` in a Role of
     each namespace (controllers of one namespace, the Lease)."""
 
-    cluster: tuple[Rule, ...] = ()
-    namespaced: Mapping[str, tuple[Rule, ...]] = field(default_factory=dict)
+    cluster: tuple[PolicyRule, ...] = ()
+    namespaced: Mapping[str, tuple[PolicyRule, ...]] = field(default_factory=dict)
 
     def grants(self, namespace: str | None = None) -> set[tuple[str, str, str]]:
         """Each (group, resource, verb) granted in `namespace` (cluster-wide ones too)."""
@@ -271,7 +272,7 @@ class _Grants:
         key = (scope, group, resource, tuple(sorted(set(names))))
         self._verbs.setdefault(key, set()).update(verbs)
 
-    def add_rules(self, scope: str | None, rules: Iterable[Rule]) -> None:
+    def add_rules(self, scope: str | None, rules: Iterable[PolicyRule]) -> None:
         for rule in rules:
             for plural in rule.resources:
                 self.add(scope, rule.api_group, plural, rule.verbs, rule.resource_names)
@@ -283,8 +284,8 @@ class _Grants:
         self.add(scope if res.namespaced else None, res.group, plural, verbs)
 
     def permissions(self) -> Permissions:
-        cluster: list[Rule] = []
-        namespaced: dict[str, list[Rule]] = {}
+        cluster: list[PolicyRule] = []
+        namespaced: dict[str, list[PolicyRule]] = {}
         for (scope, group, resource, names), verbs in sorted(
             self._verbs.items(), key=lambda item: (item[0][0] or "", *item[0][1:])
         ):
@@ -294,7 +295,7 @@ class _Grants:
                 verbs = verbs - self._verbs.get((scope, group, resource, ()), set())
                 if not verbs:
                     continue
-            rule = Rule(group, (resource,), tuple(sorted(verbs)), names)
+            rule = PolicyRule(group, (resource,), tuple(sorted(verbs)), names)
             (cluster if scope is None else namespaced.setdefault(scope, [])).append(rule)
         return Permissions(tuple(cluster), {ns: tuple(r) for ns, r in namespaced.items()})
 
@@ -304,7 +305,7 @@ def derive(
     resolved: Mapping[Resource, ResolvedResource],
     *,
     lease_namespace: str | None = None,
-    extra: Iterable[Rule] = (),
+    extra: Iterable[PolicyRule] = (),
     extra_namespace: str | None = None,
 ) -> Permissions:
     """The rules `controllers` need (see the module docstring), with every `Resource` they

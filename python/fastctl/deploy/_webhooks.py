@@ -38,7 +38,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from fastctl.deploy._rbac import Rule
+from fastctl.deploy._rbac import PolicyRule
 from fastctl.webhook._configuration import Service, configurations, conversion
 from fastctl.webhook._managed import shared_secret_of
 from fastctl.webhook._registry import Webhooks
@@ -70,7 +70,7 @@ CA_NOTE = "webhook.fastctl.dev/ca-bundle"
 start."""
 
 MANAGED_RULES = (
-    Rule(
+    PolicyRule(
         "admissionregistration.k8s.io",
         ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"),
         ("create", "patch"),
@@ -80,7 +80,7 @@ MANAGED_RULES = (
 PATCH, authorized as a create when it creates one)."""
 
 
-def shared_secret_rules(options: DeployOptions) -> tuple[Rule, Rule]:
+def shared_secret_rules(options: DeployOptions) -> tuple[PolicyRule, PolicyRule]:
     """Managed mode, in the operator's namespace: the Secret in which the replicas share one
     CA and serving certificate (`fastctl.webhook.shared_secret_of` of `webhook_service`),
     created by the first replica, read and renewed by all. ``get`` and ``patch`` are limited
@@ -89,12 +89,12 @@ def shared_secret_rules(options: DeployOptions) -> tuple[Rule, Rule]:
     namespace, but read or change no other."""
     name = shared_secret_of(webhook_service(options)).name
     return (
-        Rule("", ("secrets",), ("create",)),
-        Rule("", ("secrets",), ("get", "patch"), resource_names=(name,)),
+        PolicyRule("", ("secrets",), ("create",)),
+        PolicyRule("", ("secrets",), ("get", "patch"), resource_names=(name,)),
     )
 
 
-CRD_PATCH_RULE = Rule("apiextensions.k8s.io", ("customresourcedefinitions",), ("patch",))
+CRD_PATCH_RULE = PolicyRule("apiextensions.k8s.io", ("customresourcedefinitions",), ("patch",))
 """And for each converter's CRD: a merge patch of ``spec.conversion``."""
 
 _INJECT = "cert-manager.io/inject-ca-from"
@@ -105,7 +105,7 @@ def webhook_service(options: DeployOptions) -> Service:
     return Service(f"{options.name}-webhook", options.operator_namespace)
 
 
-def webhook_rules(options: DeployOptions, webhooks: Webhooks) -> tuple[Rule, ...]:
+def webhook_rules(options: DeployOptions, webhooks: Webhooks) -> tuple[PolicyRule, ...]:
     """The cluster-wide rules the operator needs for its webhooks: none with cert-manager;
     in managed mode, those ``install`` uses."""
     if options.webhook_certificates != "managed":

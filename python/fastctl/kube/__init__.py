@@ -22,7 +22,7 @@ from fastctl.errors import (
     SchemaError,
 )
 from fastctl.kube._client import load_client
-from fastctl.kube._crd_schema import PrinterColumn, Rule
+from fastctl.kube._crd_schema import PrinterColumn, ValidationRule
 from fastctl.kube._events import Recorder
 from fastctl.kube._finalizer import add_finalizer, finalizer, remove_finalizer
 from fastctl.kube._objects import (
@@ -33,14 +33,15 @@ from fastctl.kube._objects import (
     delete,
     get,
     patch,
-    resolved,
 )
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.kube._retry import Backoff
 from fastctl.kube._store import Store, controller_uid, reflector
 from fastctl.kube._watcher import (
     EventKind,
+    ListFrame,
     MetadataOnlyUnsupported,
+    ObjectEvent,
     WatchConfig,
     WatchEvent,
     watcher,
@@ -72,7 +73,9 @@ __all__ = [
     "InvalidObject",
     "KubeModel",
     "KubeconfigError",
+    "ListFrame",
     "MetadataOnlyUnsupported",
+    "ObjectEvent",
     "ObjectMeta",
     "PatchType",
     "PrinterColumn",
@@ -80,9 +83,9 @@ __all__ = [
     "ResolvedResource",
     "Resource",
     "ResourceNotFound",
-    "Rule",
     "SchemaError",
     "Store",
+    "ValidationRule",
     "WatchConfig",
     "WatchEvent",
     "add_finalizer",
@@ -98,6 +101,5 @@ __all__ = [
     "patch",
     "reflector",
     "remove_finalizer",
-    "resolved",
     "watcher",
 ]

@@ -12,8 +12,8 @@ What a structural schema cannot say raises `SchemaError` naming the field path a
 broken, instead of a CRD the server would refuse with a less helpful message or, worse,
 accept and then prune fields silently.
 
-`Rule` (a CEL rule, ``x-kubernetes-validations``) and `PrinterColumn` live here too: plain
-values that models carry into the schema and the CRD.
+`ValidationRule` (a CEL rule, ``x-kubernetes-validations``) and `PrinterColumn` live here
+too: plain values that models carry into the schema and the CRD.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from fastctl.errors import SchemaError
 
-__all__ = ["PrinterColumn", "Rule", "structural_schema"]
+__all__ = ["PrinterColumn", "ValidationRule", "structural_schema"]
 
 Json = dict[str, Any]
 
@@ -58,12 +58,13 @@ _SCALARS = frozenset({"string", "integer", "number", "boolean"})
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class ValidationRule:
     """A CEL validation rule (``x-kubernetes-validations``), checked by the API server.
 
-    On a field, ``Annotated[int, Rule("self >= 0", message="must not be negative")]``; on a
-    model, ``class Spec(KubeModel, rules=[Rule("self.min <= self.max")])``. `self` is the
-    value the rule is attached to; `old_self` (in `rule`) makes it a transition rule.
+    On a field, ``Annotated[int, ValidationRule("self >= 0", message="must not be
+    negative")]``; on a model, ``class Spec(KubeModel, rules=[ValidationRule("self.min <=
+    self.max")])``. `self` is the value the rule is attached to; `old_self` (in `rule`)
+    makes it a transition rule.
     """
 
     rule: str
@@ -93,7 +94,7 @@ class Rule:
         return schema
 
 
-def add_rules(schema: Json, rules: list[Rule] | tuple[Rule, ...]) -> None:
+def add_rules(schema: Json, rules: list[ValidationRule] | tuple[ValidationRule, ...]) -> None:
     """Append `rules` to the ``x-kubernetes-validations`` of one JSON Schema node."""
     if rules:
         schema.setdefault("x-kubernetes-validations", []).extend(r.to_json() for r in rules)

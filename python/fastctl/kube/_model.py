@@ -39,7 +39,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from fastctl.errors import InvalidObject
-from fastctl.kube._crd_schema import PrinterColumn, Rule, add_rules, structural_schema
+from fastctl.kube._crd_schema import PrinterColumn, ValidationRule, add_rules, structural_schema
 from fastctl.kube._resource import Resource
 
 __all__ = ["CustomResource", "KubeModel", "ObjectMeta", "ResourceInfo", "crd", "parse"]
@@ -51,7 +51,7 @@ class KubeModel(BaseModel):
     """A pydantic model with Kubernetes field names: ``observed_generation`` in Python is
     ``observedGeneration`` on the wire (either is accepted on input; dumps use the alias).
 
-    ``rules=[Rule(...)]`` as a class keyword adds CEL rules on the model as a whole, where
+    ``rules=[ValidationRule(...)]`` as a class keyword adds CEL rules on the model as a whole, where
     ``self`` is the object (``self.min <= self.max``).
 
     A field that is ``None`` and whose default is ``None`` is left out of every dump: it
@@ -66,9 +66,9 @@ class KubeModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
     )
-    __kube_rules__: ClassVar[tuple[Rule, ...]] = ()
+    __kube_rules__: ClassVar[tuple[ValidationRule, ...]] = ()
 
-    def __init_subclass__(cls, *, rules: Iterable[Rule] = (), **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, rules: Iterable[ValidationRule] = (), **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.__kube_rules__ = tuple(rules)
 
@@ -128,7 +128,7 @@ class ResourceInfo:
     storage: bool | None
     served: bool
     deprecated: bool | str
-    rules: tuple[Rule, ...]
+    rules: tuple[ValidationRule, ...]
 
     @property
     def api_version(self) -> str:
@@ -178,7 +178,7 @@ class CustomResource(KubeModel):
         storage: bool | None = None,
         served: bool = True,
         deprecated: bool | str = False,
-        rules: Iterable[Rule] = (),
+        rules: Iterable[ValidationRule] = (),
         **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)

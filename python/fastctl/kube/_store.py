@@ -26,7 +26,7 @@ import builtins
 from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
 from fastctl.types import ObjectRef
 
 __all__ = ["Store", "controller_uid", "reflector"]
@@ -123,13 +123,12 @@ class Store(Mapping[ObjectRef, Obj]):
         `INIT_DONE` that ends a relist, those in the old state but not in the new list (the
         caller should report them as deleted); empty for every other event.
         """
-        kind = event.kind
-        obj = event.obj
-        if kind is EventKind.APPLY and obj is not None:
-            self._put(ObjectRef.from_object(obj), obj)
-        elif kind is EventKind.DELETE and obj is not None:
-            self._remove(ObjectRef.from_object(obj))
-        elif kind is EventKind.INIT_APPLY and obj is not None:
+        if event.kind is EventKind.APPLY:
+            self._put(ObjectRef.from_object(event.obj), event.obj)
+        elif event.kind is EventKind.DELETE:
+            self._remove(ObjectRef.from_object(event.obj))
+        elif event.kind is EventKind.INIT_APPLY:
+            obj = event.obj
             if self._buffer is None:  # tolerate a missing INIT
                 self._buffer = {}
             ref = ObjectRef.from_object(obj)
@@ -139,9 +138,9 @@ class Store(Mapping[ObjectRef, Obj]):
             # holds the changed objects twice, not the whole store (a relist used to double
             # the heap once, and the process's RSS kept that high-water mark).
             self._buffer[ref] = held if held is not None and _same_version(held, obj) else obj
-        elif kind is EventKind.INIT:
+        elif event.kind is EventKind.INIT:
             self._buffer = {}
-        elif kind is EventKind.INIT_DONE:
+        else:  # INIT_DONE
             return self._swap()
         return _NOTHING
 
@@ -233,4 +232,4 @@ async def reflector(store: Store, events: AsyncIterable[WatchEvent]) -> AsyncIte
         vanished = store.apply(event)
         yield event
         for obj in vanished:
-            yield WatchEvent(EventKind.DELETE, obj)
+            yield ObjectEvent(EventKind.DELETE, obj)

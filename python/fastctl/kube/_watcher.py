@@ -53,7 +53,7 @@ import enum
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
@@ -72,7 +72,9 @@ from fastctl.log import RedactingFilter
 __all__ = [
     "Backoff",
     "EventKind",
+    "ListFrame",
     "MetadataOnlyUnsupported",
+    "ObjectEvent",
     "WatchConfig",
     "WatchEvent",
     "WatchStreamError",
@@ -98,7 +100,8 @@ class MetadataOnlyUnsupported(WatchError):
 
 
 class EventKind(enum.Enum):
-    """What a `WatchEvent` says. A (re)list is framed ``INIT, INIT_APPLY*, INIT_DONE``."""
+    """What a `WatchEvent` says. A (re)list is framed ``INIT, INIT_APPLY*, INIT_DONE``: the
+    frames are `ListFrame`s, the rest `ObjectEvent`s."""
 
     INIT = "init"
     """A (re)list starts: objects follow as `INIT_APPLY`; drop any half-received list."""
@@ -112,12 +115,48 @@ class EventKind(enum.Enum):
     """An object was deleted; `obj` is its last known state."""
 
 
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """One event of a watcher: `kind` and the parsed object (``None`` for INIT/INIT_DONE)."""
+ObjectKind: TypeAlias = Literal[EventKind.INIT_APPLY, EventKind.APPLY, EventKind.DELETE]
+"""The kinds of event that carry an object."""
+FrameKind: TypeAlias = Literal[EventKind.INIT, EventKind.INIT_DONE]
+"""The kinds of event that frame a list and carry none."""
 
-    kind: EventKind
-    obj: dict[str, Any] | None = None
+_OBJECT_KINDS = frozenset({EventKind.INIT_APPLY, EventKind.APPLY, EventKind.DELETE})
+_FRAME_KINDS = frozenset({EventKind.INIT, EventKind.INIT_DONE})
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectEvent:
+    """An event about one object (`INIT_APPLY`, `APPLY`, `DELETE`): it always carries the
+    parsed object, so no consumer checks for a missing one."""
+
+    kind: ObjectKind
+    obj: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        if self.kind not in _OBJECT_KINDS:
+            raise ValueError(f"an ObjectEvent is INIT_APPLY, APPLY or DELETE, not {self.kind}")
+        if not isinstance(self.obj, dict):
+            raise TypeError(f"an ObjectEvent carries a dict, not {type(self.obj).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class ListFrame:
+    """The start (`INIT`) or the end (`INIT_DONE`) of a (re)list: no object."""
+
+    kind: FrameKind
+
+    def __post_init__(self) -> None:
+        if self.kind not in _FRAME_KINDS:
+            raise ValueError(f"a ListFrame is INIT or INIT_DONE, not {self.kind}")
+
+
+WatchEvent: TypeAlias = ObjectEvent | ListFrame
+"""One event of a watcher. The two classes split on `kind`, so a type checker narrows
+``event.kind is EventKind.APPLY`` to an `ObjectEvent` and its ``obj`` needs no check (as
+does ``isinstance(event, ObjectEvent)`` or a ``match``)."""
+
+_INIT = ListFrame(EventKind.INIT)
+_INIT_DONE = ListFrame(EventKind.INIT_DONE)
 
 
 class _Gone(Exception):
@@ -132,9 +171,9 @@ class _StreamingListUnsupported(Exception):
 class WatchConfig:
     """How a `watcher` lists and watches: every option once, with its default.
 
-    A value (frozen, comparable), so one config can serve many watchers; ``watcher(...)``
-    takes the same options as keywords and builds this. Invalid values raise `ValueError`
-    here, at construction, not on the first event.
+    A value (frozen, comparable), so one config can serve many watchers and controllers
+    (``watcher(..., config=)``, ``Controller(..., watch_config=)``). Invalid values raise
+    `ValueError` here, at construction, not on the first event.
     """
 
     label_selector: str | None = None
@@ -173,23 +212,17 @@ async def watcher(
     *,
     namespace: str | None = None,
     label_selector: str | None = None,
-    field_selector: str | None = None,
-    page_size: int = 500,
-    timeout_seconds: int = 290,
-    read_timeout: float = 90.0,
-    streaming_list: bool | None = None,
-    strip_managed_fields: bool = False,
-    metadata_only: bool = False,
+    config: WatchConfig | None = None,
     backoff: Backoff | None = None,
     on_error: Callable[[BaseException], None] | None = None,
-    config: WatchConfig | None = None,
     shard_selector: str | None = None,
     shard_filter: Callable[[dict[str, Any]], bool] | None = None,
 ) -> AsyncIterator[WatchEvent]:
     """Events of `resource` (in `namespace`, or all namespaces), forever.
 
-    The options between `namespace` and `backoff` are those of `WatchConfig` (see its
-    fields); pass them as keywords or as one `config`, not both. `backoff` is the retry
+    `config` states every option of the list and the watch once (`WatchConfig`, see its
+    fields); its common one, `label_selector`, is also a keyword: pass it or `config`, not
+    both. `backoff` is the retry
     state (a fresh `Backoff` by default). `on_error` hears every error the watcher retries
     (for metrics, health, tests). A `Resource` is resolved first with `resolve_patiently`:
     discovery is retried while the API server is unreachable; a resource it still does not
@@ -200,16 +233,7 @@ async def watcher(
     """
     options = pick(
         config,
-        WatchConfig(
-            label_selector=label_selector,
-            field_selector=field_selector,
-            page_size=page_size,
-            timeout_seconds=timeout_seconds,
-            read_timeout=read_timeout,
-            streaming_list=streaming_list,
-            strip_managed_fields=strip_managed_fields,
-            metadata_only=metadata_only,
-        ),
+        WatchConfig(label_selector=label_selector),
         _DEFAULT_CONFIG,
     )
     if shard_selector == "":
@@ -220,20 +244,112 @@ async def watcher(
         if isinstance(resource, ResolvedResource)
         else await resolve_patiently(client, resource, backoff=backoff, on_error=on_error)
     )
-    state = _Watcher(client, resolved, namespace, options, backoff, on_error)
+    one = _Watcher(client, resolved, namespace, options, backoff, on_error)
     if shard_selector is not None:
-        state.selectors["shardSelector"] = shard_selector
-        state.streaming = False  # only a list response says whether the server sharded
-        state.shard_filter = shard_filter
-    async for event in state.run():
+        one.selectors["shardSelector"] = shard_selector
+        one.state.without_streaming()  # only a list response says whether it was sharded
+        one.shard_filter = shard_filter
+    async for event in one.run():
         yield event
 
 
 _DEFAULT_CONFIG = WatchConfig()
 
 
+class _Listing(enum.Enum):
+    """How a watcher lists, when it has no resourceVersion to watch from."""
+
+    STREAMING = "streaming"
+    """A watch with ``sendInitialEvents``; a server that refuses or ignores it moves the
+    watcher to its `fallback` for good."""
+    STREAMING_ONLY = "streaming only"
+    """The same, forced (``streaming_list=True``): a refusal is an error, not a fallback."""
+    PAGES = "pages"
+    """``limit``/``continue`` pages of `WatchConfig.page_size`."""
+    WHOLE = "whole"
+    """One unpaginated response (``page_size=0``)."""
+    WHOLE_ONCE = "whole once"
+    """One unpaginated response, then `PAGES` again: a continue token expired (the list took
+    longer than etcd keeps history), so the next list is made in one piece."""
+
+
+@dataclass(slots=True)
+class _State:
+    """All a watcher remembers between requests, in one place, changed only by the
+    transitions below (`listed`, `advanced`, `gone`, `streaming_refused`,
+    `continue_expired`, `without_streaming`; `filtering` by the first page of each list).
+
+    - `rv`: where the next watch starts; ``None``: a (re)list comes first;
+    - `listing`: how that (re)list is made;
+    - `fallback`: the listing that replaces a refused streaming list (`PAGES`, or `WHOLE`
+      with ``page_size=0``);
+    - `filtering`: the server ignored ``shardSelector``: the watcher keeps, on the client,
+      only the objects of its shard.
+    """
+
+    listing: _Listing
+    fallback: _Listing
+    rv: str | None = None
+    filtering: bool = False
+
+    @classmethod
+    def start(cls, config: WatchConfig) -> _State:
+        fallback = _Listing.PAGES if config.page_size > 0 else _Listing.WHOLE
+        if config.streaming_list is None:
+            return cls(_Listing.STREAMING, fallback)
+        return cls(_Listing.STREAMING_ONLY if config.streaming_list else fallback, fallback)
+
+    @property
+    def needs_list(self) -> bool:
+        """No position to watch from: the next request lists (a streaming list is a watch
+        whose start is the list, so this stays True until its end marker)."""
+        return self.rv is None
+
+    @property
+    def streams(self) -> bool:
+        """Whether the next (re)list is a streaming one."""
+        return self.listing in (_Listing.STREAMING, _Listing.STREAMING_ONLY)
+
+    def verb(self) -> str:
+        """What the next request does, for the logs."""
+        if not self.needs_list:
+            return "watch"
+        return "list+watch (streaming list)" if self.streams else "list"
+
+    def listed(self, rv: str) -> None:
+        """A (re)list is complete at `rv`: watch from there."""
+        self.rv = rv
+        if self.listing is _Listing.WHOLE_ONCE:
+            self.listing = _Listing.PAGES
+
+    def advanced(self, rv: str) -> None:
+        """The watch saw `rv` (an event or a bookmark): a reconnection resumes there."""
+        self.rv = rv
+
+    def gone(self) -> None:
+        """The resourceVersion is gone (410): list again."""
+        self.rv = None
+
+    def streaming_refused(self) -> bool:
+        """The server refused or ignored the streaming list: use the fallback from now on.
+        False (and no change) when the streaming list was forced."""
+        if self.listing is _Listing.STREAMING_ONLY:
+            return False
+        self.listing = self.fallback
+        return True
+
+    def continue_expired(self) -> None:
+        """A continue token expired: the next list is made in one piece."""
+        self.listing = _Listing.WHOLE_ONCE
+
+    def without_streaming(self) -> None:
+        """List with the fallback from the start (a sharded watch: only a list response
+        says whether the server applied ``shardSelector``)."""
+        self.listing = self.fallback
+
+
 class _Watcher:
-    """The state of one watcher: where it is (`rv`) and how it lists (`streaming`)."""
+    """One watcher: what it watches and how (fixed), and its `state` (`_State`)."""
 
     def __init__(
         self,
@@ -253,40 +369,37 @@ class _Watcher:
             "labelSelector": config.label_selector or None,
             "fieldSelector": config.field_selector or None,
         }
-        self.streaming = config.streaming_list
+        self.state = _State.start(config)
         self.backoff = backoff
         self.on_error = on_error
-        self.rv: str | None = None  # None: a (re)list is needed
-        self.paginate = config.page_size > 0
         self.sensitive = is_sensitive(resource.kind)
         """Objects of this kind hold secrets: remember their values (`fastctl._redact`) and
         never log a line of the stream."""
         self.shard_filter: Callable[[dict[str, Any]], bool] | None = None
-        self.filtering = False  # the server ignored shardSelector: `shard_filter` applies
 
     # -- the loop ---------------------------------------------------------------------
 
     async def run(self) -> AsyncIterator[WatchEvent]:
         while True:
             try:
-                if self.rv is None and self.streaming is not False:
+                state = self.state
+                if state.needs_list and state.streams:
                     try:
-                        async for event in self._watch(initial=True):
+                        async for event in self._watch():
                             yield event
                     except _StreamingListUnsupported as exc:
-                        if self.streaming:  # forced on: do not fall back silently
+                        if not state.streaming_refused():  # forced: no silent fallback
                             raise WatchError(f"{self}: streaming list failed: {exc}") from None
                         log.info("%s: streaming list unsupported (%s); paginating", self, exc)
-                        self.streaming = False
-                elif self.rv is None:
+                elif state.needs_list:
                     async for event in self._list():
                         yield event
                 else:
-                    async for event in self._watch(initial=False):
+                    async for event in self._watch():
                         yield event
             except _Gone as exc:
                 log.info("%s: %s; listing again", self, exc)
-                self.rv = None
+                self.state.gone()
             except ApiError as exc:
                 if exc.status == 406 and self.config.metadata_only:
                     raise self._no_metadata(f"406 Not Acceptable: {exc.message}") from None
@@ -298,10 +411,7 @@ class _Watcher:
 
     async def _retry(self, exc: BaseException, *, retry_after: float | None = None) -> None:
         delay = max(self.backoff.next_delay(), retry_after or 0.0)
-        if self.rv is not None:
-            verb = "watch"
-        else:
-            verb = "list" if self.streaming is False else "list+watch (streaming list)"
+        verb = self.state.verb()
         if isinstance(exc, ApiError) and exc.status == 403:
             log.error(
                 "%s: forbidden to %s %s (check the controller's RBAC): %s; retrying in %.1f s",
@@ -373,7 +483,7 @@ class _Watcher:
         while True:
             query = {
                 **self.selectors,
-                "limit": self.config.page_size if self.paginate else None,
+                "limit": self.config.page_size if self.state.listing is _Listing.PAGES else None,
                 "continue": cont,
             }
             async with await self._get(query) as resp:
@@ -383,7 +493,7 @@ class _Watcher:
                     if err.status == 410 and cont is not None:
                         # The continue token expired (the list took longer than etcd keeps
                         # history): start over, in one piece so it cannot expire again.
-                        self.paginate = False
+                        self.state.continue_expired()
                         raise _Gone(f"list continue token expired ({err.message})")
                     raise err
             items, meta, list_kind = typed_list_page(data)
@@ -391,9 +501,9 @@ class _Watcher:
                 raise self._no_metadata(f"it answered with a {list_kind!r} list")
             if cont is None:
                 self._check_sharded(meta)
-                yield WatchEvent(EventKind.INIT)
+                yield _INIT
             api_version, kind = self.resource.api_version, self.resource.kind
-            keep = self.shard_filter if self.filtering else None
+            keep = self.shard_filter if self.state.filtering else None
             for obj in items:
                 if keep is not None and not keep(obj):
                     continue
@@ -405,15 +515,15 @@ class _Watcher:
                     obj.get("metadata", {}).pop("managedFields", None)
                 if self.sensitive:
                     remember(obj)
-                yield WatchEvent(EventKind.INIT_APPLY, obj)
+                yield ObjectEvent(EventKind.INIT_APPLY, obj)
             cont = meta.get("continue") or None
             if cont is None:
-                self.rv = str(meta.get("resourceVersion") or "") or None
-                self.paginate = self.config.page_size > 0
-                self.backoff.reset()
-                if self.rv is None:  # pragma: no cover - every real server sets it
+                rv = str(meta.get("resourceVersion") or "")
+                if not rv:  # pragma: no cover - every real server sets it
                     raise WatchStreamError("list response without metadata.resourceVersion")
-                yield WatchEvent(EventKind.INIT_DONE)
+                self.state.listed(rv)
+                self.backoff.reset()
+                yield _INIT_DONE
                 return
 
     def _check_sharded(self, meta: dict[str, Any]) -> None:
@@ -421,28 +531,30 @@ class _Watcher:
         if "shardSelector" not in self.selectors:
             return
         filtering = "shardInfo" not in meta and self.shard_filter is not None
-        if filtering and not self.filtering:
+        if filtering and not self.state.filtering:
             log.info("%s: the server does not shard lists; filtering on the client", self)
-        self.filtering = filtering
+        self.state.filtering = filtering
 
     # -- watch ------------------------------------------------------------------------
 
-    async def _watch(self, *, initial: bool) -> AsyncIterator[WatchEvent]:
-        """One watch connection; with `initial`, the streaming list at its start.
+    async def _watch(self) -> AsyncIterator[WatchEvent]:
+        """One watch connection: from `_State.rv`, or, while the state needs a list, the
+        streaming list at its start (until its end marker sets the position).
 
         Returns when the server ends the stream (its timeout); raises to be retried.
         """
+        state = self.state
         query: dict[str, str | int | bool | None] = {
             **self.selectors,
             "watch": True,
             "allowWatchBookmarks": True,
             "timeoutSeconds": self.config.timeout_seconds,
         }
-        if initial:
+        if state.needs_list:
             query["sendInitialEvents"] = True
             query["resourceVersionMatch"] = "NotOlderThan"
         else:
-            query["resourceVersion"] = self.rv
+            query["resourceVersion"] = state.rv
         started = monotonic()
         async with await self._get(query) as resp:
             if resp.status != 200:
@@ -450,12 +562,12 @@ class _Watcher:
                     resp.status, await resp.read(), method="GET", path=self.path
                 )
                 if err.status == 410:
-                    raise _Gone(f"resourceVersion {self.rv} is gone ({err.message})")
-                if initial and 400 <= err.status < 500 and err.status not in (403, 429):
+                    raise _Gone(f"resourceVersion {state.rv} is gone ({err.message})")
+                if state.needs_list and 400 <= err.status < 500 and err.status not in (403, 429):
                     raise _StreamingListUnsupported(str(err))
                 raise err
-            if initial:
-                yield WatchEvent(EventKind.INIT)
+            if state.needs_list:
+                yield _INIT
             lines = 0
             content = resp.content
             while True:
@@ -467,13 +579,13 @@ class _Watcher:
                     # No byte, not even a bookmark, for read_timeout seconds: presume the
                     # connection dead and reconnect at once (no backoff: nothing failed).
                     log.info("%s: no data for %.0f s; reconnecting", self, self.config.read_timeout)
-                    if initial:
+                    if state.needs_list:
                         raise
                     return
                 if not line:
                     break
                 lines += 1
-                if lines == 1 and not initial:
+                if lines == 1 and not state.needs_list:
                     # A stream that carries something is the success that resets the
                     # backoff; one accepted but ending empty at once is not (see below).
                     self.backoff.reset()
@@ -489,19 +601,18 @@ class _Watcher:
                         self,
                         exc,
                         f"{len(line)} bytes" if self.sensitive else repr(line[:200]),
-                        self.rv,
+                        state.rv,
                     )
                     raise
                 if self.sensitive:
                     remember(obj)
-                event = self._event(etype, obj, initial)
+                event = self._event(etype, obj)
                 if event is None:
                     continue
                 if event.kind is EventKind.INIT_DONE:
-                    initial = False
                     self.backoff.reset()
                 yield event
-        if initial:
+        if state.needs_list:
             raise WatchStreamError("watch ended before the initial list was complete")
         if lines == 0 and monotonic() - started < 1.0:
             # An empty stream that ends at once would otherwise be a busy loop; and since
@@ -511,39 +622,43 @@ class _Watcher:
         elif lines == 0:
             self.backoff.reset()  # quiet but held open: a healthy watch of a quiet resource
 
-    def _event(self, etype: str, obj: dict[str, Any], initial: bool) -> WatchEvent | None:
-        """Turn one watch frame into an event (or None), tracking the resourceVersion."""
+    def _event(self, etype: str, obj: dict[str, Any]) -> WatchEvent | None:
+        """Turn one watch frame into an event (or None), tracking the resourceVersion: the
+        frames of a streaming list while the state needs a list, watch events after."""
+        state = self.state
         if etype == "ERROR":
             err = ApiError.from_status(obj, method="WATCH", path=self.path)
             if err.status == 410:
-                raise _Gone(f"resourceVersion {self.rv} is gone ({err.message})")
+                raise _Gone(f"resourceVersion {state.rv} is gone ({err.message})")
             raise err
         meta = obj.get("metadata") or {}
         rv = meta.get("resourceVersion")
         if etype == "BOOKMARK":
-            if initial:
+            if state.needs_list:
                 if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) != "true":
                     raise _StreamingListUnsupported("bookmark without initial-events-end")
-                self.rv = rv
-                return WatchEvent(EventKind.INIT_DONE)
+                if not rv:
+                    raise WatchStreamError("the initial-events-end bookmark has no resourceVersion")
+                state.listed(str(rv))
+                return _INIT_DONE
             if rv:
-                self.rv = rv
+                state.advanced(str(rv))
             return None
         if self.config.strip_managed_fields:
             meta.pop("managedFields", None)
         if self.config.metadata_only:
             self._check_metadata(obj, "PartialObjectMetadata")
-        if initial:
+        if state.needs_list:
             if etype != "ADDED":
                 raise _StreamingListUnsupported(f"{etype} event before initial-events-end")
-            return WatchEvent(EventKind.INIT_APPLY, obj)
+            return ObjectEvent(EventKind.INIT_APPLY, obj)
         if rv:
-            self.rv = rv
-        if self.filtering and self.shard_filter is not None and not self.shard_filter(obj):
+            state.advanced(str(rv))
+        if state.filtering and self.shard_filter is not None and not self.shard_filter(obj):
             return None
         if etype in ("ADDED", "MODIFIED"):
-            return WatchEvent(EventKind.APPLY, obj)
+            return ObjectEvent(EventKind.APPLY, obj)
         if etype == "DELETED":
-            return WatchEvent(EventKind.DELETE, obj)
+            return ObjectEvent(EventKind.DELETE, obj)
         log.warning("%s: unknown watch event type %r ignored", self, etype)
         return None

@@ -1,7 +1,7 @@
 """The runtime: the `Controller` (watch events → triggers → the applier), the watch a
 Manager shares between controllers, the `Manager` itself, its metrics and health server,
-and leader election (`fastctl.runtime.leader`). Public names are re-exported here; the
-modules behind them are private.
+leader election (`fastctl.runtime.leader`) and sharding (`fastctl.runtime.sharding`).
+Public names are re-exported here; the modules behind them are private.
 """
 
 from fastctl.runtime._children import RelatedCache
@@ -17,6 +17,7 @@ from fastctl.runtime._inspect import ObjectInspection, QueueSummary, ReasonCount
 from fastctl.runtime.controller import INITIAL_LIST_PRIORITY, Controller
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 from fastctl.runtime.manager import Manager, ServerOptions
+from fastctl.runtime.sharding import Sharding
 
 __all__ = [
     "INITIAL_LIST_PRIORITY",
@@ -30,6 +31,7 @@ __all__ = [
     "ReasonCount",
     "RelatedCache",
     "ServerOptions",
+    "Sharding",
     "all_of",
     "annotations_changed",
     "any_of",

@@ -214,21 +214,19 @@ class EventFilter:
 
     def admits(self, event: WatchEvent) -> bool:
         """Whether `event` may trigger (``INIT``/``INIT_DONE`` frame a list: see above)."""
-        kind, obj = event.kind, event.obj
-        if kind is EventKind.INIT:
+        if event.kind is EventKind.INIT:
             self._listing = {}
             self._passing = set()
             return True
-        if kind is EventKind.INIT_DONE:
+        if event.kind is EventKind.INIT_DONE:
             self._swap()
             return True
-        if obj is None:
-            return True
+        obj = event.obj
         uid = uid_of(obj)
-        if kind is EventKind.DELETE:
+        if event.kind is EventKind.DELETE:
             self._forget(uid)
             return True
-        if kind is EventKind.INIT_APPLY:
+        if event.kind is EventKind.INIT_APPLY:
             if self._listing is None:  # tolerate a missing INIT, as the store does
                 self._listing = {}
             passes = self._verdict(uid, self._state.get(uid), obj)

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 from fastctl.kube._resource import Resource
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime._own_writes import OwnWrites
 
 __all__ = ["settled"]
@@ -56,15 +56,15 @@ class _Holding:
         self._own = own
         self._resource = resource
         self._out = out
-        self._held: dict[tuple[str, str], deque[WatchEvent]] = {}
+        self._held: dict[tuple[str, str], deque[ObjectEvent]] = {}
         self._releasing: set[asyncio.Task[None]] = set()
 
     async def feed(self, event: WatchEvent) -> None:
-        obj = event.obj
-        if obj is None:  # a list's frame: after everything held before it
+        if isinstance(event, ListFrame):  # after everything held before it
             await self.drain()
             await self._out.put(event)
             return
+        obj = event.obj
         if event.kind is not EventKind.DELETE:
             self._own.saw(self._resource, obj)  # the version our next write builds on
         meta = obj.get("metadata") or {}
@@ -85,9 +85,7 @@ class _Holding:
         flight (or `SETTLE_TIMEOUT` has passed)."""
         queue = self._held[name]
         while queue:
-            first = queue[0].obj
-            if first is not None:  # always: only events with an object are held
-                await self._own.settle(self._resource, first)
+            await self._own.settle(self._resource, queue[0].obj)
             await self._out.put(queue.popleft())
         del self._held[name]  # no await since the check: nothing was added meanwhile
 
@@ -133,7 +131,7 @@ async def settled(
                 if item.error is not None:
                     raise item.error
                 return
-            assert isinstance(item, WatchEvent)
+            assert isinstance(item, ObjectEvent | ListFrame)
             yield item
     finally:
         holding.cancel()

@@ -58,12 +58,11 @@ def primary_triggers(
 ) -> Iterable[ObjectRef | Trigger]:
     """The triggers for one event of the primary resource, once `store` has applied it;
     with `event_filter`, only for the events (and listed objects) it admits."""
-    kind = event.kind
     if event_filter is not None and not event_filter.admits(event):
         return ()
-    if kind is EventKind.APPLY and event.obj is not None:
+    if event.kind is EventKind.APPLY:
         return (ObjectRef.from_object(event.obj),)
-    if kind is EventKind.INIT_DONE:
+    if event.kind is EventKind.INIT_DONE:
         # A snapshot of the refs: the caller awaits between triggers, the store moves on.
         refs = list(store)
         if event_filter is not None:
@@ -140,17 +139,14 @@ class RelatedTriggers:
         return len(self._targets)
 
     def on_event(self, event: WatchEvent) -> list[Trigger]:
-        kind = event.kind
-        obj = event.obj
         admitted = self._filter is None or self._filter.admits(event)
-        if kind is EventKind.INIT:
+        if event.kind is EventKind.INIT:
             self._listing = {}
             self._held = set()
-        elif kind is EventKind.INIT_DONE:
+        elif event.kind is EventKind.INIT_DONE:
             return self._swap()
-        elif obj is None:
-            pass
-        elif kind is EventKind.INIT_APPLY:
+        elif event.kind is EventKind.INIT_APPLY:
+            obj = event.obj
             if self._listing is None:  # tolerate a missing INIT, as the store does
                 self._listing = {}
             targets = self._map(obj)
@@ -159,7 +155,8 @@ class RelatedTriggers:
                 self._listing[ref] = targets
                 if not admitted:
                     self._held.add(ref)
-        elif kind is EventKind.APPLY:
+        elif event.kind is EventKind.APPLY:
+            obj = event.obj
             ref = ObjectRef.from_object(obj)
             targets = self._map(obj)
             before = self._targets.pop(ref, _NONE)
@@ -167,7 +164,8 @@ class RelatedTriggers:
             if not admitted:  # the filter says this change needs no reconcile
                 return []
             return self._triggers(_union(before, targets), 0, ref)
-        elif kind is EventKind.DELETE:
+        else:  # DELETE
+            obj = event.obj
             ref = ObjectRef.from_object(obj)
             before = self._targets.pop(ref, _NONE)
             self._retarget(ref, before, _NONE)

@@ -42,10 +42,8 @@ __all__ = [
     "BuildError",
     "ControlPlaneError",
     "build_binaries",
-    "cache_dir",
     "ensure_binaries",
     "find_binaries",
-    "go_available",
 ]
 
 K8S_VERSION = "v1.36.3"

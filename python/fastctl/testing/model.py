@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Final, Literal
 if TYPE_CHECKING:  # TypedDicts that exist only in the stub of the extension
     from fastctl._core import Histogram, SchedulerStats
 
-__all__ = ["BUCKETS", "MAX_DELAY", "ModelScheduler", "SplitMix64", "backoff_delay"]
+__all__ = ["ModelScheduler"]
 
 MAX_DELAY: Final = 15_552_000.0
 """Longest accepted delay in seconds (180 days); longer ones, and infinity, are clamped."""

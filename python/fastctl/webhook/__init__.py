@@ -20,7 +20,6 @@ from fastctl.webhook._configuration import (
 from fastctl.webhook._conversion import Converter
 from fastctl.webhook._jsonpatch import diff as json_patch
 from fastctl.webhook._managed import ManagedWebhookServer, shared_secret_of
-from fastctl.webhook._metrics import WebhookMetrics
 from fastctl.webhook._registry import Webhooks
 from fastctl.webhook._review import AdmissionRequest, Allow, Deny
 from fastctl.webhook._server import MAX_BODY_BYTES, WebhookServer
@@ -37,7 +36,6 @@ __all__ = [
     "Service",
     "ServingCertificate",
     "SharedSecret",
-    "WebhookMetrics",
     "WebhookServer",
     "Webhooks",
     "configurations",

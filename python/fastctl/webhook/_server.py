@@ -8,7 +8,7 @@ it guarantees the API server:
   review it can parse (a failing handler is a denial, see `fastctl.webhook.AdmissionWebhook`),
   and a one-line text error otherwise: 400 for a body that is not a review, 404 for an
   unknown path, 413 for a body over `max_body_bytes`, 504 past `request_timeout`;
-- metrics under controller-runtime's names (`fastctl.webhook.WebhookMetrics`).
+- metrics under controller-runtime's names (`WebhookMetrics`, `fastctl.webhook._metrics`).
 
 TLS is required by the API server; `certificate` gives it, and is reloaded on change when
 it comes from files (`ServingCertificate.watch`). ``certificate=None`` serves plain HTTP,

@@ -4,14 +4,5 @@ given, and the run itself. Only `Controller` is public; the rest is how it is pu
 
 from fastctl.runtime._triggers import INITIAL_LIST_PRIORITY
 from fastctl.runtime.controller._controller import Controller
-from fastctl.runtime.controller._environment import Environment, ShardAssignment
-from fastctl.runtime.controller._spec import ControllerSpec, WatchUse
 
-__all__ = [
-    "INITIAL_LIST_PRIORITY",
-    "Controller",
-    "ControllerSpec",
-    "Environment",
-    "ShardAssignment",
-    "WatchUse",
-]
+__all__ = ["INITIAL_LIST_PRIORITY", "Controller"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator
-from concurrent.futures import Executor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,6 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl._applier import DEFAULT_CONCURRENCY, ApplierConfig, SchedulerLike
 from fastctl._clock import monotonic
-from fastctl._fair import FairBy
 from fastctl._options import pick
 from fastctl._reasons import ReasonLog
 from fastctl.kube._events import Recorder
@@ -72,8 +70,9 @@ class Controller:
 
     ``reconcile(obj, ctx)`` gets the parsed JSON object (a dict) as it is in the cache when
     the reconcile starts, and returns `Action` or ``None``. The cache drops
-    ``metadata.managedFields`` (`strip_managed_fields`, on by default): reconcilers rarely
-    read it, server-side apply does not need it, and it is about half of a typical object.
+    ``metadata.managedFields`` (`WatchConfig.strip_managed_fields`, on by default here):
+    reconcilers rarely read it, server-side apply does not need it, and it is about half
+    of a typical object.
     The builder methods return the controller, so they chain::
 
         ctl = Controller(client, Resource("example.com/v1", "Widget"), reconcile)
@@ -101,25 +100,22 @@ class Controller:
         namespace: str | None = None,
         label_selector: str | None = None,
         name: str | None = None,
-        executor: Executor | None = None,
-        fair_by: FairBy | None = None,
-        group_concurrency: int = 0,
         scheduler: SchedulerLike | None = None,
-        strip_managed_fields: bool = True,
         config: ApplierConfig | None = None,
         watch_config: WatchConfig | None = None,
         recorder: Recorder | None = None,
         event_filter: Predicate | None = None,
         ignore_own_writes: bool = False,
     ) -> None:
-        """`concurrency`, `debounce`, `timeout`, `executor`, `fair_by` and
-        `group_concurrency` are the fields of `ApplierConfig` (`fair_by="namespace"`, or a
-        function of the object returning its group, serves tenants in turn instead of first
-        come, first served; `group_concurrency=N` with it runs at most N reconciles of one
-        group at once, so a tenant whose reconciles are slow cannot take every slot);
-        `label_selector` and `strip_managed_fields` are those of `WatchConfig` (for the
-        primary resource; related resources are watched without the selector): pass each
-        group as keywords or as one object (`config`, `watch_config`), not both.
+        """The options are stated once, in two objects: `config`, an `ApplierConfig` (how
+        reconciles run: also `executor`, and `fair_by` with `group_concurrency` to serve
+        tenants in turn and cap each one's reconciles), and `watch_config`, a `WatchConfig`
+        (how the primary resource is listed and watched; related resources are watched
+        without its selectors). The common ones are also keywords: `concurrency`,
+        `debounce` and `timeout` of `config`, `label_selector` of `watch_config`; pass
+        either those keywords or the object, not both. Without `watch_config` the cache
+        drops ``metadata.managedFields``; a `watch_config` given is used as it is (its
+        `strip_managed_fields` defaults to False, as for a bare `watcher`).
         `scheduler` replaces the default one built from `config` (for metrics or the model).
         `recorder` publishes Warning Events about objects a typed controller cannot parse.
         `event_filter` (a predicate ``(old, new) -> bool``, e.g. `generation_changed`)
@@ -149,19 +145,12 @@ class Controller:
         self.error_policy = error_policy
         self.config = pick(
             config,
-            ApplierConfig(
-                concurrency=concurrency,
-                debounce=debounce,
-                timeout=timeout,
-                executor=executor,
-                fair_by=fair_by,
-                group_concurrency=group_concurrency,
-            ),
+            ApplierConfig(concurrency=concurrency, debounce=debounce, timeout=timeout),
             _DEFAULT_CONFIG,
         )
         self.watch_config = pick(
             watch_config,
-            WatchConfig(label_selector=label_selector, strip_managed_fields=strip_managed_fields),
+            WatchConfig(label_selector=label_selector, strip_managed_fields=True),
             _DEFAULT_WATCH_CONFIG,
             name="watch_config",
         )

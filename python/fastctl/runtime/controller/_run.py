@@ -21,7 +21,7 @@ from fastctl.errors import InvalidObject
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import resolve_patiently
 from fastctl.kube._store import Store, reflector
-from fastctl.kube._watcher import EventKind, WatchEvent, watcher
+from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent, watcher
 from fastctl.log import RedactingFilter
 from fastctl.runtime._filters import EventFilter, Predicate
 from fastctl.runtime._metrics import ReconcileCounters
@@ -281,7 +281,7 @@ class ControllerRun:
         here. An owned object names its owner's UID; otherwise the target's namespace
         (key ``namespace``) or the cached target (key ``uid``) tells."""
         ref = trigger.ref if isinstance(trigger, Trigger) else trigger
-        if rel.mapper is None and gate.key == "uid" and event.obj is not None:
+        if rel.mapper is None and gate.key == "uid" and isinstance(event, ObjectEvent):
             uid = _controller_uid(event.obj, ref.name)
             if uid is not None:
                 return gate.member.serves(gate.slot_of(uid))
@@ -326,7 +326,7 @@ async def _counted(events: AsyncIterator[WatchEvent], gate: ShardGate) -> AsyncI
     async for event in events:
         if event.kind is EventKind.INIT_APPLY:
             gate.listed += 1
-        elif event.obj is not None:
+        elif isinstance(event, ObjectEvent):
             gate.received += 1
         yield event
 

@@ -54,7 +54,8 @@ from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics import FastctlCollector
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._signals import stop_on_signals
-from fastctl.runtime.controller import Controller, Environment, ShardAssignment
+from fastctl.runtime.controller import Controller
+from fastctl.runtime.controller._environment import Environment, ShardAssignment
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 from fastctl.runtime.manager._collectors import LeaderCollector
 from fastctl.runtime.manager._drain import cancel

@@ -20,7 +20,8 @@ from kubernetes_asyncio.client import ApiClient
 from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._shared_watch import SharedWatch, Subscription
-from fastctl.runtime.controller import Controller, WatchUse
+from fastctl.runtime.controller import Controller
+from fastctl.runtime.controller._spec import WatchUse
 
 __all__ = ["SharedWatches", "WatchKey", "share_watches"]
 

@@ -1,5 +1,7 @@
 """The loop of one shard member: renew its own Lease, read the group's, and serve, claim and
 drain slots by the rules of `_rules` (the safety argument is there and in docs/sharding.md).
+The writes keep their own pace and the reads run beside them, so a slow API server costs a
+renewal no more than its own latency (`_rules`, "Renewing on a slow API server").
 
 The runtime asks two things of it: `serves(slot)` before it starts a reconcile, and a
 `drainer` coroutine, given to the constructor, that returns once no reconcile of the given
@@ -30,7 +32,14 @@ from fastctl.runtime.leader._rules import RETRY_JITTER, LeaseRecord
 from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._handover import HandoverTimes
 from fastctl.runtime.sharding._member_api import GroupLeases, ShardLeaseClient, member_lease
-from fastctl.runtime.sharding._rules import SLOTS_ANNOTATION, Member, Sharding, parse_slots
+from fastctl.runtime.sharding._rules import (
+    SLOTS_ANNOTATION,
+    Member,
+    Sharding,
+    next_write,
+    parse_slots,
+    write_budget,
+)
 
 __all__ = ["Drainer", "ShardMember"]
 
@@ -80,7 +89,10 @@ class ShardMember:
         self._timer: asyncio.TimerHandle | None = None
         self._cut: asyncio.TimerHandle | None = None  # a leave's drain, cut at the tenure's end
         self._drains: set[asyncio.Task[None]] = set()
-        self._last_error = ""
+        self._errors: dict[str, str] = {}  # the last error of each kind of request
+        self._writing = asyncio.Lock()
+        self._writes = 0  # writes attempted: the reads follow them
+        self._written = asyncio.Event()
         self._last_serving: frozenset[int] = frozenset()
         self.gained = 0
         """Slots this member started serving (counted once per start)."""
@@ -150,70 +162,117 @@ class ShardMember:
     # -- the loop ------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Write our Lease at its own pace and, beside the writes, read the group's Leases
+        after each one and act on them (rule 3: a read counts for the writes that had
+        completed when it was sent). A slow read never delays a renewal."""
         log.info("shard group %s: joining as %r", self.config.group, self.identity)
+        reads = asyncio.get_running_loop().create_task(self._read_loop())
         try:
             while not self._stop.is_set():
-                await self._round()
-                delay = self.config.retry_period * (1 + random.uniform(0, RETRY_JITTER))
+                sent, ok = await self._renew()
+                self._writes += 1
+                self._written.set()
+                delay = next_write(
+                    ok=ok,
+                    sent_at=sent,
+                    now=self._now(),
+                    deadline=self._rules.deadline,
+                    retry_period=self.config.retry_period,
+                    jitter=random.uniform(0, RETRY_JITTER),
+                )
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await self._stop.wait()
         finally:
+            reads.cancel()  # at its next step: it observes nothing more
             stopped = self._abandon()
             if stopped and not self._stop.is_set():
                 self._stopped(stopped, "the membership loop stopped")
 
-    async def _round(self) -> None:
-        """Write our Lease, then read the group's and act on it (rule 3: the read must come
-        after the write)."""
+    async def _renew(self) -> tuple[float, bool]:
+        """One write of our Lease, given the time left in the tenure (`write_budget`):
+        when it was sent, and whether it succeeded. After a 409 (someone else wrote the
+        Lease, or a write of ours that timed out was applied after all) it reads the
+        current copy, so the next write's precondition holds."""
         rules = self._rules
-        published = rules.to_publish()
-        body = member_lease(
-            self.config.lease_name,
-            self.config.group,
-            self.identity,
-            self.config.lease_duration_seconds,
-            published,
-        )
-        sent = self._now()
-        budget = rules.deadline - sent if rules.valid(sent) else self.config.renew_deadline
-        try:
-            async with asyncio.timeout(budget):
-                self._lease = await self._leases.write(self._lease, body)
-        except TRANSIENT as exc:
-            rules.write_failed()
-            if isinstance(exc, ApiError) and exc.status == 404:
-                self._lease = None  # deleted behind our back: create it again
-            self._note_error("writing the member Lease", exc)
-        else:
-            if self._now() < sent + self.config.renew_deadline:
+        config = self.config
+        async with self._writing:  # one write at a time (leave() writes after this one)
+            sent = self._now()
+            if self._stop.is_set():
+                return sent, False
+            published = rules.to_publish()
+            body = member_lease(
+                config.lease_name,
+                config.group,
+                self.identity,
+                config.lease_duration_seconds,
+                published,
+            )
+            try:
+                async with asyncio.timeout(
+                    write_budget(sent, rules.deadline, config.renew_deadline)
+                ):
+                    try:
+                        self._lease = await self._leases.write(self._lease, body)
+                    except ApiError as exc:
+                        if exc.status == 409:
+                            await self._refresh()
+                        raise
+            except TRANSIENT as exc:
+                rules.write_failed()
+                if isinstance(exc, ApiError) and exc.status == 404:
+                    self._lease = None  # deleted behind our back: create it again
+                self._note_error("writing the member Lease", exc)
+                return sent, False
+            self._answered("writing the member Lease")
+            now = self._now()
+            if self._stop.is_set():  # leaving: the tenure was given up meanwhile
+                return sent, True
+            if now < sent + config.renew_deadline:
                 rules.wrote(sent, published)
                 self._arm_timer()
-            self.handovers.published(published, self._now())
-        try:
-            async with asyncio.timeout(self.config.renew_deadline):
-                items = await self._leases.list()
-        except TRANSIENT as exc:
-            self._note_error("listing the group's Leases", exc)
-            return
-        if self._last_error:
-            log.info("shard group %s: the API server answers again", self.config.group)
-            self._last_error = ""
-        self._observe(items)
+            self.handovers.published(published, now)
+            return sent, True
 
-    def _observe(self, items: list[dict[str, Any]]) -> None:
+    async def _refresh(self) -> None:
+        """Take our Lease's current copy from a read (None if it is gone: create it)."""
+        with contextlib.suppress(*TRANSIENT):
+            items = await self._leases.list()
+            name = self.config.lease_name
+            self._lease = next(
+                (lease for lease in items if (lease.get("metadata") or {}).get("name") == name),
+                None,
+            )
+
+    async def _read_loop(self) -> None:
+        """After each write (those that end while a read is on its way are covered by the
+        next read), list the group's Leases and act on what the list says."""
+        read = 0
+        while True:
+            while self._writes == read:
+                self._written.clear()
+                await self._written.wait()
+            read = self._writes
+            durable = self._rules.durable  # what the writes completed so far published
+            try:
+                async with asyncio.timeout(self.config.renew_deadline):
+                    items = await self._leases.list()
+            except TRANSIENT as exc:
+                self._note_error("listing the group's Leases", exc)
+                continue
+            self._answered("listing the group's Leases")
+            if not self._stop.is_set():
+                self._observe(items, durable)
+
+    def _observe(self, items: list[dict[str, Any]], durable: frozenset[int]) -> None:
         now = self._now()
         config = self.config
         listed: set[str] = set()
         for lease in items:
             metadata = lease.get("metadata") or {}
             name = metadata.get("name")
-            if not isinstance(name, str):
-                continue
-            if name == config.lease_name:
-                if self._lease is None or _version(lease) != _version(self._lease):
-                    self._lease = lease  # someone else wrote it: our next PUT needs this copy
-                continue
+            if not isinstance(name, str) or name == config.lease_name:
+                continue  # our own: the writes keep their copy (a 409 refreshes it)
             listed.add(name)
             seen = self._seen.get(name)
             if seen is None or seen.version != _version(lease):
@@ -230,7 +289,7 @@ class ShardMember:
                 if name in listed and seen.holder:
                     self._collect(seen.lease)
         before = self.serving
-        stopped = self._rules.observed(others, now)
+        stopped = self._rules.observed(others, now, durable)
         if stopped:
             self.handovers.stopped(stopped, now)
             self._start_drain(frozenset(stopped), urgent=False)
@@ -315,10 +374,15 @@ class ShardMember:
         return live
 
     def _note_error(self, what: str, exc: BaseException) -> None:
+        """Log a failed request once per distinct error of each kind (writes, reads)."""
         message = "request timed out" if isinstance(exc, TimeoutError) else str(exc)
-        level = logging.DEBUG if message == self._last_error else logging.WARNING
+        level = logging.DEBUG if message == self._errors.get(what) else logging.WARNING
         log.log(level, "shard group %s: %s: %s", self.config.group, what, message)
-        self._last_error = message
+        self._errors[what] = message
+
+    def _answered(self, what: str) -> None:
+        if self._errors.pop(what, None) is not None:
+            log.info("shard group %s: %s: the API server answers again", self.config.group, what)
 
     # -- leaving ----------------------------------------------------------------------
 
@@ -352,7 +416,8 @@ class ShardMember:
                     self._cut.cancel()
                     self._cut = None
                 body = member_lease(self.config.lease_name, self.config.group, "", 1, frozenset())
-                self._lease = await self._leases.write(self._lease, body)
+                async with self._writing:  # after a renewal in flight, on its answer's copy
+                    self._lease = await self._leases.write(self._lease, body)
             self.handovers.published(frozenset(), self._now())
         except TRANSIENT as exc:
             log.warning("shard group %s: could not leave cleanly: %s", self.config.group, exc)

@@ -17,13 +17,23 @@ rules, the first two those of leader election (docs/leader-election.md):
    ``renew_deadline < lease_duration`` by a margin, a member has stopped before anyone can
    count its Lease as expired.
 3. A member serves a slot only after a write that *publishes* the slot on its Lease has
-   succeeded, and a read of the group's Leases *made after that write* shows no other
-   unexpired member publishing it. It keeps publishing every slot it serves or still
+   succeeded, and a read of the group's Leases *sent after that write had succeeded*
+   shows no other unexpired member publishing it. It keeps publishing every slot it serves or still
    drains, until the last reconcile of that slot has ended.
 
 Of two members that both claim a slot, the one whose claim was written second reads the
 other's (etcd is linearizable), so at most the first serves. A slot changes hands only
 through a moment when just its old server publishes it (draining) and then nobody does.
+
+**Renewing on a slow API server.** Rule 2 ends a tenure when no write has succeeded for
+`renew_deadline` since the last successful one was sent; everything the loop spends
+between two writes comes out of that. So the writes keep their own pace (`next_write`):
+the next one goes a retry period after the last one was *sent*, however long it and the
+reads took (the reads run beside the writes, never in front of them); a failed write is
+retried sooner as the tenure's end nears, until it really ends; and each write may take
+all the time left in the tenure (`write_budget`), not a fixed timeout that could give up
+while the tenure still holds. The retry period is jittered per write, so members that an
+overloaded API server answers in lock step drift apart again.
 """
 
 from __future__ import annotations
@@ -40,11 +50,14 @@ from fastctl.runtime.sharding._slots import KEY_FIELDS, ShardKey
 
 __all__ = [
     "GROUP_LABEL",
+    "RETRY_FLOOR",
     "SLOTS_ANNOTATION",
     "Member",
     "Sharding",
     "format_slots",
+    "next_write",
     "parse_slots",
+    "write_budget",
 ]
 
 _NOT_NAME = re.compile(r"[^a-z0-9.-]+")
@@ -133,6 +146,44 @@ class Sharding:
         return max(1, math.ceil(self.lease_duration))
 
 
+RETRY_FLOOR = 0.1
+"""The shortest wait before retrying a failed write, as a fraction of the retry period: a
+write that fails at once (refused, reset) is retried soon, but never in a tight loop."""
+
+
+def write_budget(now: float, deadline: float, renew_deadline: float) -> float:
+    """How long a write sent at `now` may take: the time left in the tenure that ends at
+    `deadline` (an answer after that comes too late to keep the slots, and giving up any
+    sooner would throw them away while they could still be kept); with no tenure,
+    `renew_deadline` (a write answered later than that after its send starts no tenure)."""
+    return deadline - now if now < deadline else renew_deadline
+
+
+def next_write(
+    *,
+    ok: bool,
+    sent_at: float,
+    now: float,
+    deadline: float,
+    retry_period: float,
+    jitter: float,
+) -> float:
+    """The delay from `now` to the next write, after the write sent at `sent_at` succeeded
+    (`ok`) or failed, for a tenure that ends at `deadline`.
+
+    The period is ``retry_period · (1 + jitter)`` (`jitter` drawn in ``[0, RETRY_JITTER]``
+    for each write) and counts from the last write's *send*: the time that write and the
+    reads took does not push the next one towards the deadline. A write that failed while
+    the tenure holds is retried sooner when the tenure would end first: after half the
+    time left (so every retry leaves the next one room), never sooner than `RETRY_FLOOR`
+    periods; the retries go on until the deadline. With no tenure, the plain period."""
+    period = retry_period * (1.0 + jitter)
+    due = sent_at + period
+    if not ok and now < deadline:
+        due = min(due, now + max(RETRY_FLOOR * retry_period, (deadline - now) / 2))
+    return max(0.0, due - now)
+
+
 def format_slots(slots: Iterable[int]) -> str:
     """``{0, 1, 2, 5}`` as ``"0-2,5"``: runs of adjacent slots as ranges."""
     parts: list[str] = []
@@ -170,12 +221,13 @@ def parse_slots(text: str | None, slots: int) -> frozenset[int]:
 class Member:
     """Which slots one member serves, claims and drains; the decisions of rule 3.
 
-    The loop calls, in this order each round: `to_publish()` for what to write;
-    `wrote(sent_at, published)` when that write succeeded (or `write_failed()`); then
-    `observed(others, now)` with what a read made *after* that write returned: each
-    unexpired other member's published slots. `observed` returns the slots that stopped
-    being served (the runtime must stop starting their reconciles and end the running ones,
-    then call `drained(slot)`). `check(now)` ends the tenure on time between rounds.
+    The loop's writes call `to_publish()` for what to write, then `wrote(sent_at,
+    published)` when that write succeeded (or `write_failed()`); its reads, which run
+    beside the writes, take `durable` when a read is sent and then call `observed(others,
+    now, durable)` with what it returned: each unexpired other member's published slots.
+    `observed` returns the slots that stopped being served (the runtime must stop starting
+    their reconciles and end the running ones, then call `drained(slot)`). `check(now)`
+    ends the tenure on time between them.
     """
 
     identity: str
@@ -220,10 +272,26 @@ class Member:
         self._durable = frozenset()
         return stopped
 
-    def observed(self, others: Mapping[str, frozenset[int]], now: float) -> set[int]:
+    @property
+    def durable(self) -> frozenset[int]:
+        """What the successful writes so far have certainly published: a read sent now
+        may promote exactly these claims (pass it to `observed` with that read)."""
+        return self._durable
+
+    def observed(
+        self,
+        others: Mapping[str, frozenset[int]],
+        now: float,
+        durable: frozenset[int] | None = None,
+    ) -> set[int]:
         """Act on a read of the group made after the last successful write: `others` maps
         every *unexpired* other member to the slots its Lease publishes. Returns the slots
-        that stop being served now (to be drained)."""
+        that stop being served now (to be drained). `durable`: `durable` as it was when
+        the read was *sent* (default: now), when writes may complete while a read is on
+        its way: only a claim published by a write that had succeeded before the read was
+        sent may be served on its strength (rule 3)."""
+        if durable is None:
+            durable = self._durable
         stopped = self.check(now)
         if not self.valid(now):
             return stopped
@@ -244,7 +312,7 @@ class Member:
             holder = taken.get(slot)
             if slot not in desired or (holder is not None and holder < self.identity):
                 self.claiming.discard(slot)  # withdraw: not ours, or the smaller claim wins
-            elif holder is None and slot in self._durable:
+            elif holder is None and slot in durable:
                 self.claiming.discard(slot)
                 self.serving.add(slot)
         for slot in desired - self.serving - self.claiming - self.draining:

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ListFrame, WatchEvent
 from fastctl.runtime.sharding._slots import ShardKey, shard_selector
 
 __all__ = ["MakeWatch", "ServingSet", "sharded_events"]
@@ -52,8 +52,8 @@ async def sharded_events(
         if on_restart is not None:
             on_restart(owned)
         if not owned:
-            yield WatchEvent(EventKind.INIT)
-            yield WatchEvent(EventKind.INIT_DONE)
+            yield ListFrame(EventKind.INIT)
+            yield ListFrame(EventKind.INIT_DONE)
             await member.wait_change(version)
             continue
         stream = make(shard_selector(owned, slots, key), keep(owned))
