@@ -302,8 +302,18 @@ def run(name: str) -> int:
     scratch = prepare(name, target)
     env = dict(os.environ, PYTHONPATH=str(scratch / "mutants" / "src"), **dict(target.env))
     rc = subprocess.call(["mutmut", "run", "--max-children", "1"], cwd=scratch, env=env)
+    _say_exit(rc)
     summary(name)
     return rc
+
+
+def _say_exit(rc: int) -> None:
+    """mutmut's own failures (or a signal that ended it) would otherwise look like a run
+    that merely stopped early ("not run yet")."""
+    if rc < 0:
+        print(f"mutmut was ended by signal {-rc}", file=sys.stderr)
+    elif rc != 0:
+        print(f"mutmut exited with status {rc}", file=sys.stderr)
 
 
 def rerun(name: str, names: list[str]) -> int:
@@ -327,6 +337,7 @@ def rerun(name: str, names: list[str]) -> int:
     before = {m: json.loads(m.read_text()).get("exit_code_by_key", {}) for m in metas}
     cmd = ["mutmut", "run", "--max-children", "1", *survivors]
     rc = subprocess.call(cmd, cwd=scratch, env=env)
+    _say_exit(rc)
     for meta, old in before.items():
         data = json.loads(meta.read_text())
         codes = data.get("exit_code_by_key", {})
