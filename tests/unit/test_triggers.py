@@ -3,6 +3,7 @@ triggers nothing until it is complete, and a relation's relist reports what vani
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -146,5 +147,8 @@ def test_a_failing_mapper_or_a_wrong_value_is_logged_and_skipped(
     related = RelatedTriggers(mapper, "child", controller="ctl", kind="K")
     assert feed(related, ObjectEvent(EventKind.APPLY, obj("x", "boom"))) == []
     assert feed(related, ObjectEvent(EventKind.APPLY, obj("y", "ok"))) == [("w", 0)]
-    assert "controller ctl: mapper for K failed" in caplog.text
-    assert "returned 'not-a-ref', not an ObjectRef" in caplog.text
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.ERROR, "controller ctl: mapper for K failed; event skipped"),
+        (logging.ERROR, "controller ctl: mapper for K returned 'not-a-ref', not an ObjectRef"),
+    ]
+    assert caplog.records[0].exc_info is not None  # the mapper's traceback
