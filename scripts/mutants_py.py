@@ -180,6 +180,7 @@ TARGETS: dict[str, Target] = {
         ("python/fastctl/runtime/_own_writes.py",),
         (
             "tests/unit/test_own_writes.py",
+            "tests/unit/test_own_writes_registry.py",
             "tests/unit/test_controller_filters.py",
             "tests/unit/test_settled_events.py",
         ),
