@@ -278,3 +278,13 @@ def test_metadata_predicates_keep_no_body(
         assert f.admits(apply(bumped))
     if predicate is generation_changed:
         assert not f.admits(apply(obj("a", 2, status="Ready")))
+
+
+def test_a_list_without_its_init_is_taken_as_one() -> None:
+    """As the store does: an object listed with no INIT before it is judged as listed, and
+    the list's end reports it."""
+    f = new_filter()
+    assert f.admits(listed(obj("a", 1)))
+    assert f.admits(DONE)
+    assert f.take_listed() == {ObjectRef("a", "ns")}
+    assert not f.admits(apply(obj("a", 1, status="Ready")))  # its state was kept
