@@ -167,6 +167,7 @@ TARGETS: dict[str, Target] = {
         (
             "tests/unit/test_sharding_config.py",
             "tests/unit/test_sharding_handover.py",
+            "tests/unit/test_sharding_lease_api.py",
             "tests/unit/test_sharding_members.py",
             "tests/unit/test_sharding_protocol.py",
             "tests/unit/test_sharding_runtime.py",
