@@ -162,25 +162,46 @@ TARGETS: dict[str, Target] = {
             "python/fastctl/runtime/sharding/_handover.py",
             "python/fastctl/runtime/sharding/_metrics.py",
         ),
+        # The protocol's own tests, and the runs that put a member and its gates to work
+        # (a sharded controller, a sharded Manager).
         (
             "tests/unit/test_sharding_config.py",
             "tests/unit/test_sharding_handover.py",
+            "tests/unit/test_sharding_lease_api.py",
+            "tests/unit/test_sharding_members.py",
             "tests/unit/test_sharding_protocol.py",
             "tests/unit/test_sharding_runtime.py",
             "tests/unit/test_sharding_slots.py",
+            "tests/unit/test_controller_run.py",
+            "tests/unit/test_manager_lifecycle.py",
+            "tests/unit/test_manager_mixed.py",
         ),
     ),
     "own_writes": Target(
         ("python/fastctl/runtime/_own_writes.py",),
-        ("tests/unit/test_controller_filters.py", "tests/unit/test_settled_events.py"),
+        (
+            "tests/unit/test_own_writes.py",
+            "tests/unit/test_own_writes_registry.py",
+            "tests/unit/test_controller_filters.py",
+            "tests/unit/test_settled_events.py",
+        ),
     ),
     "settled_events": Target(
         ("python/fastctl/runtime/_settled_events.py",),
-        ("tests/unit/test_settled_events.py", "tests/unit/test_controller_filters.py"),
+        (
+            "tests/unit/test_settled_events.py",
+            "tests/unit/test_own_writes.py",
+            "tests/unit/test_controller_filters.py",
+        ),
     ),
     "filters": Target(
         ("python/fastctl/runtime/_filters.py",),
-        ("tests/unit/test_event_filters.py", "tests/unit/test_controller_filters.py"),
+        (
+            "tests/unit/test_event_filters.py",
+            "tests/unit/test_controller_filters.py",
+            "tests/unit/test_own_writes.py",
+            "tests/unit/test_controller_run.py",
+        ),
     ),
     "children": Target(
         ("python/fastctl/runtime/_children.py", "python/fastctl/runtime/_triggers.py"),
@@ -189,6 +210,7 @@ TARGETS: dict[str, Target] = {
             "tests/unit/test_triggers.py",
             "tests/unit/test_event_filters.py",
             "tests/unit/test_controller_relist.py",
+            "tests/unit/test_controller_run.py",
         ),
     ),
 }
@@ -282,8 +304,18 @@ def run(name: str) -> int:
     scratch = prepare(name, target)
     env = dict(os.environ, PYTHONPATH=str(scratch / "mutants" / "src"), **dict(target.env))
     rc = subprocess.call(["mutmut", "run", "--max-children", "1"], cwd=scratch, env=env)
+    _say_exit(rc)
     summary(name)
     return rc
+
+
+def _say_exit(rc: int) -> None:
+    """mutmut's own failures (or a signal that ended it) would otherwise look like a run
+    that merely stopped early ("not run yet")."""
+    if rc < 0:
+        print(f"mutmut was ended by signal {-rc}", file=sys.stderr)
+    elif rc != 0:
+        print(f"mutmut exited with status {rc}", file=sys.stderr)
 
 
 def rerun(name: str, names: list[str]) -> int:
@@ -307,6 +339,7 @@ def rerun(name: str, names: list[str]) -> int:
     before = {m: json.loads(m.read_text()).get("exit_code_by_key", {}) for m in metas}
     cmd = ["mutmut", "run", "--max-children", "1", *survivors]
     rc = subprocess.call(cmd, cwd=scratch, env=env)
+    _say_exit(rc)
     for meta, old in before.items():
         data = json.loads(meta.read_text())
         codes = data.get("exit_code_by_key", {})

@@ -111,8 +111,9 @@ def test_the_reverse_index_follows_a_relist() -> None:
 
 def test_no_reverse_index_unless_asked() -> None:
     related = RelatedTriggers(mapper, "watched", controller="c", kind="K")
-    with pytest.raises(RuntimeError, match="index=False"):
+    with pytest.raises(RuntimeError, match="index=False") as no_index:
         related.sources_of(ref("a"))
+    assert str(no_index.value) == "RelatedTriggers keeps no reverse index (index=False)"
 
 
 def child(name: str, owner_uid: str | None, *, controller: bool = True) -> dict[str, Any]:
@@ -146,17 +147,49 @@ def test_the_cache_finds_children_by_controller_owner_and_forgets_deleted_ones()
 
 def test_owned_by_needs_an_owner_with_a_uid() -> None:
     cache = RelatedCache(CM)
-    with pytest.raises(ValueError, match=r"dict has no metadata\.uid"):
+    with pytest.raises(ValueError, match=r"dict has no metadata\.uid") as no_uid:
         cache.owned_by({"metadata": {"name": "a"}})
-    with pytest.raises(ValueError, match="UID is empty"):
+    assert str(no_uid.value) == (
+        "owned_by: dict has no metadata.uid (pass an object read from the API server, or its UID)"
+    )
+    with pytest.raises(ValueError, match="UID is empty") as empty:
         cache.owned_by("")
+    assert str(empty.value) == "owned_by: the owner UID is empty"
+
+
+class _Model:
+    """An object with attributes, as a `CustomResource` instance is."""
+
+    def __init__(self, uid: str | None) -> None:
+        self.metadata = type("Meta", (), {"uid": uid})()
+
+
+def test_owned_by_takes_a_models_uid() -> None:
+    cache = RelatedCache(CM)
+    for event in (INIT, ObjectEvent(EventKind.INIT_APPLY, child("c", "uid-m")), DONE):
+        cache.store.apply(event)
+    assert [o["metadata"]["name"] for o in cache.owned_by(_Model("uid-m"))] == ["c"]
+    with pytest.raises(ValueError, match=r"_Model has no metadata\.uid"):
+        cache.owned_by(_Model(None))
+
+
+def test_the_cache_says_when_it_is_ready_how_big_it_is_and_what_it_holds() -> None:
+    cache = RelatedCache(CM)
+    assert not cache.is_ready
+    assert len(cache) == 0
+    for event in (INIT, ObjectEvent(EventKind.INIT_APPLY, child("a", "uid-x")), DONE):
+        cache.store.apply(event)
+    assert cache.is_ready
+    assert len(cache) == 1
+    assert repr(cache) == f"<RelatedCache {CM}: 1 objects>"
 
 
 def test_mapped_to_reads_the_mapper_memory_and_the_store() -> None:
     cache = RelatedCache(CM)
     related = RelatedTriggers(mapper, "watched", controller="c", kind="K", index=True)
-    with pytest.raises(RuntimeError, match="not running"):
+    with pytest.raises(RuntimeError, match="not running") as not_running:
         cache.mapped_to(ref("a"))
+    assert str(not_running.value) == f"the cache of {CM} is not running yet"
     cache._bind(related)
     obj = pointer("p", "a")
     for event in (INIT, ObjectEvent(EventKind.INIT_APPLY, obj), DONE):

@@ -87,10 +87,14 @@ def test_combinators() -> None:
     assert not both(same, relabelled)
     assert both(same, respec_relabel)
     assert either.__qualname__ == "any_of(generation_changed, labels_changed)"
-    with pytest.raises(ValueError, match="any_of"):
+    with pytest.raises(ValueError, match="any_of") as empty:
         any_of()
-    with pytest.raises(TypeError, match=r"all_of\(\): a predicate must be callable"):
+    assert str(empty.value) == "any_of() needs at least one predicate"
+    with pytest.raises(TypeError, match=r"all_of\(\): a predicate must be callable") as wrong:
         all_of(generation_changed, "labels")  # type: ignore[arg-type]
+    assert str(wrong.value) == (
+        "all_of(): a predicate must be callable (old, new) -> bool, got str"
+    )
 
 
 def test_a_status_write_is_filtered_and_a_spec_change_passes() -> None:
@@ -179,8 +183,12 @@ def test_a_non_bool_verdict_is_an_error_naming_the_predicate(
     f.admits(apply(obj("a", 1)))
     with caplog.at_level(logging.ERROR, logger="fastctl.controller"):
         assert f.admits(apply(obj("a", 1)))
-    assert "event filter " in caplog.text
-    assert "changed_keys returned list, not bool" in caplog.text
+    name = "test_a_non_bool_verdict_is_an_error_naming_the_predicate.<locals>.changed_keys"
+    error = TypeError(f"event filter {name} returned list, not bool")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"controller c: event filter on Widget ns/a failed: {error!r}; the event passes "
+        "(reported once per object)"
+    ]
 
 
 def test_the_primary_triggers_only_what_passes_and_a_relist_what_changed() -> None:
@@ -270,3 +278,13 @@ def test_metadata_predicates_keep_no_body(
         assert f.admits(apply(bumped))
     if predicate is generation_changed:
         assert not f.admits(apply(obj("a", 2, status="Ready")))
+
+
+def test_a_list_without_its_init_is_taken_as_one() -> None:
+    """As the store does: an object listed with no INIT before it is judged as listed, and
+    the list's end reports it."""
+    f = new_filter()
+    assert f.admits(listed(obj("a", 1)))
+    assert f.admits(DONE)
+    assert f.take_listed() == {ObjectRef("a", "ns")}
+    assert not f.admits(apply(obj("a", 1, status="Ready")))  # its state was kept

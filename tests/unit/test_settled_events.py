@@ -208,3 +208,48 @@ async def test_a_hanging_write_of_a_child_holds_back_only_that_childs_events(
         hanging.answered.set()
         await settle()
     assert calls.count("a") == 1, calls  # the echo of a's child did not re-trigger a
+
+
+async def test_every_event_but_a_delete_tells_the_registry_the_latest_version() -> None:
+    """The version a write of ours is made conditional on: the last one the watch showed;
+    a delete shows no version to build on."""
+    own = OwnWrites([WIDGET])
+    events = [apply("a", "3"), apply("b", "5", EventKind.INIT_APPLY)]
+    events.append(ObjectEvent(EventKind.DELETE, widget("c", "9")))
+    out = [seen(e) async for e in settled(own, WIDGET, _iterate(events))]
+    assert out == ["a@3", "b@5", "c@9"]
+    assert own.started(WIDGETS, NS, "a") == "3"
+    assert own.started(WIDGETS, NS, "b") == "5"
+    assert own.started(WIDGETS, NS, "c") is None
+    assert own.known == 2
+
+
+class _Events:
+    """An event source that is only an async iterator (no ``aclose``), as a user's own
+    source may be."""
+
+    def __init__(self, events: list[WatchEvent]) -> None:
+        self._events = iter(events)
+
+    def __aiter__(self) -> _Events:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        try:
+            return next(self._events)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+
+def _iterate(events: list[WatchEvent]) -> AsyncIterator[WatchEvent]:
+    return _Events(events)
+
+
+async def test_a_source_without_aclose_is_read_to_its_end() -> None:
+    own = OwnWrites([WIDGET])
+    events = [INIT, apply("a", "1", EventKind.INIT_APPLY), DONE]
+    assert [seen(e) async for e in settled(own, WIDGET, _iterate(events))] == [
+        "init",
+        "a@1",
+        "init_done",
+    ]

@@ -3,6 +3,7 @@ triggers nothing until it is complete, and a relation's relist reports what vani
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -146,5 +147,28 @@ def test_a_failing_mapper_or_a_wrong_value_is_logged_and_skipped(
     related = RelatedTriggers(mapper, "child", controller="ctl", kind="K")
     assert feed(related, ObjectEvent(EventKind.APPLY, obj("x", "boom"))) == []
     assert feed(related, ObjectEvent(EventKind.APPLY, obj("y", "ok"))) == [("w", 0)]
-    assert "controller ctl: mapper for K failed" in caplog.text
-    assert "returned 'not-a-ref', not an ObjectRef" in caplog.text
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.ERROR, "controller ctl: mapper for K failed; event skipped"),
+        (logging.ERROR, "controller ctl: mapper for K returned 'not-a-ref', not an ObjectRef"),
+    ]
+    assert caplog.records[0].exc_info is not None  # the mapper's traceback
+
+
+def test_a_list_without_its_init_is_taken_as_one() -> None:
+    """As the store does: objects listed with no INIT before them (a watcher that resumed
+    mid-list) are still collected and triggered at the end of the list."""
+    related = RelatedTriggers(to_target, "child", controller="ctl", kind="K", index=True)
+    listing = [ObjectEvent(EventKind.INIT_APPLY, obj("x", "w1")), DONE]
+    assert feed(related, *listing) == [("w1", INITIAL_LIST_PRIORITY)]
+    assert related.sources_of(ObjectRef("w1", "ns")) == (ObjectRef("x", "ns"),)
+
+
+def test_a_target_keeps_the_sources_that_still_point_at_it() -> None:
+    related = RelatedTriggers(to_target, "child", controller="ctl", kind="K", index=True)
+    feed(related, ObjectEvent(EventKind.APPLY, obj("p", "w")))
+    feed(related, ObjectEvent(EventKind.APPLY, obj("q", "w")))
+    feed(related, ObjectEvent(EventKind.APPLY, obj("p", "v")))  # p moves away from w
+    assert related.sources_of(ObjectRef("w", "ns")) == (ObjectRef("q", "ns"),)
+    assert related.sources_of(ObjectRef("v", "ns")) == (ObjectRef("p", "ns"),)
+    feed(related, ObjectEvent(EventKind.DELETE, obj("q", "w")))
+    assert related.sources_of(ObjectRef("w", "ns")) == ()
