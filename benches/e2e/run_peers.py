@@ -29,6 +29,12 @@ from scenario_operators import run_operator
 MODES = ["fastctl", "kopf", *compiled_peers.PEER_MODES]
 
 
+def _mode(text: str) -> str:
+    """A mode; `fastctl@TREE` with TREE made absolute (the child runs from another cwd)."""
+    name, at, tree = text.partition("@")
+    return f"{name}@{Path(tree).resolve()}" if at else text
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     log_dir = Path(args.log_dir)
     compiled_peers.build(args.modes)
@@ -65,7 +71,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[1000, 5000])
-    parser.add_argument("--modes", nargs="+", default=MODES)
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=MODES,
+        type=_mode,
+        help="operators to run; fastctl@TREE runs fastctl from another source tree",
+    )
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each scenario")
     parser.add_argument("--timeout", type=float, default=300.0, help="per phase, seconds")

@@ -119,7 +119,14 @@ async def _measure(
         f"--concurrency={concurrency}",
         *(cluster.kopf_args() if mode.startswith("kopf") else []),
     )
-    child = Child(f"{mode}-{count}", argv, log_dir / f"operator-{mode}-{count}.log")
+    # `fastctl@TREE` (an absolute path): the fastctl operator from another source tree (its
+    # own package and extension first on the path), to compare a change end to end in one run.
+    tree_env = None
+    if mode.startswith("fastctl@"):
+        argv = child_argv("bench_operators.py", "fastctl", *argv[3:])
+        tree_env = {"PYTHONPATH": f"{mode.split('@', 1)[1]}/python"}
+    label = mode.replace("/", "_")
+    child = Child(f"{label}-{count}", argv, log_dir / f"operator-{label}-{count}.log", env=tree_env)
     m0 = await request_counts(client)
     closed0 = await terminated_watchers(client)
     cpu0 = cluster.cpu_seconds()
@@ -168,7 +175,7 @@ async def _measure(
         await observer.stop()
         # The API server's log goes with the operator's (why a watch ended, a slow client).
         with contextlib.suppress(OSError):
-            shutil.copy(cluster.cp.apiserver_log, log_dir / f"apiserver-{mode}-{count}.log")
+            shutil.copy(cluster.cp.apiserver_log, log_dir / f"apiserver-{label}-{count}.log")
     result["load_after"] = load_average()
     return result
 
