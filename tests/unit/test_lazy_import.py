@@ -205,3 +205,24 @@ def test_a_failed_first_load_leaves_the_package_deferred_and_the_next_one_tries_
         "pod": "V1Pod",
         "whole": True,
     }
+
+
+def test_a_submodule_that_reads_the_packages_version_imports_while_it_is_deferred() -> None:
+    """``kubernetes_asyncio.dynamic`` asks the package for ``__version__`` while it loads: a
+    literal of the package's ``__init__`` is served without running it (running it there
+    re-imported the half-loaded submodule: a circular ImportError)."""
+    got = _run(
+        GENERATED
+        + """
+import json, fastctl, kubernetes_asyncio
+from fastctl.kube._lazy_import import is_deferred
+from kubernetes_asyncio.dynamic import DynamicClient
+from importlib.metadata import version
+print(json.dumps({
+    "client": DynamicClient.__module__,
+    "version": kubernetes_asyncio.__version__ == version("kubernetes_asyncio"),
+    "deferred": is_deferred(kubernetes_asyncio),
+}))
+"""
+    )
+    assert got == {"client": "kubernetes_asyncio.dynamic.client", "version": True, "deferred": True}

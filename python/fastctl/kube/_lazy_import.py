@@ -29,7 +29,9 @@ it ran, still deferred: the next use runs it again (as a failed import leaves no
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import importlib
 import importlib.util
 import os
@@ -103,6 +105,10 @@ def _defer(name: str, light: Mapping[str, str]) -> None:
             value = getattr(importlib.import_module(f"{name}.{light[attr]}"), attr)
             setattr(module, attr, value)
             return value
+        constants = _constants(spec.origin)
+        if attr in constants:
+            setattr(module, attr, constants[attr])
+            return constants[attr]
         lock = _lock(name)
         try:
             lock.__enter__()
@@ -118,6 +124,32 @@ def _defer(name: str, light: Mapping[str, str]) -> None:
     parent, _, child = name.rpartition(".")
     if parent:
         setattr(sys.modules[parent], child, module)
+
+
+@functools.cache
+def _constants(origin: str | None) -> dict[str, object]:
+    """The names a package's ``__init__`` sets to a plain literal (``__version__ = "36.1.0"``),
+    read from its source without running it.
+
+    Its own submodules ask for these while the package is deferred
+    (``kubernetes_asyncio.dynamic`` imports ``from kubernetes_asyncio import __version__``):
+    running the whole ``__init__`` then would import that submodule again while it is half
+    initialised, a circular import that a normal import order never meets.
+    """
+    if origin is None:
+        return {}
+    try:
+        with open(origin, encoding="utf-8") as source:
+            tree = ast.parse(source.read(), origin)
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    found: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
+                found[target.id] = node.value.value
+    return found
 
 
 def _load(
