@@ -50,6 +50,7 @@ from .world import (
     SimError,
     SimScheduler,
     name_of,
+    no_signals,
 )
 
 GROUP = "sim"
@@ -226,14 +227,6 @@ def _recording_member(record: ShardRecord) -> type[ShardMember]:
 
 
 @contextlib.contextmanager
-def _no_signals(what: str, *, graceful: Any, at_once: Any) -> Iterator[None]:
-    """The Managers' `stop_on_signals`, taking no signal: the simulated replicas share the
-    test process, and a SIGTERM sent to it (someone ending the test run) must end the run,
-    not stop one replica as if the schedule had (a spurious `crash`)."""
-    yield
-
-
-@contextlib.contextmanager
 def _wired(server: ApiServer, leases: MemberLeases, record: ShardRecord) -> Iterator[None]:
     """Point the watchers and the members' Lease clients at the in-memory server, and the
     Managers at the recording member (and at no signal handler)."""
@@ -241,7 +234,7 @@ def _wired(server: ApiServer, leases: MemberLeases, record: ShardRecord) -> Iter
         (watcher_module, "request", server.request),
         (member_api_module, "request_json", leases.request_json),
         (manager_module, "ShardMember", _recording_member(record)),
-        (manager_module, "stop_on_signals", _no_signals),
+        (manager_module, "stop_on_signals", no_signals),
         (rest_module, "ssl", ssl_once()),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]

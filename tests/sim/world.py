@@ -376,13 +376,22 @@ def _recording_elector(record: Record) -> type[LeaderElector]:
 
 
 @contextlib.contextmanager
+def no_signals(what: str, *, graceful: Any, at_once: Any) -> Iterator[None]:
+    """The Managers' `stop_on_signals`, taking no signal: the simulated Managers share the
+    test process, and a SIGTERM sent to it (someone ending the test run) must end the run,
+    not stop a simulated Manager as if the schedule had (a spurious `crash`)."""
+    yield
+
+
+@contextlib.contextmanager
 def _wired(server: ApiServer, record: Record) -> Iterator[None]:
-    """Point fastctl's HTTP calls at `server` and the Manager at the recording elector
-    (by attribute: these names are the modules' private imports)."""
+    """Point fastctl's HTTP calls at `server` and the Manager at the recording elector and
+    at no signal handler (by attribute: these names are the modules' private imports)."""
     patches: list[tuple[Any, str, Any]] = [
         (watcher_module, "request", server.request),
         (lease_api_module, "request_json", server.request_json),
         (manager_module, "LeaderElector", _recording_elector(record)),
+        (manager_module, "stop_on_signals", no_signals),
         (rest_module, "ssl", ssl_once()),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
