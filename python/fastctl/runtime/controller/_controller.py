@@ -352,6 +352,12 @@ class Controller:
             )
         return summarize(self.name, summary(now=monotonic()), self.store)
 
+    def running_keys(self) -> list[str]:
+        """The keys (``namespace/name``) of the objects being reconciled now, sorted: what
+        a graceful stop waits for (a Manager's drain names them in its log)."""
+        run = self._run
+        return run.running_keys() if run is not None else []
+
     @property
     def resources(self) -> list[Resource]:
         """Every resource this controller watches: the primary first."""

@@ -74,6 +74,7 @@ class ControllerRun:
         self.own_writes: OwnWrites | None = None
         self._resolving: asyncio.Task[None] | None = None
         self._stopping = False
+        self._driver: _Driver | None = None
 
     def stop(self) -> None:
         """No new reconciles; running ones finish; `results()` ends."""
@@ -81,6 +82,10 @@ class ControllerRun:
         self.triggers.close()
         if self._resolving is not None:  # still waiting for the API server: stop waiting
             self._resolving.cancel()
+
+    def running_keys(self) -> list[str]:
+        """The objects whose reconciles are running, sorted."""
+        return sorted(self._driver.running) if self._driver is not None else []
 
     async def results(self) -> AsyncIterator[ReconcileResult]:
         """Run, yielding each reconcile's result as it finishes."""
@@ -135,6 +140,7 @@ class ControllerRun:
                 # Reasons need a scheduler that answers `in` (a user's own may not).
                 self.reasons if hasattr(type(self.scheduler), "__contains__") else None,
             )
+            self._driver = driver
             async for result in driver.results():
                 self.counters.count(
                     error=result.error is not None, requeue_after=result.action.requeue_after
