@@ -138,6 +138,12 @@ class ApplierConfig:
     tenant whose reconciles are slow cannot take every slot of `concurrency`; the others'
     objects run meanwhile. Objects without a group are bounded by `concurrency` only. Set
     without `fair_by` it is refused: there would be no groups to cap."""
+    failure_events: bool = True
+    """A `Controller`'s failed reconcile records a Warning Event on its object (reason
+    ``ReconcileFailed``, or ``InvalidObject`` when the model rejects it), one Event series
+    per object and reason (``fastctl.runtime._failure_events``), through the controller's
+    `recorder` or one of its own. False: none. A bare `applier` has no client and publishes
+    no Event either way."""
 
     def __post_init__(self) -> None:
         concurrency, timeout = self.concurrency, self.timeout
