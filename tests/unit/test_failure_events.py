@@ -137,6 +137,7 @@ async def test_the_controllers_recorder_is_used_and_the_switch_turns_them_off(
 def test_the_reporting_controller_is_a_qualified_name() -> None:
     assert reporting_controller("widgets") == "fastctl/widgets"
     assert reporting_controller("My Widgets!") == "fastctl/My-Widgets"
+    assert reporting_controller("café") == "fastctl/caf"
     assert reporting_controller("x" * 100) == "fastctl/" + "x" * 63
     assert reporting_controller("///") == "fastctl/controller"
 

@@ -179,7 +179,9 @@ class ControllerRun:
         spec = self.spec
         if not spec.config.failure_events:
             return None
-        recorder = spec.recorder or Recorder(self.env.client, reporting_controller(spec.name))
+        recorder = spec.recorder
+        if recorder is None:
+            recorder = Recorder(self.env.client, reporting_controller(spec.name))
         return FailureEvents(recorder, spec.name)
 
     def on_watch_error(self, exc: BaseException) -> None:
@@ -315,7 +317,8 @@ class ControllerRun:
 def reporting_controller(name: str) -> str:
     """``fastctl/<name>``: the Events' ``reportingController`` (a qualified name: the
     controller's name with what the API server refuses replaced, cut to 63 characters)."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)[:63].strip("-_.")
+    safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "-" for c in name)
+    safe = safe[:63].strip("-_.")
     return f"fastctl/{safe or 'controller'}"
 
 
