@@ -138,6 +138,12 @@ class ApplierConfig:
     tenant whose reconciles are slow cannot take every slot of `concurrency`; the others'
     objects run meanwhile. Objects without a group are bounded by `concurrency` only. Set
     without `fair_by` it is refused: there would be no groups to cap."""
+    failure_events: bool = True
+    """A `Controller`'s failed reconcile records a Warning Event on its object (reason
+    ``ReconcileFailed``, or ``InvalidObject`` when the model rejects it), one Event series
+    per object and reason (``fastctl.runtime._failure_events``), through the controller's
+    `recorder` or one of its own. False: none. A bare `applier` has no client and publishes
+    no Event either way."""
 
     def __post_init__(self) -> None:
         concurrency, timeout = self.concurrency, self.timeout
@@ -384,9 +390,14 @@ class _Driver:
             error = ReconcileCancelled(key)
         except BaseException as exc:  # whatever ends it, the slot comes back
             error = exc
+        decided: Action | None = None
+        if error is not None and not isinstance(error, KeyboardInterrupt | SystemExit):
+            self.log_failure(error, key)
+            if self.error_policy is not None:  # in the slot: a coroutine policy may await
+                decided = await self.ask_error_policy(obj, error, key)
         del self.running[key]
         ended = self.now()
-        result = self.finish(key, ref, obj, returned, error, ended - started, ended)
+        result = self.finish(key, ref, obj, returned, error, ended - started, ended, decided)
         if result is not None:
             self.completed.append(result)
         self.wake()
@@ -457,9 +468,11 @@ class _Driver:
         error: BaseException | None,
         duration: float,
         ended: float,
+        decided: Action | None = None,
     ) -> ReconcileResult | None:
         """Tell the scheduler how a reconcile ended (at `ended`, on the clock) and build its
-        result (``None`` for an ending that stops the applier)."""
+        result (``None`` for an ending that stops the applier); `decided` is the error
+        policy's answer to a failure (None: the default backoff)."""
         if error is None:
             action: Action = returned if returned is not None else _AWAIT
             self.scheduler.done(key, requeue_after=action.requeue_after, now=ended)
@@ -474,7 +487,7 @@ class _Driver:
             self.wake_peers()
             return None
         else:
-            action = self.apply_error_policy(obj, error, key)
+            action = self.apply_error_policy(decided, key)
             if self.reasons is not None:
                 retry = action is _BACKOFF or action.requeue_after is not None
                 self._note_end(key, error, "error retry" if retry else None)
@@ -489,31 +502,48 @@ class _Driver:
             again = key in self.scheduler  # type: ignore[operator]
             self.reasons.finished(key, error=error, requeue=requeue if again else None, again=again)
 
-    def apply_error_policy(self, obj: Any, error: BaseException, key: str) -> Action:
-        """Ask the user's error policy when to retry; without one (or if it fails), use the
-        scheduler's per-key exponential backoff."""
+    def log_failure(self, error: BaseException, key: str) -> None:
         if isinstance(error, ReconcileTimeout | ReconcileCancelled):
             log.warning("reconcile of %s: %s", key, error)
         else:
             log.error("reconcile of %s failed: %r", key, error, exc_info=error)
-        if self.error_policy is not None:
-            try:
-                action = self.error_policy(obj, error, self.context)
-                if not isinstance(action, Action):
-                    raise TypeError(
-                        f"error_policy returned {type(action).__name__} ({action!r:.100}); "
-                        "expected fastctl.Action"
-                    )
-            except Exception:
-                log.exception("error_policy failed for %s; using the default backoff", key)
+
+    async def ask_error_policy(self, obj: Any, error: BaseException, key: str) -> Action | None:
+        """The user's error policy's answer, awaited when it is a coroutine (it may publish
+        an Event or read the API before deciding); None when it fails or answers something
+        else than an `Action` (logged): the default backoff then applies."""
+        assert self.error_policy is not None
+        try:
+            answer = self.error_policy(obj, error, self.context)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if not isinstance(answer, Action):
+                raise TypeError(
+                    f"error_policy returned {type(answer).__name__} ({answer!r:.100}); "
+                    "expected fastctl.Action"
+                )
+        except asyncio.CancelledError:
+            if self.cancelling:
+                raise  # the applier is being cancelled: the driver cleans up
+            _uncancel()  # the policy cancelled itself: as if it had failed
+            log.error("error_policy was cancelled for %s; using the default backoff", key)
+            return None
+        except Exception:
+            log.exception("error_policy failed for %s; using the default backoff", key)
+            return None
+        return answer
+
+    def apply_error_policy(self, decided: Action | None, key: str) -> Action:
+        """Apply the error policy's answer to the scheduler; without one, the scheduler's
+        per-key exponential backoff."""
+        if decided is not None:
+            if decided.requeue_after is None:
+                self.scheduler.done(key, now=self.now())
             else:
-                if action.requeue_after is None:
-                    self.scheduler.done(key, now=self.now())
-                else:
-                    self.scheduler.done(
-                        key, requeue_after=action.requeue_after, failed=True, now=self.now()
-                    )
-                return action
+                self.scheduler.done(
+                    key, requeue_after=decided.requeue_after, failed=True, now=self.now()
+                )
+            return decided
         self.scheduler.done(key, failed=True, now=self.now())
         return _BACKOFF
 
@@ -681,7 +711,9 @@ def applier(
     ready; triggers that arrive before are de-duplicated meanwhile.
 
     When `triggers` ends, no new reconcile starts; the running ones finish and the iterator
-    ends. Cancelling the iteration cancels the running reconciles (a plain function's thread
+    ends. `error_policy` may be a coroutine function: it is awaited in the failed reconcile's
+    slot, so the object's next reconcile waits for its answer. Cancelling the iteration
+    cancels the running reconciles (a plain function's thread
     cannot be stopped: its key stays in flight until it returns). A reconcile raising
     `KeyboardInterrupt` or `SystemExit` releases its slot, then the iterator raises it.
     `config` states every option once (`ApplierConfig`: also `executor`, and `fair_by` with

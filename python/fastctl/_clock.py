@@ -17,7 +17,8 @@ What stays on the wall clock, because others read it or it is compared with inst
 elsewhere:
 
 - an Event's times, its series window and the suffix of its name (`fastctl.kube._events`,
-  as client-go does);
+  as client-go does), and the window of a failed reconcile's Event series, which follows
+  the Recorder's (`fastctl.runtime._failure_events`);
 - a Lease's ``acquireTime`` and ``renewTime`` (`fastctl.runtime.leader._rules`), which other
   replicas and kubectl read; the elector never compares them with its own clock, it times
   the lease on this one;

@@ -13,9 +13,11 @@ the ``/debug/queue`` endpoint, at a bounded cost:
 - when a run ends with nothing to follow (no requeue, no backoff, no trigger meanwhile) the
   key is dropped, as the scheduler drops its record: the log never holds more keys than the
   scheduler does;
-- a failed run keeps its error, the exception's type and message (scrubbed of remembered
-  secret values, `fastctl._redact.scrub`, and cut to `MAX_ERROR` characters), until a run
-  succeeds or the key is dropped.
+- a failed run keeps its error, the exception's type and message, whole (scrubbed of
+  remembered secret values, `fastctl._redact.scrub`), until a run succeeds or the key is
+  dropped. Whole because the end of a message is often what says what to fix (a 403 for an
+  RBAC escalation names the missing permission last); `MAX_ERROR` only bounds a
+  pathological one.
 
 Only names and reason texts are kept, never an object.
 """
@@ -33,8 +35,10 @@ __all__ = ["MAX_ERROR", "MAX_REASONS", "KeyReasons", "Reason", "ReasonLog", "err
 MAX_REASONS = 5
 """Distinct reasons kept per key and per run."""
 
-MAX_ERROR = 300
-"""Characters of an error's text kept (type name included)."""
+MAX_ERROR = 16_384
+"""Characters of an error's text kept (type name included): no real error is cut (an API
+server's messages are a few hundred characters, a long RBAC refusal a few thousand); the
+bound is against a message that quotes a whole object, since one is kept per failing key."""
 
 
 @dataclass(slots=True)
@@ -64,7 +68,7 @@ class KeyReasons:
 
 
 def error_text(error: BaseException) -> str:
-    """``Type: message``, scrubbed of remembered secret values and cut to `MAX_ERROR`."""
+    """``Type: message``, scrubbed of remembered secret values (cut only past `MAX_ERROR`)."""
     text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     text = scrub(text)
     if len(text) > MAX_ERROR:

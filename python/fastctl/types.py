@@ -172,8 +172,10 @@ class ReconcileResult(NamedTuple):
 Reconcile = Callable[[Any, Any], "Awaitable[Action | None] | Action | None"]
 """``async def reconcile(obj, ctx) -> Action | None`` (or a plain function, run in a thread)."""
 
-ErrorPolicy = Callable[[Any, BaseException, Any], Action]
-"""``error_policy(obj, exc, ctx) -> Action``: how long to wait before retrying after an error."""
+ErrorPolicy = Callable[[Any, BaseException, Any], Action | Awaitable[Action]]
+"""``error_policy(obj, exc, ctx) -> Action``: how long to wait before retrying after an error.
+It may be a coroutine function (``async def``), to publish an Event or read the API first:
+it is awaited in the failed reconcile's slot, before the object's next reconcile can start."""
 
 Mapper = Callable[[dict[str, Any]], Iterable[ObjectRef]]
 """``mapper(obj) -> Iterable[ObjectRef]``: which primary objects a related object affects."""

@@ -64,6 +64,41 @@ def test_invalid_kubeconfig(tmp_path: Path) -> None:
     assert_one_line_error(proc, "invalid kubeconfig", str(bad))
 
 
+IMPOSSIBLE = """\
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:3999937505", insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {token: abcdefgh}
+contexts:
+- name: x
+  context: {cluster: c, user: u}
+current-context: x
+"""
+
+
+def test_an_impossible_server_url_ends_the_run_at_once_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "impossible.yaml"
+    bad.write_text(IMPOSSIBLE)
+    # The generous timeout only guards against a hang: a retried URL never ends.
+    proc = fastctl("run", "fastctl.demo.widgets:make_controller", "--kubeconfig", str(bad))
+    assert_one_line_error(
+        proc, str(bad), "clusters[0].cluster.server", "https://127.0.0.1:3999937505"
+    )
+    assert "attempt" not in proc.stderr, "retried as if the server were down"
+
+
+def test_a_broken_kubeconfig_names_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text(IMPOSSIBLE.replace("users:\n- name: u\n  user: {token: abcdefgh}", "users: 7"))
+    proc = fastctl("run", "fastctl.demo.widgets:make_controller", "--kubeconfig", str(bad))
+    assert_one_line_error(proc, str(bad), "users is a number, not a list")
+    assert "not iterable" not in proc.stderr
+
+
 @pytest.mark.kube
 def test_metrics_port_in_use(control_plane: ControlPlane) -> None:
     with socket.socket() as busy:

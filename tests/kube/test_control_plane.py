@@ -657,8 +657,21 @@ def _fastctl(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 
 
 def test_cli_up_env_down(tmp_path: Path, control_plane: ControlPlane) -> None:
+    """`up` passes its --apiserver-arg flags to kube-apiserver (here: audit logging, seen
+    working in the audit log), and `down` removes everything `up` made."""
     env = {"FASTCTL_RUN_DIR": str(tmp_path / "run")}
-    up = _fastctl("control-plane", "up", "--name", "cli-test", env=env)
+    policy = tmp_path / "audit-policy.yaml"
+    policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n")
+    audit = tmp_path / "audit.log"
+    up = _fastctl(
+        "control-plane",
+        "up",
+        "--name",
+        "cli-test",
+        f"--apiserver-arg=--audit-policy-file={policy}",
+        f"--apiserver-arg=--audit-log-path={audit}",
+        env=env,
+    )
     assert up.returncode == 0, up.stderr
     assert up.stdout.startswith("export KUBECONFIG=")
     kubeconfig = up.stdout.strip().removeprefix("export KUBECONFIG=")
@@ -676,12 +689,15 @@ def test_cli_up_env_down(tmp_path: Path, control_plane: ControlPlane) -> None:
             timeout=60,
         )
         assert got.stdout.strip() == "namespace/default", got.stderr
+        assert '"/api/v1/namespaces/default"' in audit.read_text(), "the audit flags applied"
         state = json.loads((tmp_path / "run" / "cli-test" / "state.json").read_text())
         supervisor = ProcessRecord(state["pid"], "supervisor", state["start_ticks"])
     finally:
         down = _fastctl("control-plane", "down", "--name", "cli-test", env=env)
     assert down.returncode == 0, down.stderr
     assert not supervisor.alive()
+    assert not (tmp_path / "run" / "cli-test").exists(), "etcd data and logs left behind"
+    assert "fastctl: removed " in down.stderr
     gone = _fastctl("control-plane", "env", "--name", "cli-test", env=env)
     assert gone.returncode == 1
     assert gone.stderr.strip() == (

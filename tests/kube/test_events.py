@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import types
 from typing import Any
@@ -114,3 +115,46 @@ async def test_bad_arguments(client: ApiClient) -> None:
         await rec.publish({"kind": "ConfigMap", "metadata": {"name": "x"}}, reason="R", type="Info")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="kind"):
         await rec.publish({"metadata": {"name": "x"}}, reason="R")
+
+
+async def test_a_failing_reconcile_records_one_warning_event_series(
+    client: ApiClient, namespace: str
+) -> None:
+    """By default a failed reconcile records a Warning Event on its object, through a
+    recorder of the controller's own; quick retries (with new messages) fold into one
+    series, whose note stays the first failure's; the object that succeeds gets none."""
+    from fastctl import Action
+    from fastctl.runtime import Controller
+
+    await make_configmap(client, namespace, "fine")
+    await make_configmap(client, namespace, "failing")
+    failures = 0
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> Action | None:
+        nonlocal failures
+        if obj["metadata"]["name"] == "failing":
+            failures += 1
+            raise RuntimeError(f"the backend said no (attempt {failures})")
+        return None
+
+    ctl = Controller(
+        client, Resource("v1", "ConfigMap"), reconcile, namespace=namespace, name="cm-failer"
+    )
+    run = asyncio.create_task(ctl.run(handle_signals=False))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            warnings = [e for e in await events_in(client, namespace) if e["type"] == "Warning"]
+            if warnings and warnings[0].get("series", {}).get("count", 1) >= 2:
+                break
+            assert time.monotonic() < deadline, f"no series after {failures} failures"
+            await asyncio.sleep(0.2)
+    finally:
+        ctl.shutdown()
+        await asyncio.wait_for(run, 30)
+    assert failures >= 3
+    (event,) = warnings
+    assert event["regarding"]["name"] == "failing"
+    assert event["reason"] == "ReconcileFailed"
+    assert event["reportingController"] == "fastctl/cm-failer"
+    assert event["note"] == "reconcile failed: RuntimeError: the backend said no (attempt 1)"

@@ -31,7 +31,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 import fastctl.kube._watcher as watcher_module
 import fastctl.runtime.manager._manager as manager_module
 import fastctl.runtime.sharding._member_api as member_api_module
-from fastctl import Action, Controller, Manager
+from fastctl import Action, ApplierConfig, Controller, Manager
 from fastctl.runtime.sharding import Sharding
 from fastctl.runtime.sharding._member import ShardMember
 from fastctl.runtime.sharding._rules import format_slots
@@ -174,7 +174,8 @@ class _Member:
             WIDGET,
             _Reconciler(name, record, schedule, counts),
             name="widgets",
-            concurrency=schedule.concurrency,
+            # The simulation judges the sharding and the scheduling, not Events.
+            config=ApplierConfig(concurrency=schedule.concurrency, failure_events=False),
             namespace=NAMESPACE,
             scheduler=SimScheduler(name, record, schedule.concurrency),
         )

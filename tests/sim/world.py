@@ -430,7 +430,10 @@ def _controller(
         reconcile,
         name=name,
         config=ApplierConfig(
-            concurrency=schedule.concurrency, timeout=schedule.timeout, executor=pool
+            concurrency=schedule.concurrency,
+            timeout=schedule.timeout,
+            executor=pool,
+            failure_events=False,  # the simulation judges the scheduling, not Events
         ),
         namespace=NAMESPACE,
         scheduler=SimScheduler(name, record, sched_concurrency),

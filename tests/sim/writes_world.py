@@ -31,7 +31,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 import fastctl.kube._http as http_module
 import fastctl.kube._watcher as watcher_module
-from fastctl import Action, Controller, ObjectRef, Resource
+from fastctl import Action, ApplierConfig, Controller, ObjectRef, Resource
 from fastctl.kube import patch
 from fastctl.testing import VirtualTimeLoop, run_virtual
 
@@ -213,7 +213,8 @@ async def _simulate(schedule: WritesSchedule, record: WritesRecord) -> None:
             WIDGET,
             _Reconciler(record, schedule, client),
             name=CTL,
-            concurrency=schedule.concurrency,
+            # The simulation judges the writes and the scheduling, not Events.
+            config=ApplierConfig(concurrency=schedule.concurrency, failure_events=False),
             scheduler=SimScheduler(CTL, record, schedule.concurrency),
             ignore_own_writes=schedule.ignore_own_writes,
         )

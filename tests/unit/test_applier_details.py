@@ -614,6 +614,58 @@ async def test_an_error_policy_s_requeue_is_kept_and_still_counts_as_a_failure()
     assert sched.dones == [("ns/a", 30.0, True)]
 
 
+async def test_a_coroutine_error_policy_is_awaited_in_the_slot_before_the_retry() -> None:
+    """An ``async def`` policy may await (publish an Event, read the API): its answer
+    decides the retry, and the object's next reconcile waits for it (the slot is held)."""
+    ref = ObjectRef("a", "ns")
+    sched = Recording(Scheduler())
+    answered = asyncio.Event()
+    in_flight_while_deciding: list[bool] = []
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        raise KeyError("boom")
+
+    async def policy(obj: Any, exc: BaseException, ctx: str) -> Action:
+        assert isinstance(exc, KeyError)
+        assert ctx == "ctx"
+        await asyncio.sleep(0)  # really suspends
+        in_flight_while_deciding.append(sched.inner.is_in_flight("ns/a"))
+        answered.set()
+        return Action.requeue(30)
+
+    feed = feed_of(ref)
+    it = applier(reconcile, policy, "ctx", store_of([ref]), feed, scheduler=sched)
+    [result] = await first_results(it, 1)
+    await close(it)
+    assert answered.is_set()
+    assert in_flight_while_deciding == [True]
+    assert result.action.requeue_after == 30
+    assert sched.dones == [("ns/a", 30.0, True)]
+
+
+async def test_a_coroutine_error_policy_that_fails_falls_back_to_the_backoff(
+    runner_log: pytest.LogCaptureFixture,
+) -> None:
+    ref = ObjectRef("a", "ns")
+    sched = Recording(Scheduler())
+
+    async def reconcile(obj: Any, ctx: None) -> None:
+        raise KeyError("boom")
+
+    async def policy(obj: Any, exc: BaseException, ctx: None) -> Any:
+        await asyncio.sleep(0)
+        return 42
+
+    feed = feed_of(ref)
+    it = applier(reconcile, policy, None, store_of([ref]), feed, scheduler=sched)
+    [result] = await first_results(it, 1)
+    await close(it)
+    assert result.action.requeue_after is None  # the default backoff
+    assert sched.dones == [("ns/a", None, True)]
+    [_, record] = records(runner_log)
+    assert "error_policy returned int (42)" in str(record.exc_info[1] if record.exc_info else "")
+
+
 async def test_a_failing_error_policy_is_logged_with_its_traceback(
     runner_log: pytest.LogCaptureFixture,
 ) -> None:

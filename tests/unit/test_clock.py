@@ -71,6 +71,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     # (module path under python/fastctl, reading): (how many, why it is not the clock)
     ("kube/_events.py", "time.time"): (2, "an Event's times and series window: wall clock"),
     ("kube/_events.py", "time.time_ns"): (1, "an Event's name suffix, as client-go's"),
+    ("runtime/_failure_events.py", "time.time"): (1, "a failure series: the Recorder's window"),
     ("runtime/leader/_rules.py", "datetime.now"): (1, "a Lease's renewTime: others read it"),
     ("_pki.py", "datetime.datetime.now"): (4, "certificate validity and its renewal"),
     ("runtime/_inspect.py", "time.time"): (1, "inspect's UTC instants, from the clock"),

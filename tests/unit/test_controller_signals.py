@@ -123,10 +123,15 @@ async def test_a_managers_first_signal_drains(
     assert [r.getMessage() for r in caplog.records if r.name == "fastctl.signals"] == [
         "manager: SIGTERM: stopping gracefully; again to cancel at once"
     ]
+    draining = [r.getMessage() for r in caplog.records if r.name == "fastctl.manager"]
+    assert draining == [
+        "draining 1 controller(s) for up to 3600 s: widgets (reconciling 1: default/a)"
+    ], "the drain names what it waits for"
     work.release.set()
     await until(task.done, "run() to return")
     assert task.exception() is None
     assert work.ended == work.started == ["a"]
+    assert "drained widgets" in [r.getMessage() for r in caplog.records]
     handlers = asyncio.get_running_loop()._signal_handlers  # type: ignore[attr-defined]
     assert signal.SIGTERM not in handlers
 
@@ -146,5 +151,5 @@ async def test_a_managers_second_signal_cancels_the_running_reconciles_at_once(
     assert work.cancelled == ["a"]
     assert work.ended == []
     assert [r.getMessage() for r in caplog.records if r.name == "fastctl.manager"] == [
-        "aborted: cancelling 1 controller(s) at once"
+        "aborted: cancelling 1 controller(s) at once: widgets (reconciling 1: default/a)"
     ]

@@ -4,6 +4,7 @@ the oldest forgotten first."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from typing import Any, cast
@@ -66,3 +67,22 @@ async def test_a_repeat_after_the_series_window_starts_a_new_event(
     now[0] += _events._SERIES_WINDOW
     await recorder.publish(_obj("a"), reason="Synced")  # past it: a new Event
     assert [method for method, _ in server.requests] == ["POST", "PATCH", "PATCH", "POST"]
+
+
+async def test_the_same_event_published_at_once_makes_one_event_and_its_series(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A few quick retries of one failing object publish before the first Event exists:
+    they wait for it and fold into its series instead of creating one Event each."""
+    server = _Server(monkeypatch)
+    answered = server.request_json
+
+    async def slow(client: ApiClient, method: str, path: str, **kw: Any) -> Any:
+        await asyncio.sleep(0.01)  # the POST is still in flight when the others come
+        return await answered(client, method, path, **kw)
+
+    monkeypatch.setattr(_events, "request_json", slow)
+    recorder = Recorder(cast(ApiClient, object()), "ctl", "pod")
+    await asyncio.gather(*(recorder.publish(_obj("a"), reason="Failed") for _ in range(3)))
+    assert server.requests == [("POST", "events"), ("PATCH", "e0"), ("PATCH", "e0")]
+    assert recorder._turns == {}, "no lock is kept once its publishes are done"

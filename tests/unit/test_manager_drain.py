@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
@@ -18,6 +18,8 @@ from fastctl import Action
 from fastctl.runtime.controller import Controller, _environment, _run
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 from fastctl.runtime.manager import Manager, _manager
+from fastctl.runtime.manager._drain import SHOWN_KEYS, describe
+from fastctl.runtime.manager._roles import Role, Task
 from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .fake_lease import LeaseStore
@@ -149,7 +151,7 @@ def test_a_reconcile_running_past_the_drain_timeout_is_cancelled_then_the_lease_
     work = Reconciles(swallows=False)
     ctl, asked, returned = _stop_during_a_reconcile(work, monkeypatch)
     assert [r.getMessage() for r in caplog.records if r.name == "fastctl.manager"] == [
-        "drain timeout (5 s) passed: cancelling 1 controller(s)"
+        "drain timeout (5 s) passed: cancelling 1 controller(s): widgets (reconciling 1: default/a)"
     ]
     assert work.cancelled == asked + DRAIN  # not before the drain timeout, and not later
     assert lease.released_at is not None
@@ -170,3 +172,16 @@ def test_a_reconcile_that_swallows_the_cancellation_is_awaited_before_the_releas
     assert lease.released_at is not None
     assert lease.released_at >= work.ended
     assert ctl.scheduler.in_flight == 0
+
+
+def test_a_drain_names_a_few_objects_per_controller_and_counts_the_rest() -> None:
+    """A controller may run hundreds of reconciles at once: the log line names the first
+    `SHOWN_KEYS` (sorted) and counts the others."""
+    ctl = Controller(client(), WIDGET, Reconciles(swallows=False).reconcile, name="widgets")
+    keys = [f"default/w{i:02}" for i in range(SHOWN_KEYS + 3)]
+    ctl.running_keys = lambda: keys  # type: ignore[method-assign]
+    task = Task(Role.CONTROLLER, cast("asyncio.Task[None]", None), "widgets", ctl)
+    shown = ", ".join(keys[:SHOWN_KEYS])
+    assert describe(task) == f"widgets (reconciling {SHOWN_KEYS + 3}: {shown} and 3 more)"
+    ctl.running_keys = lambda: []  # type: ignore[method-assign]
+    assert describe(task) == "widgets (no reconcile running)"

@@ -269,7 +269,8 @@ def test_leadership_lost_during_the_drain_cuts_the_elected_and_lets_the_sharded_
     assert "s" not in sharded.cancelled
     assert sharded.ended["s"] == sharded.started["s"] + 8.0
     assert _messages(caplog) == [
-        "leadership ended during the drain: cancelling 1 leader-elected controller(s) at once"
+        "leadership ended during the drain: cancelling 1 leader-elected controller(s) at "
+        "once: elected (reconciling 1: default/e)"
     ]
 
 

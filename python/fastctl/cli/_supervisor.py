@@ -5,7 +5,8 @@ by ``PR_SET_PDEATHSIG``, so whatever ends the supervisor (``down``, SIGKILL, a r
 session) ends them too. It stops them on SIGTERM/SIGINT/SIGHUP, and stops everything if one
 of them dies on its own (a half-running control plane is worse than none).
 
-Run as ``python -m fastctl.cli._supervisor --name NAME --binaries DIR [--port P]``.
+Run as ``python -m fastctl.cli._supervisor --name NAME --binaries DIR [--port P]
+[--apiserver-arg=--FLAG=VALUE ...]``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--binaries", required=True)
     parser.add_argument("--port", type=int)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--apiserver-arg", action="append", default=[])
     args = parser.parse_args(argv)
 
     from fastctl.testing import ControlPlane, ControlPlaneError
@@ -50,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         directory=data,
         apiserver_port=args.port,
         start_timeout=args.timeout,
+        apiserver_args=args.apiserver_arg,
     )
     try:
         cp.start()

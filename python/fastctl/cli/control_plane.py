@@ -5,7 +5,13 @@ poking around with kubectl. It cannot simply leave etcd and kube-apiserver runni
 would stop them if something went wrong. Instead it starts a small detached supervisor
 (``python -m fastctl.cli._supervisor``) that runs a `fastctl.testing.ControlPlane` exactly as
 the tests do (so the servers die with the supervisor, even on SIGKILL) and records its state
-under ``~/.cache/fastctl/run/<name>/``; ``down`` signals the supervisor, which stops them.
+under ``~/.cache/fastctl/run/<name>/``; ``down`` signals the supervisor, which stops them,
+and then removes that directory (etcd's data, the logs, the certificates: tens of MB per
+control plane, which nothing else would ever delete), unless told to ``--keep`` it.
+
+``up --apiserver-arg=--FLAG=VALUE`` (repeatable) passes a flag to kube-apiserver, after
+the defaults so that it overrides them (audit logging, a feature gate, an admission plugin),
+as ``ControlPlane(apiserver_args=...)`` does in Python.
 
 ``up`` and ``env`` print ``export KUBECONFIG=...`` on stdout (everything else goes to
 stderr), so ``eval "$(fastctl control-plane up)"`` works.
@@ -138,8 +144,16 @@ def _up(args: argparse.Namespace) -> int:
 
     directory = run_dir(args.name)
     running = read_state(args.name)
+    for flag in args.apiserver_arg:
+        if not flag.startswith("--") or flag == "--":
+            raise CliError(
+                f"--apiserver-arg {flag!r}: a kube-apiserver flag, written "
+                "--apiserver-arg=--name=value"
+            )
     if running is not None:
         _say(f"fastctl: control plane {args.name!r} is already up: {running.server}")
+        if args.apiserver_arg:
+            _say("fastctl: its kube-apiserver flags are kept: `down` it first to change them")
         print(_export_line(running.kubeconfig))
         return 0
     try:  # in the foreground, so a build shows its progress and fails here, not in a log
@@ -160,6 +174,7 @@ def _up(args: argparse.Namespace) -> int:
     ]
     if args.port:
         argv.append(f"--port={args.port}")
+    argv += [f"--apiserver-arg={flag}" for flag in args.apiserver_arg]
     with (directory / _SUPERVISOR_LOG).open("ab") as log:
         supervisor = subprocess.Popen(
             argv,
@@ -205,6 +220,7 @@ def _down(args: argparse.Namespace) -> int:
     if state is None:
         (run_dir(args.name) / _STATE).unlink(missing_ok=True)
         _say(f"fastctl: control plane {args.name!r} is not running")
+        _remove(args)
         return 0
     record = ProcessRecord(state.pid, "supervisor", state.start_ticks)
     os.kill(state.pid, signal.SIGTERM)
@@ -217,7 +233,30 @@ def _down(args: argparse.Namespace) -> int:
         _say(f"fastctl: control plane {args.name!r} did not stop in time: killed")
     (run_dir(args.name) / _STATE).unlink(missing_ok=True)
     _say(f"fastctl: control plane {args.name!r} stopped")
+    _remove(args)
     return 0
+
+
+def _remove(args: argparse.Namespace) -> None:
+    """Delete what `up` made for this control plane (etcd data, logs, certificates,
+    kubeconfigs), once nothing runs from it; ``--keep`` leaves it to be read."""
+    import shutil
+
+    directory = run_dir(args.name)
+    if not directory.exists():
+        return
+    if args.keep:
+        _say(f"fastctl: kept its files in {directory}")
+        return
+    size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
+    shutil.rmtree(directory, ignore_errors=True)
+    if directory.exists():  # a file still written by a server that is being killed
+        time.sleep(0.5)
+        shutil.rmtree(directory, ignore_errors=True)
+    if directory.exists():
+        _say(f"fastctl: could not remove all of {directory}")
+    else:
+        _say(f"fastctl: removed {directory} ({size / 1e6:.1f} MB)")
 
 
 def _env(args: argparse.Namespace) -> int:
@@ -267,11 +306,24 @@ def register(subcommands: Subcommands) -> None:
     up.add_argument(
         "--no-build", action="store_true", help="fail instead of building missing binaries"
     )
+    up.add_argument(
+        "--apiserver-arg",
+        action="append",
+        default=[],
+        metavar="--FLAG=VALUE",
+        help="a kube-apiserver flag, after the defaults (repeatable; write it "
+        "--apiserver-arg=--audit-log-path=/tmp/audit.log)",
+    )
     up.set_defaults(handler=_up)
 
     down = named("down", "stop a control plane started with `up`")
     down.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait before killing it"
+    )
+    down.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep its files (etcd data, logs, certificates) instead of removing them",
     )
     down.set_defaults(handler=_down)
 

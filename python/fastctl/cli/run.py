@@ -20,8 +20,9 @@ instead of sharded; the others are sharded. A Manager returned by `attr` is run 
 Exit status: 0 after a graceful stop, 3 when the leader lease was lost (the process is meant
 to be restarted as a follower, as controller-runtime does), 1 for other errors. An API
 server that does not answer yet is waited for (discovery and the watches retry, with
-backoff; ``/readyz`` says not ready meanwhile); a resource it does not serve, or credentials
-or RBAC that it refuses for discovery, end the run with one line saying so. If
+backoff; ``/readyz`` says not ready meanwhile); a resource it does not serve, credentials
+or RBAC that it refuses for discovery, or a kubeconfig or server URL that cannot be valid
+(naming the file and the field), end the run at once with one line saying so. If
 plain-function reconciles are still running in threads when the Manager has stopped (a
 thread cannot be cancelled), the process exits at once with that status instead of waiting
 for them: they may still write, and only ending the process stops them.
@@ -193,7 +194,7 @@ async def _run(target: Target, args: argparse.Namespace) -> int:
         manager = await _manager(target, client, args)
         try:
             await manager.run()
-        except (HealthServerError, ResourceNotFound, DiscoveryError) as exc:
+        except (HealthServerError, ResourceNotFound, DiscoveryError, KubeconfigError) as exc:
             raise CliError(str(exc)) from None
         except LeadershipLost as exc:
             lost = exc

@@ -14,10 +14,12 @@ import os
 import re
 from pathlib import Path
 
+import yaml  # type: ignore[import-untyped]
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.errors import KubeconfigError
+from fastctl.kube._kubeconfig_check import check_kubeconfig, check_server
 
 __all__ = ["KubeconfigError", "load_client"]
 
@@ -34,8 +36,10 @@ async def load_client(kubeconfig: str | os.PathLike[str] | None = None) -> ApiCl
             raise KubeconfigError(
                 f"no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a cluster ({exc})"
             ) from None
+        check_server(cfg.host, "in-cluster configuration ($KUBERNETES_SERVICE_HOST/PORT)")
         return _without_env_lookups(ApiClient(cfg))
     file = _readable(path)
+    _check_shape(file)
     try:
         await kube_config.load_kube_config(config_file=str(file), client_configuration=cfg)
     except Exception as exc:
@@ -43,6 +47,20 @@ async def load_client(kubeconfig: str | os.PathLike[str] | None = None) -> ApiCl
         detail = _without_credentials(detail, file)
         raise KubeconfigError(f"invalid kubeconfig {file}: {detail}") from None
     return _without_env_lookups(ApiClient(cfg))
+
+
+def _check_shape(file: Path) -> None:
+    """Fail naming the field when the file parses but cannot be a kubeconfig, or when its
+    server URL can never be reached (`check_kubeconfig`); a file that does not parse is
+    left to the loader, whose YAML error says where."""
+    try:
+        parsed = yaml.safe_load(file.read_text(errors="replace"))
+    except (OSError, yaml.YAMLError):
+        return
+    try:
+        check_kubeconfig(parsed, file)
+    except KubeconfigError as exc:  # it quotes names and URLs: a token pasted there, too
+        raise KubeconfigError(_without_credentials(str(exc), file)) from None
 
 
 _CREDENTIAL = re.compile(

@@ -11,7 +11,9 @@ Repeats are folded the way client-go folds them: the same event (same object, ty
 reason, action and note) published again within six minutes increments the first one's
 ``series.count`` and ``lastObservedTime`` with a PATCH instead of creating a new object, so
 a reconcile loop that reports the same thing every few seconds does not flood etcd. The
-memory of recent events is bounded (`cache_size`).
+memory of recent events is bounded (`cache_size`). Publishes of the same event at once (a
+few quick retries of one failing object) wait for each other, so the first one's Event
+exists before the next one looks for it: one Event and its series, never one Event each.
 
 Event objects live in the namespace of the object they are about; events about
 cluster-scoped objects go to ``default``, as client-go and kube-rs do.
@@ -22,6 +24,7 @@ is the usual cause): wrap it if an event must never fail a reconcile.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 import time
@@ -84,6 +87,14 @@ class _Seen:
     last: float
 
 
+@dataclass(slots=True)
+class _Turn:
+    """The publishes of one event under way: they take turns (`Recorder._turns`)."""
+
+    lock: asyncio.Lock
+    users: int = 0
+
+
 class Recorder:
     """Publishes events for one controller instance (see the module doc)."""
 
@@ -104,6 +115,8 @@ class Recorder:
         )
         self.cache_size = cache_size
         self._seen: OrderedDict[tuple[str, ...], _Seen] = OrderedDict()
+        self._turns: dict[tuple[str, ...], _Turn] = {}
+        """Per event being published: its lock, held while it is created or bumped."""
 
     async def publish(
         self,
@@ -144,6 +157,32 @@ class Recorder:
             action,
             note,
         )
+        turn = self._turns.get(key)
+        if turn is None:
+            turn = self._turns[key] = _Turn(asyncio.Lock())
+        turn.users += 1
+        try:
+            async with turn.lock:
+                return await self._publish(
+                    key, regarding, namespace, type, reason, action, note, related
+                )
+        finally:
+            turn.users -= 1
+            if not turn.users:
+                del self._turns[key]
+
+    async def _publish(
+        self,
+        key: tuple[str, ...],
+        regarding: Obj,
+        namespace: str,
+        type: EventType,
+        reason: str,
+        action: str,
+        note: str,
+        related: Mapping[str, Any] | None,
+    ) -> Obj:
+        """Bump the series of `key`, or create its Event (the caller holds its turn)."""
         now = time.time()
         seen = self._seen.get(key)
         if seen is not None and now - seen.last < _SERIES_WINDOW:

@@ -13,7 +13,11 @@ the watcher's patience:
   often installed right after its operator; then `ResourceNotFound` says the resource is not
   served by this API server;
 - **401/403** and other 4xx are permanent: raised at once as a `DiscoveryError` that names
-  the resource, the verb and the path, since waiting will not fix credentials or RBAC.
+  the resource, the verb and the path, since waiting will not fix credentials or RBAC;
+- a server URL that no request can use (a port past 65535, no host: aiohttp's
+  ``InvalidURL``) is permanent too: a `KubeconfigError` naming the URL, at once, instead of
+  a wait for an API server that cannot exist. `load_client` refuses such a URL already; a
+  client configured some other way is caught here.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl._clock import monotonic
 from fastctl.errors import ApiError, DiscoveryError, ResourceNotFound
+from fastctl.kube._kubeconfig_check import invalid_url_error
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 
 __all__ = ["NOT_FOUND_RETRIES", "Backoff", "DiscoveryError", "is_transient", "resolve_patiently"]
@@ -67,9 +72,12 @@ class Backoff:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether `exc` may go away by itself: the network, a timeout, a 5xx or a 429."""
+    """Whether `exc` may go away by itself: the network, a timeout, a 5xx or a 429 (never
+    a URL no request can use)."""
     if isinstance(exc, ApiError):
         return exc.status == 429 or exc.status >= 500 or exc.status == 0
+    if isinstance(exc, aiohttp.InvalidURL):
+        return False
     return isinstance(exc, aiohttp.ClientError | OSError | TimeoutError)
 
 
@@ -108,6 +116,8 @@ async def resolve_patiently(
             if not is_transient(exc):
                 raise DiscoveryError(resource, exc) from None
             failure, reason = exc, str(exc)
+        except aiohttp.InvalidURL as exc:
+            raise invalid_url_error(client, exc) from None
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             failure, reason = exc, f"{type(exc).__name__}: {exc or 'timed out'}"
         else:

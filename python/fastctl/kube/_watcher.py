@@ -25,7 +25,9 @@ every failure the API server or the network can produce into a retry:
   resourceVersion: the server replays everything after it, so no event is lost.
 - **403 Forbidden** is logged as an RBAC problem naming the verb and resource, passed to
   `on_error`, and retried with backoff (RBAC can be fixed while the controller runs).
-- **400/422** (a malformed selector, say) can never succeed: raised as `ApiError`.
+- **400/422** (a malformed selector, say) can never succeed: raised as `ApiError`; so
+  can a server URL no request can use (aiohttp's ``InvalidURL``: no host, a port past
+  65535), raised as `KubeconfigError` naming it.
 - **Metadata only** (`WatchConfig.metadata_only`): lists ask for
   ``PartialObjectMetadataList`` and watches for ``PartialObjectMetadata`` (the ``Accept``
   header), so the server sends each object's ``metadata`` alone; the objects get the
@@ -64,6 +66,7 @@ from fastctl._options import pick
 from fastctl._redact import is_sensitive, remember
 from fastctl.errors import ApiError, WatchError, WatchStreamError
 from fastctl.kube._http import error_from_response, request
+from fastctl.kube._kubeconfig_check import invalid_url_error
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import Backoff, resolve_patiently
 from fastctl.kube._wire import typed_list_page, watch_frame
@@ -406,6 +409,8 @@ class _Watcher:
                 if exc.status in _FATAL_STATUS:
                     raise
                 await self._retry(exc, retry_after=exc.retry_after)
+            except aiohttp.InvalidURL as exc:  # no wait makes the server URL usable
+                raise invalid_url_error(self.client, exc) from None
             except (aiohttp.ClientError, TimeoutError, OSError, WatchStreamError) as exc:
                 await self._retry(exc)
 

@@ -6,7 +6,7 @@ object as a ``Widget``. Validating when the reconcile starts, not when the watch
 arrives, keeps the cache (and everything that shares it: other controllers, the store's
 readers, mappers) plain JSON, costs nothing for objects that are never reconciled, and
 makes a bad object one failed reconcile: `InvalidObject`, logged, sent to the error policy
-(and an Event when the controller has a recorder), while every other object reconciles on.
+(and a Warning Event), while every other object reconciles on.
 
 A plain-function reconcile stays a plain function (the applier runs it in a thread), a
 coroutine function stays one: the wrapper has the same kind as what it wraps.

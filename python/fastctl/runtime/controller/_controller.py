@@ -82,8 +82,10 @@ class Controller:
     With a `CustomResource` subclass as `resource` (``Controller(client, Widget, rec)``),
     ``rec`` gets a ``Widget`` validated from the cached object when the reconcile starts;
     an object that fails validation fails its reconcile with `InvalidObject` (logged, the
-    error policy applies, and a Warning Event ``InvalidObject`` when `recorder` is given);
-    the others reconcile on. The error policy and `ReconcileResult.obj` see the JSON object.
+    error policy applies, and a Warning Event ``InvalidObject``); the others reconcile on.
+    Every failed reconcile records a Warning Event on its object, one series per object
+    and reason, unless ``ApplierConfig(failure_events=False)``. The error policy and
+    `ReconcileResult.obj` see the JSON object.
     """
 
     def __init__(
@@ -117,7 +119,8 @@ class Controller:
         drops ``metadata.managedFields``; a `watch_config` given is used as it is (its
         `strip_managed_fields` defaults to False, as for a bare `watcher`).
         `scheduler` replaces the default one built from `config` (for metrics or the model).
-        `recorder` publishes Warning Events about objects a typed controller cannot parse.
+        `recorder` publishes the Warning Events of failed reconciles (None: one of the
+        controller's own, reporting as ``fastctl/<name>``).
         `event_filter` (a predicate ``(old, new) -> bool``, e.g. `generation_changed`)
         decides which changes of a primary object trigger it; `ignore_own_writes` holds
         back the watch events of the writes this controller's reconciles make to the
@@ -351,6 +354,12 @@ class Controller:
                 "has no queue summary"
             )
         return summarize(self.name, summary(now=monotonic()), self.store)
+
+    def running_keys(self) -> list[str]:
+        """The keys (``namespace/name``) of the objects being reconciled now, sorted: what
+        a graceful stop waits for (a Manager's drain names them in its log)."""
+        run = self._run
+        return run.running_keys() if run is not None else []
 
     @property
     def resources(self) -> list[Resource]:

@@ -17,12 +17,13 @@ from typing import Any
 from fastctl._applier import SchedulerLike, _Driver
 from fastctl._channel import Channel, ChannelClosed
 from fastctl._reasons import ReasonLog
-from fastctl.errors import InvalidObject
+from fastctl.kube._events import Recorder
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import resolve_patiently
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent, watcher
 from fastctl.log import RedactingFilter
+from fastctl.runtime._failure_events import FailureEvents
 from fastctl.runtime._filters import EventFilter, Predicate
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._own_writes import OwnWrites
@@ -41,7 +42,7 @@ log = logging.getLogger("fastctl.controller")
 log.addFilter(RedactingFilter())  # its records name objects and errors
 
 _REPORT_GRACE = 5.0
-"""Seconds a draining controller waits for its Events about invalid objects to be sent."""
+"""Seconds a draining controller waits for its Events about failed reconciles to be sent."""
 
 Triggers = Channel[ObjectRef | Trigger]
 
@@ -74,6 +75,7 @@ class ControllerRun:
         self.own_writes: OwnWrites | None = None
         self._resolving: asyncio.Task[None] | None = None
         self._stopping = False
+        self._driver: _Driver | None = None
 
     def stop(self) -> None:
         """No new reconciles; running ones finish; `results()` ends."""
@@ -82,12 +84,17 @@ class ControllerRun:
         if self._resolving is not None:  # still waiting for the API server: stop waiting
             self._resolving.cancel()
 
+    def running_keys(self) -> list[str]:
+        """The objects whose reconciles are running, sorted."""
+        return sorted(self._driver.running) if self._driver is not None else []
+
     async def results(self) -> AsyncIterator[ReconcileResult]:
         """Run, yielding each reconcile's result as it finishes."""
         spec, env = self.spec, self.env
         triggers = self.triggers
         tasks: list[asyncio.Task[None]] = []
-        reports: set[asyncio.Task[None]] = set()  # Events about invalid objects
+        events = self._failure_events()
+        reports = events.tasks if events is not None else set()
         try:
             if self._stopping:
                 return  # stopped before it started: not even discovery
@@ -135,14 +142,13 @@ class ControllerRun:
                 # Reasons need a scheduler that answers `in` (a user's own may not).
                 self.reasons if hasattr(type(self.scheduler), "__contains__") else None,
             )
+            self._driver = driver
             async for result in driver.results():
                 self.counters.count(
                     error=result.error is not None, requeue_after=result.action.requeue_after
                 )
-                if isinstance(result.error, InvalidObject) and spec.recorder is not None:
-                    report = loop.create_task(self._report_invalid(result))
-                    reports.add(report)
-                    report.add_done_callback(reports.discard)
+                if events is not None:
+                    events.saw(result)
                 yield result
             if reports:  # drained: let the last Events go out (briefly; they are best effort)
                 await asyncio.wait(reports, timeout=_REPORT_GRACE)
@@ -167,21 +173,16 @@ class ControllerRun:
         for rel in self.spec.relations:
             await resolve_patiently(client, rel.resource, on_error=self.on_watch_error)
 
-    async def _report_invalid(self, result: ReconcileResult) -> None:
-        """A Warning Event on an object the model rejects, so ``kubectl describe`` says why
-        it is not reconciled (best effort: a failure to publish is only logged)."""
-        recorder = self.spec.recorder
-        assert recorder is not None
-        try:
-            await recorder.publish(
-                result.obj,
-                type="Warning",
-                reason="InvalidObject",
-                note=str(result.error),
-                action="Reconcile",
-            )
-        except Exception as exc:
-            log.warning("controller %s: no Event for %s: %r", self.spec.name, result.ref, exc)
+    def _failure_events(self) -> FailureEvents | None:
+        """Warning Events on failed reconciles (`ApplierConfig.failure_events`), through
+        the controller's recorder or one named after the controller."""
+        spec = self.spec
+        if not spec.config.failure_events:
+            return None
+        recorder = spec.recorder
+        if recorder is None:
+            recorder = Recorder(self.env.client, reporting_controller(spec.name))
+        return FailureEvents(recorder, spec.name)
 
     def on_watch_error(self, exc: BaseException) -> None:
         """The watcher retries by itself; count what it retried, for metrics."""
@@ -311,6 +312,14 @@ class ControllerRun:
                     await self.triggers.put(Trigger(ref, reason="reconcile_all_on"))
         except ChannelClosed:
             return
+
+
+def reporting_controller(name: str) -> str:
+    """``fastctl/<name>``: the Events' ``reportingController`` (a qualified name: the
+    controller's name with what the API server refuses replaced, cut to 63 characters)."""
+    safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "-" for c in name)
+    safe = safe[:63].strip("-_.")
+    return f"fastctl/{safe or 'controller'}"
 
 
 def _controller_uid(obj: Mapping[str, Any], name: str) -> str | None:

@@ -58,7 +58,7 @@ from fastctl.runtime.controller import Controller
 from fastctl.runtime.controller._environment import Environment, ShardAssignment
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 from fastctl.runtime.manager._collectors import LeaderCollector
-from fastctl.runtime.manager._drain import cancel
+from fastctl.runtime.manager._drain import cancel, describe
 from fastctl.runtime.manager._drain import drain as _drain
 from fastctl.runtime.manager._roles import Role, Tasks
 from fastctl.runtime.manager._servers import ServerOptions, Servers
@@ -417,6 +417,7 @@ class Manager:
                 elected=elected,
                 timeout=self.drain_timeout,
                 abort=self._abort,
+                what=lambda task: describe(tasks.of(task)),
             )
         if self.member is not None and not live_threads():
             # Graceful: the reconciles have drained; publish nothing so that the others
