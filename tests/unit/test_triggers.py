@@ -158,7 +158,7 @@ def test_a_list_without_its_init_is_taken_as_one() -> None:
     """As the store does: objects listed with no INIT before them (a watcher that resumed
     mid-list) are still collected and triggered at the end of the list."""
     related = RelatedTriggers(to_target, "child", controller="ctl", kind="K", index=True)
-    listing = [ObjectEvent(EventKind.INIT_APPLY, obj("x", "w1")), DONE]
+    listing: list[WatchEvent] = [ObjectEvent(EventKind.INIT_APPLY, obj("x", "w1")), DONE]
     assert feed(related, *listing) == [("w1", INITIAL_LIST_PRIORITY)]
     assert related.sources_of(ObjectRef("w1", "ns")) == (ObjectRef("x", "ns"),)
 
