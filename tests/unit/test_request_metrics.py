@@ -4,8 +4,10 @@ the process metrics controller-runtime registers by default."""
 
 from __future__ import annotations
 
+import ast
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,6 +16,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from prometheus_client import PROCESS_COLLECTOR, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import fastctl
 from fastctl.kube import _http
 from fastctl.kube._http import request, request_json
 from fastctl.kube._request_metrics import RequestTotals
@@ -21,6 +24,7 @@ from fastctl.runtime._process_metrics import ClientRequestCollector, register_pr
 from fastctl.runtime.manager import Manager
 
 HOST = "api.example:6443"
+PACKAGE = Path(fastctl.__file__).parent
 
 
 class _Response:
@@ -194,3 +198,42 @@ def test_a_registry_that_has_the_process_metrics_keeps_one_copy() -> None:
     families = [f.name for f in registry.collect()]
     assert families.count("process_resident_memory_bytes") <= 1
     assert "rest_client_requests" in families
+
+
+def senders_in(source: str) -> list[str]:
+    """Calls that send on an aiohttp session (``....session.request``,
+    ``....pool_manager.request``) or through kubernetes-asyncio's generated API
+    (``call_api``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner = ast.unparse(node.func.value)
+        if node.func.attr == "call_api" or (
+            node.func.attr == "request" and owner.endswith(("session", "pool_manager"))
+        ):
+            found.append(ast.unparse(node.func))
+    return found
+
+
+def test_only_the_counting_function_sends_on_the_api_session() -> None:
+    """The counts are complete only while every request goes through `_http.request`: no
+    other library module sends on the ApiClient's session or calls its generated API (the
+    test control plane's admin connection is not fastctl's client)."""
+    senders = [
+        f"{path.relative_to(PACKAGE)}: {call}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.parent.name != "testing"
+        for call in senders_in(path.read_text())
+    ]
+    assert senders == ["kube/_http.py: session.request"]
+
+
+def test_the_check_sees_a_request_that_bypasses_the_count() -> None:
+    source = (
+        "async def f(client, api):\n"
+        "    await client.rest_client.pool_manager.request('GET', url)\n"
+        "    await api.call_api('/api/v1/pods', 'GET')\n"
+        "    await connection.request('GET', '/health')\n"
+    )
+    assert senders_in(source) == ["client.rest_client.pool_manager.request", "api.call_api"]
