@@ -1,4 +1,5 @@
-"""``fastctl control-plane build|up|down|env``: the local etcd + kube-apiserver by hand.
+"""``fastctl control-plane build|up|down|env|kubeconfig``: the local etcd + kube-apiserver
+by hand.
 
 ``up`` starts a control plane that outlives the command, for the demo, benchmarks and
 poking around with kubectl. It cannot simply leave etcd and kube-apiserver running: nothing
@@ -14,7 +15,9 @@ the defaults so that it overrides them (audit logging, a feature gate, an admiss
 as ``ControlPlane(apiserver_args=...)`` does in Python.
 
 ``up`` and ``env`` print ``export KUBECONFIG=...`` on stdout (everything else goes to
-stderr), so ``eval "$(fastctl control-plane up)"`` works.
+stderr), so ``eval "$(fastctl control-plane up)"`` works; so does ``kubeconfig
+--service-account NS/NAME``, whose kubeconfig acts as that ServiceAccount
+(`fastctl.cli._service_account`).
 """
 
 from __future__ import annotations
@@ -269,6 +272,32 @@ def _env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kubeconfig(args: argparse.Namespace) -> int:
+    from fastctl.cli._service_account import (
+        parse_service_account,
+        write_service_account_kubeconfig,
+    )
+
+    namespace, name = parse_service_account(args.service_account)
+    if args.expiration < 600:
+        raise CliError(
+            f"--expiration is at least 600 s (the API server's minimum), got {args.expiration}", 2
+        )
+    admin: Path | None = args.kubeconfig
+    if admin is None:
+        state = read_state(args.name)
+        if state is None:
+            raise CliError(
+                f"control plane {args.name!r} is not running; start it with "
+                "`fastctl control-plane up`, or give --kubeconfig"
+            )
+        admin = state.kubeconfig
+    out = args.out or run_dir(args.name) / f"sa-{namespace}-{name}.kubeconfig"
+    write_service_account_kubeconfig(admin, args.service_account, out, args.expiration)
+    print(_export_line(out))
+    return 0
+
+
 # -- parser ------------------------------------------------------------------------------
 
 
@@ -329,6 +358,34 @@ def register(subcommands: Subcommands) -> None:
 
     env = named("env", "print `export KUBECONFIG=...` for a running control plane")
     env.set_defaults(handler=_env)
+
+    kubeconfig = named(
+        "kubeconfig", "write a kubeconfig that acts as a ServiceAccount; prints `export ...`"
+    )
+    kubeconfig.add_argument(
+        "--service-account",
+        required=True,
+        metavar="NAMESPACE/NAME",
+        help="the ServiceAccount (from `fastctl manifests`, applied) whose token is minted",
+    )
+    kubeconfig.add_argument(
+        "--out",
+        type=Path,
+        help="where to write it (default: sa-NAMESPACE-NAME.kubeconfig in the run directory)",
+    )
+    kubeconfig.add_argument(
+        "--expiration",
+        type=int,
+        default=3600,
+        help="seconds the token is valid (default %(default)s, at least 600)",
+    )
+    kubeconfig.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="mint the token with this kubeconfig's credentials instead of the control "
+        "plane's (any cluster)",
+    )
+    kubeconfig.set_defaults(handler=_kubeconfig)
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:

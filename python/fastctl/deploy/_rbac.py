@@ -9,6 +9,7 @@ what the controller declares       the request fastctl sends                    
 the primary resource               list, then watch (the reflector)             list watch
 ``owns(resource)``/``watches``     list, then watch                             list watch
 the owned children (`Needs.owned`)  `apply` (a PATCH that may create), `delete`  create patch delete
+a kind in `Needs.verbs`             what the reconcile says it sends for that kind  as given
 status (`Needs.status`)             `apply_status`: PATCH of ``<plural>/status``  patch
 a finalizer (`Needs.finalizer`)     JSON patch of ``metadata.finalizers``; a GET  get patch
                                    of the object when another writer changed them
@@ -17,7 +18,11 @@ leader election                     GET, POST, PUT of one ``coordination`` Lease
 =================================  ===========================================  =========
 
 A watch never GETs one object, so the primary and the watched resources get no ``get``: a
-reconcile that calls `fastctl.kube.get` declares it (``Needs(rules=...)`` or ``owned=``).
+reconcile that calls `fastctl.kube.get` declares it (``verbs={KIND: ("get",)}``). The verbs
+are per kind because the kinds are not alike: an operator applies a Secret it generates but
+never deletes it (garbage collection does, through the owner reference), so the Secret's
+rule should not carry the ``delete`` its ConfigMaps need; ``verbs=`` states each kind's
+verbs where the one `owned` default would grant every owned kind the same.
 What a controller's reconcile does beyond these is declared with `needs` (or a module-level
 ``RBAC`` list, read by ``fastctl manifests``); the defaults of `Needs` are what the example
 operator and the patterns in docs/kubernetes.md use, and each can be turned off.
@@ -33,10 +38,14 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.runtime._typed import is_model
 from fastctl.runtime.controller import Controller
+
+if TYPE_CHECKING:
+    from fastctl.kube._model import CustomResource
 
 __all__ = [
     "BUILTIN_RESOURCES",
@@ -134,6 +143,9 @@ class Needs:
     - `owned`: the verbs on every owned resource beyond list/watch: ``patch`` and
       ``create`` for `apply` (a server-side apply that creates the object is authorized as
       both), ``delete`` for `delete`; add ``get`` if the reconcile calls `get`.
+    - `verbs`: the verbs beyond list/watch per resource the controller watches, for the
+      kinds that differ: an owned resource's replace `owned`; the primary's and a watched
+      resource's are added (a ``get`` of the primary, of a referenced Secret).
     - `rules`: anything else the reconcile touches (e.g. reading a Secret).
     """
 
@@ -142,6 +154,14 @@ class Needs:
     events: bool = True
     owned: tuple[str, ...] = ("create", "patch", "delete")
     rules: tuple[PolicyRule, ...] = ()
+    verbs: Mapping[Resource, tuple[str, ...]] = field(default_factory=dict)
+
+    def verbs_of(self, controller: Controller, resource: Resource) -> tuple[str, ...]:
+        """What `resource`, one of `controller`'s, is granted beyond list/watch (the
+        primary's status and finalizer verbs aside)."""
+        if resource in self.verbs:
+            return self.verbs[resource]
+        return self.owned if resource in controller.owned else ()
 
 
 _DECLARED: weakref.WeakKeyDictionary[Controller, Needs] = weakref.WeakKeyDictionary()
@@ -155,15 +175,54 @@ def needs(
     events: bool = True,
     owned: Sequence[str] = ("create", "patch", "delete"),
     rules: Iterable[PolicyRule | Mapping[str, Any]] = (),
+    verbs: Mapping[Resource | type[CustomResource], Sequence[str]] | None = None,
 ) -> Controller:
     """Declare what `controller`'s reconcile does (see `Needs`); returns the controller, so a
     factory can end with ``return needs(Controller(...).owns(CM), events=False)``. It has no
-    effect on running: ``fastctl manifests`` reads it to write the Role."""
+    effect on running: ``fastctl manifests`` reads it to write the Role.
+
+    `verbs` maps a resource the controller watches (a `Resource`, or the `CustomResource`
+    model of a typed primary) to its verbs, e.g. ``{SECRET: ("create", "patch")}`` for a
+    Secret the reconcile applies and never deletes. Call it after ``owns``/``watches``: a
+    resource the controller does not watch is refused, since its verbs would be granted
+    nowhere (a rule for it goes in `rules`)."""
     if not isinstance(controller, Controller):
         raise TypeError(f"expected a fastctl.Controller, got {type(controller).__name__}")
     extra = tuple(r for value in rules for r in PolicyRule.of(value))
-    _DECLARED[controller] = Needs(status, finalizer, events, tuple(owned), extra)
+    per_kind = _per_kind(controller, verbs or {})
+    _DECLARED[controller] = Needs(status, finalizer, events, _verb_tuple(owned), extra, per_kind)
     return controller
+
+
+def _verb_tuple(verbs: Sequence[str], what: str = "owned") -> tuple[str, ...]:
+    """`verbs` as a tuple; a bare string is refused (it would be read letter by letter)."""
+    if isinstance(verbs, str) or not all(isinstance(v, str) and v for v in verbs):
+        raise TypeError(f"{what}: verbs are a sequence of verb names, got {verbs!r}")
+    return tuple(verbs)
+
+
+def _per_kind(
+    controller: Controller, verbs: Mapping[Resource | type[CustomResource], Sequence[str]]
+) -> dict[Resource, tuple[str, ...]]:
+    """`verbs` keyed by `Resource`, each one a resource `controller` watches."""
+    watched = controller.resources
+    per_kind: dict[Resource, tuple[str, ...]] = {}
+    for key, value in verbs.items():
+        if isinstance(key, Resource):
+            resource = key
+        elif is_model(key):
+            resource = key.resource()
+        else:
+            raise TypeError(f"needs(verbs=...): a key is a Resource or a model, got {key!r}")
+        if resource not in watched:
+            names = ", ".join(str(r) for r in watched)
+            raise ValueError(
+                f"needs(verbs=...): controller {controller.name!r} does not watch {key}; "
+                f"it watches {names} (call needs() after owns()/watches(), or give a rule "
+                "for other resources in rules=)"
+            )
+        per_kind[resource] = _verb_tuple(value, f"verbs of {resource}")
+    return per_kind
 
 
 def needs_of(controller: Controller) -> Needs:
@@ -316,15 +375,16 @@ def derive(
         declared = needs_of(ctl)
         scope = ctl.namespace
         primary = resolved[ctl.resource]
-        grants.add_resource(scope, primary, ("list", "watch"))
+        grants.add_resource(
+            scope, primary, ("list", "watch", *declared.verbs_of(ctl, ctl.resource))
+        )
         if declared.status:
             grants.add_resource(scope, primary, ("patch",), sub="status")
         if declared.finalizer:
             grants.add_resource(scope, primary, ("get", "patch"))
         for resource in ctl.resources[1:]:
-            grants.add_resource(scope, resolved[resource], ("list", "watch"))
-        for resource in ctl.owned:
-            grants.add_resource(scope, resolved[resource], declared.owned)
+            verbs = ("list", "watch", *declared.verbs_of(ctl, resource))
+            grants.add_resource(scope, resolved[resource], verbs)
         if declared.events:
             grants.add_rules(scope, [EVENTS_RULE])
         grants.add_rules(scope, declared.rules)

@@ -13,6 +13,7 @@ Conflict (Conflict): Apply failed with 1 conflict: ...``.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ import orjson
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl.errors import ApiError, http_phrase
+from fastctl.kube._request_metrics import ERROR_CODE, REQUESTS
 
 __all__ = ["ApiError", "error_from_response", "request", "request_json", "request_json_status"]
 
@@ -58,6 +60,8 @@ async def request(
     ``.release()``). No status check happens here: watch streams and lists need the code.
     `accept` replaces the ``Accept`` header (a metadata-only watch asks for
     ``PartialObjectMetadata`` this way); by default it is ``application/json``.
+    Every request is counted, with its code and the time its headers took
+    (`fastctl.kube._request_metrics`: the ``rest_client_*`` metrics).
     """
     config = client.configuration
     if not config.host:
@@ -89,7 +93,14 @@ async def request(
     if rest.server_hostname:
         kwargs["server_hostname"] = rest.server_hostname
     session: aiohttp.ClientSession = rest.pool_manager
-    return await session.request(method, config.host + path, **kwargs)
+    started = time.perf_counter()
+    try:
+        response = await session.request(method, config.host + path, **kwargs)
+    except BaseException:  # no answer: refused, timed out, or cancelled while waiting
+        REQUESTS.record(method, config.host, ERROR_CODE, time.perf_counter() - started)
+        raise
+    REQUESTS.record(method, config.host, response.status, time.perf_counter() - started)
+    return response
 
 
 _BEARER = "BearerToken"

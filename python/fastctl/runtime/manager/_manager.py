@@ -23,8 +23,8 @@ The Manager
   and, since the sharded ones never depended on that Lease, drains those gracefully and
   leaves the shard group before `run()` raises `LeadershipLost`. A Manager whose
   controllers are all sharded does not campaign for the leader Lease at all;
-- serves ``/metrics``, ``/healthz``, ``/readyz`` and on request ``/debug/queue``
-  (`ServerOptions`, `fastctl.runtime.manager._servers`);
+- serves ``/metrics`` (controllers, process, API requests), ``/healthz``, ``/readyz``
+  and on request ``/debug/queue`` (`ServerOptions`, `fastctl.runtime.manager._servers`);
 - starts other components of the process (`add_runnable`: a webhook server, say) before the
   controllers and stops them after, on every replica, leader or not;
 - shuts down gracefully on SIGTERM/SIGINT or `shutdown()`: no new reconciles start, running
@@ -52,6 +52,7 @@ from fastctl.errors import LeadershipLost
 from fastctl.runtime._debug_queue import DebugQueueServer
 from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics import FastctlCollector
+from fastctl.runtime._process_metrics import register_process_metrics
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._signals import stop_on_signals
 from fastctl.runtime.controller import Controller
@@ -132,6 +133,7 @@ class Manager:
         self.registry.register(FastctlCollector(lambda: self.controllers))
         self.registry.register(LeaderCollector(lambda: self.leader_election, lambda: self.elector))
         self.registry.register(ShardingCollector(lambda: self.member, self._gates.items))
+        register_process_metrics(self.registry)  # process_*, python_*, rest_client_*
 
     # -- configuring ------------------------------------------------------------------------
 
