@@ -19,6 +19,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from fastctl import ApplierConfig
 from fastctl.cli import build_parser, main
 from fastctl.demo import widgets
 from fastctl.deploy import Permissions, PolicyRule, derive, needs
@@ -95,7 +96,9 @@ async def test_no_leader_election_no_lease_rule(offline: ApiClient) -> None:
 
 
 async def test_needs_narrows_and_extends_what_a_controller_gets(offline: ApiClient) -> None:
-    ctl = Controller(offline, widgets.WIDGET, _noop, namespace="n").owns(widgets.CONFIGMAP)
+    quiet = ApplierConfig(failure_events=False)
+    ctl = Controller(offline, widgets.WIDGET, _noop, namespace="n", config=quiet)
+    ctl.owns(widgets.CONFIGMAP)
     needs(
         ctl,
         status=False,
@@ -110,6 +113,19 @@ async def test_needs_narrows_and_extends_what_a_controller_gets(offline: ApiClie
         ("", "secrets"): ("get",),
         ("demo.fastctl.dev", "widgets"): ("list", "watch"),
     }
+
+
+async def test_failure_events_keep_the_events_rule_a_reconcile_does_not_need(
+    offline: ApiClient,
+) -> None:
+    """A controller records a Warning Event per failed reconcile by default: its Role lets
+    it, even when its reconcile publishes none (else each failure logs a 403)."""
+    ctl = needs(Controller(offline, widgets.WIDGET, _noop, namespace="n"), events=False)
+    perms = await permissions_of(ctl, widgets)
+    assert by_resource(perms.namespaced["n"])[("events.k8s.io", "events")] == (
+        "create",
+        "patch",
+    )
 
 
 async def test_watched_resources_are_only_listed_and_watched(offline: ApiClient) -> None:

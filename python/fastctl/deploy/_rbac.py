@@ -140,6 +140,8 @@ class Needs:
     - `finalizer`: uses `fastctl.kube.finalizer`: patch the primary, and get it (read again
       when the patch meets a concurrent change of the finalizers).
     - `events`: publishes Events with a `Recorder`: create/patch ``events.k8s.io`` events.
+      Granted anyway while the controller records failure Events (`ApplierConfig`'s
+      `failure_events`, on by default): turn both off to leave Events out of the Role.
     - `owned`: the verbs on every owned resource beyond list/watch: ``patch`` and
       ``create`` for `apply` (a server-side apply that creates the object is authorized as
       both), ``delete`` for `delete`; add ``get`` if the reconcile calls `get`.
@@ -385,7 +387,9 @@ def derive(
         for resource in ctl.resources[1:]:
             verbs = ("list", "watch", *declared.verbs_of(ctl, resource))
             grants.add_resource(scope, resolved[resource], verbs)
-        if declared.events:
+        # A controller records a Warning Event on a failed reconcile unless told not to
+        # (`ApplierConfig.failure_events`), whatever its reconcile publishes.
+        if declared.events or ctl.config.failure_events:
             grants.add_rules(scope, [EVENTS_RULE])
         grants.add_rules(scope, declared.rules)
     if lease_namespace is not None:
