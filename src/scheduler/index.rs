@@ -206,6 +206,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_tag_is_the_high_half_of_the_hash() {
+        // The probe run starts from the tag: a tag that ignored the hash (a constant, or the
+        // low half shifted out) would put every key in one run, correct but linear.
+        assert_eq!(tag_of(0xDEAD_BEEF_0000_0001), 0xDEAD_BEEF);
+        assert_eq!(tag_of(0x0000_0001_FFFF_FFFF), 1);
+        assert_eq!(
+            entry_tag(entry(tag_of(0x1234_5678_9ABC_DEF0), 7)),
+            0x1234_5678
+        );
+    }
+
+    #[test]
     fn reserve_huge_keeps_the_elements_through_a_fresh_block() {
         let mut v: Vec<u64> = (0..600_000).collect();
         v.shrink_to_fit();
