@@ -45,12 +45,12 @@ PUBLIC: dict[str, frozenset[str]] = {
     ),
     "fastctl.kube": _names(
         """
-        ApiError Backoff CustomResource Discovery DiscoveryError EventKind InvalidObject
-        KubeModel KubeconfigError ListFrame MetadataOnlyUnsupported ObjectEvent ObjectMeta
-        PatchType PrinterColumn Recorder ResolvedResource Resource ResourceNotFound
-        SchemaError Store ValidationRule WatchConfig WatchEvent add_finalizer apply
-        apply_status controller_uid crd create delete finalizer get load_client patch
-        reflector remove_finalizer watcher
+        ApiError Backoff Condition CustomResource Discovery DiscoveryError EventKind
+        InvalidObject KubeModel KubeconfigError ListFrame MetadataOnlyUnsupported ObjectEvent
+        ObjectMeta PatchType PrinterColumn Recorder ResolvedResource Resource
+        ResourceNotFound SchemaError Store ValidationRule WatchConfig WatchEvent
+        add_finalizer apply apply_status controller_uid crd create delete finalizer get list
+        load_client owner_reference patch reflector remove_finalizer set_condition watcher
         """
     ),
     "fastctl.runtime": _names(
