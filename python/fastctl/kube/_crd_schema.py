@@ -4,9 +4,11 @@ pydantic writes JSON Schema 2020-12 with ``$defs`` and ``$ref``; the API server 
 *structural* OpenAPI v3.0 schema: every node has one ``type`` (or says it preserves unknown
 fields, or is int-or-string), no references, no unions of object types, and its own
 spellings for nullability (``nullable``), exclusive bounds (booleans beside ``minimum``)
-and sets (``x-kubernetes-list-type: set``, since ``uniqueItems`` is forbidden). This module
-is that translation, and nothing else: it walks the JSON and never imports pydantic, so the
-rules can be read (and unit-tested) one mapping at a time.
+and sets (``x-kubernetes-list-type: set``, since ``uniqueItems`` is forbidden); lists of a
+model declared with ``list_map_keys`` become list-maps. This module is that translation,
+and nothing else (the defaults of ``default_factory`` fields are computed on the model
+side, `fastctl.kube._model`, and arrive here as plain defaults): it walks the JSON and
+never imports pydantic, so the rules can be read (and unit-tested) one mapping at a time.
 
 What a structural schema cannot say raises `SchemaError` naming the field path and the rule
 broken, instead of a CRD the server would refuse with a less helpful message or, worse,
