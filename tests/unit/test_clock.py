@@ -73,6 +73,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("kube/_events.py", "time.time_ns"): (1, "an Event's name suffix, as client-go's"),
     ("runtime/_failure_events.py", "time.time"): (1, "a failure series: the Recorder's window"),
     ("runtime/leader/_rules.py", "datetime.now"): (1, "a Lease's renewTime: others read it"),
+    ("kube/_conditions.py", "datetime.now"): (1, "lastTransitionTime: others read it"),
     ("_pki.py", "datetime.datetime.now"): (4, "certificate validity and its renewal"),
     ("runtime/_inspect.py", "time.time"): (1, "inspect's UTC instants, from the clock"),
     ("demo/widgets.py", "time.gmtime"): (1, "the Widget's status timestamp"),
