@@ -76,8 +76,6 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("kube/_conditions.py", "datetime.now"): (1, "lastTransitionTime: others read it"),
     ("_pki.py", "datetime.datetime.now"): (4, "certificate validity and its renewal"),
     ("runtime/_inspect.py", "time.time"): (1, "inspect's UTC instants, from the clock"),
-    ("demo/widgets.py", "time.gmtime"): (1, "the Widget's status timestamp"),
-    ("demo/widgets.py", "time.strftime"): (1, "the Widget's status timestamp"),
     ("demo/_record.py", "time.monotonic"): (1, "compared across processes on a host"),
     ("demo/_record.py", "time.time"): (1, "compared across processes"),
     ("testing/model.py", "time.monotonic"): (1, "the Rust scheduler's default, modelled"),
