@@ -27,8 +27,8 @@ elsewhere:
   and alerting read; `set_condition` takes ``now=`` for tests;
 - the UTC instants `Controller.inspect` gives beside its ages (`fastctl.runtime._inspect`,
   converted from this clock once per answer);
-- the demo operator's reconcile record (`fastctl.demo._record`, whose ``CLOCK_MONOTONIC`` readings are compared across
-  processes).
+- the demo operator's reconcile record (`fastctl.demo._record`, whose ``CLOCK_MONOTONIC``
+  readings are compared across processes).
 
 And some code times real processes, where virtual time has no meaning: the command line
 (`fastctl.cli`) and starting a control plane (`fastctl.testing`'s `control_plane`,
