@@ -23,11 +23,12 @@ elsewhere:
   replicas and kubectl read; the elector never compares them with its own clock, it times
   the lease on this one;
 - a certificate's validity and its renewal check (`fastctl._pki`);
+- a status condition's ``lastTransitionTime`` (`fastctl.kube._conditions`), which kubectl
+  and alerting read; `set_condition` takes ``now=`` for tests;
 - the UTC instants `Controller.inspect` gives beside its ages (`fastctl.runtime._inspect`,
   converted from this clock once per answer);
-- the demo operator's status timestamps (`fastctl.demo.widgets`) and its reconcile record
-  (`fastctl.demo._record`, whose ``CLOCK_MONOTONIC`` readings are compared across
-  processes).
+- the demo operator's reconcile record (`fastctl.demo._record`, whose ``CLOCK_MONOTONIC``
+  readings are compared across processes).
 
 And some code times real processes, where virtual time has no meaning: the command line
 (`fastctl.cli`) and starting a control plane (`fastctl.testing`'s `control_plane`,

@@ -11,8 +11,10 @@ Two mechanisms, because a secret leaks in two shapes:
   message. So fastctl remembers the values of the sensitive objects it reads (`remember`:
   the watcher does it for every object of a sensitive kind, `fastctl.kube.get` for what it
   returns), and `scrub(text)` replaces each remembered value, as it is and base64-decoded,
-  raw, JSON-escaped or repr-escaped, with ``"<redacted>"``. `ApiError` texts, Event notes and
-  log records (`fastctl.log.RedactingFilter`) pass through it.
+  raw, JSON-escaped or repr-escaped, with ``"<redacted>"``. `ApiError` texts, Event notes,
+  log records (`fastctl.log.RedactingFilter`) and the status fastctl writes
+  (`scrub_status`) pass through it; `redact(text)`, public as ``fastctl.log.redact``, is
+  the same for an operator's own texts.
 
 Values shorter than `MIN_SCRUBBED` characters are redacted in objects but not scrubbed from
 free text: ``"1"`` or ``"on"`` would blank every line that contains them, and say little.
@@ -43,6 +45,7 @@ __all__ = [
     "redact",
     "remember",
     "scrub",
+    "scrub_status",
     "scrub_tree",
 ]
 
@@ -86,8 +89,15 @@ def _kind_and_dict(obj: Any) -> tuple[str | None, Any]:
 
 
 def redact(obj: Any) -> Any:
-    """`obj` with its sensitive fields replaced by ``"<redacted>"`` (a copy; `obj` itself is
-    returned when it has none). A typed object of a sensitive kind comes back as a dict."""
+    """A text (`str`) with every remembered sensitive value replaced by ``"<redacted>"``
+    (`scrub`): for what an operator writes where fastctl does not look, a file, a
+    ``print``, a field of another object.
+
+    Any other `obj` with its sensitive fields replaced by ``"<redacted>"`` (a copy; `obj`
+    itself is returned when it has none). A typed object of a sensitive kind comes back as
+    a dict."""
+    if isinstance(obj, str):
+        return scrub(obj)
     kind, data = _kind_and_dict(obj)
     if kind not in _FIELDS:
         return obj
@@ -202,6 +212,30 @@ def scrub_tree(value: Any) -> Any:
     if isinstance(value, list):
         return [scrub_tree(v) for v in value]
     return value
+
+
+def scrub_status(body: Any) -> Any:
+    """A write's `body` with the remembered values scrubbed from its status: the ``status``
+    of an object or a merge/apply patch, the values a JSON patch adds or replaces under
+    ``/status``. A reconcile that records ``str(exc)`` in a condition would otherwise store
+    a Secret's value the driver quoted in the object, readable by all who may read it.
+    Nothing else of the body is touched: spec and data are what the operator means to
+    write, and may hold a value on purpose."""
+    if not _values:
+        return body
+    if isinstance(body, list):
+        return [
+            {**op, "value": scrub_tree(op["value"])}
+            if isinstance(op, Mapping)
+            and op.get("op") in ("add", "replace")
+            and "value" in op
+            and (str(op.get("path", "")) + "/").startswith("/status/")
+            else op
+            for op in body
+        ]
+    if isinstance(body, Mapping) and "status" in body:
+        return {**body, "status": scrub_tree(body["status"])}
+    return body
 
 
 def _forget_all() -> None:

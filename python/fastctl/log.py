@@ -9,7 +9,7 @@ user code, then names its object without the user passing it around.
 from records: message, arguments and traceback (`fastctl._redact`). ``fastctl run`` puts it
 on its handler; fastctl's own loggers that print objects or errors carry it, so their
 records are clean under any logging configuration. Add it to your handlers to clean what
-your own code logs.
+your own code logs; `redact` cleans a text (or an object) you write elsewhere.
 """
 
 from __future__ import annotations

@@ -177,6 +177,7 @@ def test_free_form_maps_preserve_unknown_fields_and_typed_maps_say_their_values(
 
     assert field(Spec, "anything") == {
         "type": "object",
+        "default": {},  # the factory's value, as a plain default would give
         "x-kubernetes-preserve-unknown-fields": True,
     }
     assert field(Spec, "value") == {"x-kubernetes-preserve-unknown-fields": True}
@@ -498,3 +499,48 @@ def test_fastctl_crd_of_an_operator_prints_what_the_manifests_ship(
     ]
     assert printed == shipped
     assert [d["metadata"]["name"] for d in printed] == ["widgets.demo.fastctl.dev"]
+
+
+def test_a_default_factory_gives_the_same_default_as_a_plain_default() -> None:
+    class Inner(KubeModel):
+        level: int = 1
+
+    class Spec(KubeModel):
+        members: list[str] = Field(default_factory=list)
+        plain: list[str] = []  # noqa: RUF012 (pydantic copies it)
+        tags: dict[str, str] = Field(default_factory=lambda: {"team": "a"})
+        inner: Inner = Field(default_factory=Inner)
+        required: list[str]
+
+    assert field(Spec, "members")["default"] == field(Spec, "plain")["default"] == []
+    assert field(Spec, "tags")["default"] == {"team": "a"}
+    assert field(Spec, "inner")["default"] == {"level": 1}
+    assert "default" not in field(Spec, "required")
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+_calls = iter(range(10**6))
+
+
+@pytest.mark.parametrize(
+    ("factory", "why"),
+    [
+        (_now, "gives another value on each call"),
+        (lambda: f"name-{next(_calls)}", "gives another value on each call"),
+        (lambda data: data["other"], "reads the other fields"),
+        (lambda: 1 / 0, "failed or gave no JSON value"),
+        (object, "failed or gave no JSON value"),
+    ],
+)
+def test_a_factory_that_cannot_be_a_default_is_refused_by_name(factory: Any, why: str) -> None:
+    class Spec(KubeModel):
+        other: str = "x"
+        stamp: Any = Field(default_factory=factory)
+
+    with pytest.raises(SchemaError, match=f"spec.stamp: its default_factory {why}"):
+        schema_of(Spec)

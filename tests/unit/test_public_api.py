@@ -45,12 +45,12 @@ PUBLIC: dict[str, frozenset[str]] = {
     ),
     "fastctl.kube": _names(
         """
-        ApiError Backoff CustomResource Discovery DiscoveryError EventKind InvalidObject
-        KubeModel KubeconfigError ListFrame MetadataOnlyUnsupported ObjectEvent ObjectMeta
-        PatchType PrinterColumn Recorder ResolvedResource Resource ResourceNotFound
-        SchemaError Store ValidationRule WatchConfig WatchEvent add_finalizer apply
-        apply_status controller_uid crd create delete finalizer get load_client patch
-        reflector remove_finalizer watcher
+        ApiError Backoff Condition CustomResource Discovery DiscoveryError EventKind
+        InvalidObject KubeModel KubeconfigError ListFrame MetadataOnlyUnsupported ObjectEvent
+        ObjectMeta PatchType PrinterColumn Recorder ResolvedResource Resource
+        ResourceNotFound SchemaError Store ValidationRule WatchConfig WatchEvent
+        add_finalizer apply apply_status controller_uid crd create delete finalizer get list
+        load_client owner_reference patch reflector remove_finalizer set_condition watcher
         """
     ),
     "fastctl.runtime": _names(
@@ -417,7 +417,7 @@ def _fastctl_imports(path: Path) -> list[tuple[str, list[str]]]:
 def test_the_docs_find_imports() -> None:
     """The import scanner above is not vacuous."""
     imports = _fastctl_imports(ROOT / "README.md")
-    assert ("fastctl.kube", ["apply"]) in imports
+    assert ("fastctl.kube", ["apply", "owner_reference"]) in imports
     assert any(module == "fastctl" and "Controller" in names for module, names in imports)
 
 

@@ -17,7 +17,7 @@ from fastctl import _redact
 from fastctl.errors import ApiError, InvalidObject, KubeconfigError
 from fastctl.kube._client import load_client
 from fastctl.kube._http import error_from_response
-from fastctl.kube._resource import Resource
+from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.log import JsonFormatter, RedactingFilter, mark_sensitive, redact
 from fastctl.types import Action, ObjectRef, ReconcileResult
 from fastctl.webhook import AdmissionRequest, Allow, Webhooks
@@ -228,3 +228,78 @@ def test_kubeconfig_errors_never_echo_credentials(tmp_path: Path, text: str) -> 
         asyncio.run(load_client(path))
     assert TOKEN not in str(info.value)
     assert str(path) in str(info.value)
+
+
+# -- redact(text), and the status fastctl writes ---------------------------------------------
+
+
+def test_redact_of_a_text_scrubs_it() -> None:
+    _redact.remember(secret(password=PASSWORD))
+    assert redact(f"login failed: {PASSWORD!r}") == "login failed: '<redacted>'"
+    assert redact(f"token={TOKEN}") == "token=<redacted>"
+    assert redact("nothing here") == "nothing here"
+
+
+class _Sent:
+    """Stands in for the HTTP layer of the object API: keeps each request's parsed body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[Any] = []
+
+    async def __call__(self, client: Any, method: str, path: str, **kw: Any) -> Any:
+        self.bodies.append(orjson.loads(kw["body"]))
+        return 200, {"metadata": {"name": "w", "resourceVersion": "2"}}
+
+
+WIDGETS = ResolvedResource("example.com", "v1", "Widget", "widgets", True)
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> _Sent:
+    from fastctl.kube import _objects
+
+    recorder = _Sent()
+    monkeypatch.setattr(_objects, "request_json_status", recorder)
+    return recorder
+
+
+def _status_error(value: str) -> dict[str, Any]:
+    message = f"driver said: password {value!r} rejected ({base64.b64encode(value.encode())!r})"
+    return {"conditions": [{"type": "Ready", "status": "False", "message": message}]}
+
+
+async def test_status_writes_store_no_remembered_value(sent: _Sent) -> None:
+    from fastctl.kube import apply, apply_status, create, patch
+
+    _redact.remember(secret(password=PASSWORD))
+    obj = {"metadata": {"name": "w", "namespace": "ns"}}
+    await apply_status(None, WIDGETS, obj, status=_status_error(PASSWORD), field_manager="m")  # type: ignore[arg-type]
+    await apply_status(None, WIDGETS, {**obj, "status": _status_error(PASSWORD)}, field_manager="m")  # type: ignore[arg-type]
+    await patch(None, WIDGETS, "w", {"status": _status_error(PASSWORD)}, namespace="ns",  # type: ignore[arg-type]
+                subresource="status")  # fmt: skip
+    await patch(None, WIDGETS, "w", [{"op": "replace", "path": "/status", "value":  # type: ignore[arg-type]
+                _status_error(PASSWORD)}], namespace="ns", patch_type="json",
+                subresource="status")  # fmt: skip
+    await apply(None, WIDGETS, {**obj, "status": _status_error(PASSWORD)}, field_manager="m")  # type: ignore[arg-type]
+    await create(None, WIDGETS, {**obj, "status": _status_error(PASSWORD)})  # type: ignore[arg-type]
+    assert len(sent.bodies) == 6
+    for body in sent.bodies:
+        text = orjson.dumps(body).decode()
+        assert_clean(text, PASSWORD)
+        assert "<redacted>" in text
+
+
+async def test_what_is_not_status_is_written_as_given(sent: _Sent) -> None:
+    from fastctl.kube import apply, patch
+
+    _redact.remember(secret(password=PASSWORD))
+    spec = {"password": PASSWORD}
+    obj = {"metadata": {"name": "w", "namespace": "ns"}, "spec": spec}
+    await apply(None, WIDGETS, obj, field_manager="m")  # type: ignore[arg-type]
+    await patch(None, WIDGETS, "w", [  # type: ignore[arg-type]
+        {"op": "test", "path": "/status/x", "value": PASSWORD},
+        {"op": "add", "path": "/statuses", "value": PASSWORD},
+    ], namespace="ns", patch_type="json")  # fmt: skip
+    assert sent.bodies[0]["spec"] == spec, "the operator's own data was changed"
+    ops = sent.bodies[1]
+    assert [op["value"] for op in ops if op["op"] != "replace"] == [PASSWORD, PASSWORD]

@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 from pydantic import Field
@@ -42,6 +41,7 @@ from pydantic import Field
 from fastctl import Action, Controller, generation_changed
 from fastctl.demo._record import RECORD_ENV, recorded
 from fastctl.kube import (
+    Condition,
     CustomResource,
     KubeModel,
     PrinterColumn,
@@ -53,6 +53,8 @@ from fastctl.kube import (
     delete,
     finalizer,
     get,
+    owner_reference,
+    set_condition,
 )
 from fastctl.runtime import RelatedCache
 
@@ -104,17 +106,6 @@ class WidgetSpecV1alpha1(KubeModel):
 
     values: list[KeyValue] = Field(default_factory=list)
     owner: str | None = None
-
-
-class Condition(KubeModel):
-    """A status condition, as metav1.Condition spells it."""
-
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str = ""
-    observed_generation: int | None = None
-    last_transition_time: str
 
 
 class WidgetStatus(KubeModel):
@@ -218,16 +209,7 @@ async def _render(obj: Widget, ctx: WidgetContext) -> Action | None:
             "name": f"{name}-rendered",
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER},
-            "ownerReferences": [
-                {
-                    "apiVersion": WIDGET.api_version,
-                    "kind": "Widget",
-                    "name": name,
-                    "uid": meta.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owner_reference(obj)],
         },
         "data": data,
     }
@@ -236,20 +218,13 @@ async def _render(obj: Widget, ctx: WidgetContext) -> Action | None:
     if _is_ready(obj):
         return None  # status already says so: writing it again would only trigger us again
     generation = meta.generation or 0
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    conditions = list(obj.status.conditions) if obj.status else []  # the cache's list: copied
+    ready = Condition(
+        type="Ready", status="True", reason="Rendered", message=f"rendered {len(data)} keys"
+    )
+    set_condition(conditions, ready, generation=generation)
     status = WidgetStatus(
-        observed_generation=generation,
-        config_map=f"{name}-rendered",
-        conditions=[
-            Condition(
-                type="Ready",
-                status="True",
-                reason="Rendered",
-                message=f"rendered {len(data)} keys",
-                observed_generation=generation,
-                last_transition_time=now,
-            )
-        ],
+        observed_generation=generation, config_map=f"{name}-rendered", conditions=conditions
     )
     await apply_status(ctx.client, WIDGET, obj, status=status, field_manager=FIELD_MANAGER)
     await ctx.recorder.publish(

@@ -22,9 +22,11 @@ from fastctl.errors import (
     SchemaError,
 )
 from fastctl.kube._client import load_client
+from fastctl.kube._conditions import set_condition
 from fastctl.kube._crd_schema import PrinterColumn, ValidationRule
 from fastctl.kube._events import Recorder
 from fastctl.kube._finalizer import add_finalizer, finalizer, remove_finalizer
+from fastctl.kube._list import list_objects as list
 from fastctl.kube._objects import (
     PatchType,
     apply,
@@ -34,6 +36,7 @@ from fastctl.kube._objects import (
     get,
     patch,
 )
+from fastctl.kube._owners import owner_reference
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.kube._retry import Backoff
 from fastctl.kube._store import Store, controller_uid, reflector
@@ -48,9 +51,9 @@ from fastctl.kube._watcher import (
 )
 
 if TYPE_CHECKING:
-    from fastctl.kube._model import CustomResource, KubeModel, ObjectMeta, crd
+    from fastctl.kube._model import Condition, CustomResource, KubeModel, ObjectMeta, crd
 
-_TYPED = frozenset({"CustomResource", "KubeModel", "ObjectMeta", "crd"})
+_TYPED = frozenset({"Condition", "CustomResource", "KubeModel", "ObjectMeta", "crd"})
 """Names of `fastctl.kube._model`, the one module that imports pydantic: loaded on first use
 (``import fastctl`` works without pydantic; typed resources need the ``typed`` extra)."""
 
@@ -66,6 +69,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ApiError",
     "Backoff",
+    "Condition",
     "CustomResource",
     "Discovery",
     "DiscoveryError",
@@ -97,9 +101,12 @@ __all__ = [
     "delete",
     "finalizer",
     "get",
+    "list",
     "load_client",
+    "owner_reference",
     "patch",
     "reflector",
     "remove_finalizer",
+    "set_condition",
     "watcher",
 ]

@@ -4,9 +4,11 @@ pydantic writes JSON Schema 2020-12 with ``$defs`` and ``$ref``; the API server 
 *structural* OpenAPI v3.0 schema: every node has one ``type`` (or says it preserves unknown
 fields, or is int-or-string), no references, no unions of object types, and its own
 spellings for nullability (``nullable``), exclusive bounds (booleans beside ``minimum``)
-and sets (``x-kubernetes-list-type: set``, since ``uniqueItems`` is forbidden). This module
-is that translation, and nothing else: it walks the JSON and never imports pydantic, so the
-rules can be read (and unit-tested) one mapping at a time.
+and sets (``x-kubernetes-list-type: set``, since ``uniqueItems`` is forbidden); lists of a
+model declared with ``list_map_keys`` become list-maps. This module is that translation,
+and nothing else (the defaults of ``default_factory`` fields are computed on the model
+side, `fastctl.kube._model`, and arrive here as plain defaults): it walks the JSON and
+never imports pydantic, so the rules can be read (and unit-tested) one mapping at a time.
 
 What a structural schema cannot say raises `SchemaError` naming the field path and the rule
 broken, instead of a CRD the server would refuse with a less helpful message or, worse,
@@ -24,7 +26,13 @@ from typing import Any, Literal
 
 from fastctl.errors import SchemaError
 
-__all__ = ["PrinterColumn", "ValidationRule", "structural_schema"]
+__all__ = [
+    "LIST_MAP_KEYS",
+    "REFUSED_DEFAULT",
+    "PrinterColumn",
+    "ValidationRule",
+    "structural_schema",
+]
 
 Json = dict[str, Any]
 
@@ -55,6 +63,15 @@ _FORMATS = frozenset(
 purpose: pydantic writes ISO 8601 (``P1D``), the API server parses Go durations (``1h``)."""
 
 _SCALARS = frozenset({"string", "integer", "number", "boolean"})
+
+LIST_MAP_KEYS = "x-fastctl-list-map-keys"
+"""Set by a model declared with ``list_map_keys`` on its own schema: a list of it becomes a
+list-map keyed by those fields. Read here and never copied into a CRD."""
+
+REFUSED_DEFAULT = "x-fastctl-refused-default"
+"""The ``default`` a field gets when its ``default_factory`` cannot give the CRD one: a
+mapping from this key to the reason, turned here into a `SchemaError` naming the field (the
+model side knows why, only this walk knows where)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,8 +254,11 @@ class _Walker:
                 out[key] = node[key]
         if "enum" in node:
             out["enum"] = list(node["enum"])
-        if node.get("default") is not None:
-            out["default"] = node["default"]
+        default = node.get("default")
+        if isinstance(default, Mapping) and REFUSED_DEFAULT in default:
+            raise self.fail(path, str(default[REFUSED_DEFAULT]))
+        if default is not None:
+            out["default"] = default
         for key in ("exclusiveMinimum", "exclusiveMaximum"):
             if key in node:  # 2020-12: a number; OpenAPI 3.0: a flag beside the bound
                 bound = "minimum" if key == "exclusiveMinimum" else "maximum"
@@ -277,7 +297,24 @@ class _Walker:
         if items is None:
             raise self.fail(path, "a list needs an item type")
         out["items"] = self.node(items, f"{path}[]", seen)
-        if node.get("uniqueItems"):
+        keys = self.deref(items, path, seen)[0].get(LIST_MAP_KEYS)
+        if keys:
+            self.list_map(out, list(keys), path)
+        elif node.get("uniqueItems"):
             if out["items"].get("type") not in _SCALARS:
                 raise self.fail(path, "a set of non-scalar items: only sets of scalars exist")
             out["x-kubernetes-list-type"] = "set"  # uniqueItems itself is forbidden
+
+    def list_map(self, out: Json, keys: list[str], path: str) -> None:
+        """A list of a model declared with ``list_map_keys``: a list-map, whose items the
+        API server (and server-side apply) tells apart by those fields, so each writer owns
+        its own items. Every key must be required or defaulted, as the server demands."""
+        item = out["items"]
+        props = item.get("properties") or {}
+        for key in keys:
+            if key not in props:
+                raise self.fail(path, f"the list-map key {key!r} is not a field of its items")
+            if key not in item.get("required", ()) and "default" not in props[key]:
+                raise self.fail(path, f"the list-map key {key!r} must be required or defaulted")
+        out["x-kubernetes-list-type"] = "map"
+        out["x-kubernetes-list-map-keys"] = keys

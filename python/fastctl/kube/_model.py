@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -37,12 +37,29 @@ from pydantic import (
     model_serializer,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import GenerateJsonSchema
+from pydantic_core import core_schema
 
 from fastctl.errors import InvalidObject
-from fastctl.kube._crd_schema import PrinterColumn, ValidationRule, add_rules, structural_schema
+from fastctl.kube._crd_schema import (
+    LIST_MAP_KEYS,
+    REFUSED_DEFAULT,
+    PrinterColumn,
+    ValidationRule,
+    add_rules,
+    structural_schema,
+)
 from fastctl.kube._resource import Resource
 
-__all__ = ["CustomResource", "KubeModel", "ObjectMeta", "ResourceInfo", "crd", "parse"]
+__all__ = [
+    "Condition",
+    "CustomResource",
+    "KubeModel",
+    "ObjectMeta",
+    "ResourceInfo",
+    "crd",
+    "parse",
+]
 
 Scope = Literal["Namespaced", "Cluster"]
 
@@ -52,7 +69,11 @@ class KubeModel(BaseModel):
     ``observedGeneration`` on the wire (either is accepted on input; dumps use the alias).
 
     ``rules=[ValidationRule(...)]`` as a class keyword adds CEL rules on the model as a whole, where
-    ``self`` is the object (``self.min <= self.max``).
+    ``self`` is the object (``self.min <= self.max``). ``list_map_keys=["name"]`` makes every
+    list of this model a list-map keyed by those fields in the CRD
+    (``x-kubernetes-list-type: map``): the API server refuses two items with the same keys,
+    and server-side apply merges the items by key, so each writer owns its own items instead
+    of the whole list (`Condition` is declared so, keyed by ``type``).
 
     A field that is ``None`` and whose default is ``None`` is left out of every dump: it
     has no value, and its absence parses back to the same model. As ``null`` the API server
@@ -67,16 +88,33 @@ class KubeModel(BaseModel):
         serialize_by_alias=True,
     )
     __kube_rules__: ClassVar[tuple[ValidationRule, ...]] = ()
+    __kube_list_map_keys__: ClassVar[tuple[str, ...]] = ()
 
-    def __init_subclass__(cls, *, rules: Iterable[ValidationRule] = (), **kwargs: Any) -> None:
+    def __init_subclass__(
+        cls,
+        *,
+        rules: Iterable[ValidationRule] = (),
+        list_map_keys: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init_subclass__(**kwargs)
         cls.__kube_rules__ = tuple(rules)
+        if isinstance(list_map_keys, str):
+            raise TypeError(f"{cls.__name__}: list_map_keys is a list of field names")
+        cls.__kube_list_map_keys__ = tuple(list_map_keys)
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
         schema: dict[str, Any] = handler(core_schema)
-        if cls.__kube_rules__:
-            add_rules(handler.resolve_ref_schema(schema), list(cls.__kube_rules__))
+        if cls.__kube_rules__ or cls.__kube_list_map_keys__:
+            own = handler.resolve_ref_schema(schema)
+            add_rules(own, list(cls.__kube_rules__))
+            if cls.__kube_list_map_keys__:
+                fields = cls.model_fields
+                own[LIST_MAP_KEYS] = [
+                    (fields[key].alias or key) if key in fields else key
+                    for key in cls.__kube_list_map_keys__
+                ]
         return schema
 
     @model_serializer(mode="wrap")
@@ -91,6 +129,13 @@ class KubeModel(BaseModel):
                 data.pop(field.alias or name, None)
                 data.pop(name, None)
         return data
+
+
+_CONDITION_TYPE = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+_CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 
 class ObjectMeta(KubeModel, extra="allow"):
@@ -109,6 +154,38 @@ class ObjectMeta(KubeModel, extra="allow"):
     annotations: dict[str, str] = Field(default_factory=dict)
     finalizers: list[str] = Field(default_factory=list)
     owner_references: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Condition(KubeModel, list_map_keys=["type"]):
+    """A status condition, as metav1.Condition spells it: the same fields, patterns and
+    bounds, so that kubectl wait and every tool that reads conditions understand it."""
+
+    # (The docstring is the CRD's description.) A list of it is a list-map keyed by
+    # ``type``, so each writer owns its own conditions. `fastctl.kube.set_condition` keeps
+    # ``last_transition_time`` while the status stays and fills in ``observed_generation``;
+    # the time may be left out here for that reason, though the CRD requires it, as metav1
+    # does.
+
+    type: Annotated[str, Field(max_length=316, pattern=_CONDITION_TYPE)]
+    status: Literal["True", "False", "Unknown"]
+    reason: Annotated[str, Field(min_length=1, max_length=1024, pattern=_CONDITION_REASON)]
+    message: Annotated[str, Field(max_length=32768)] = ""
+    observed_generation: Annotated[int, Field(ge=0)] | None = None
+    last_transition_time: str | None = Field(
+        default=None, description="When the status last changed (RFC 3339)."
+    )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        schema = super().__get_pydantic_json_schema__(core_schema, handler)
+        own = handler.resolve_ref_schema(schema)
+        own["properties"]["lastTransitionTime"] = {
+            "type": "string",
+            "format": "date-time",
+            "description": "When the status last changed (RFC 3339).",
+        }
+        own["required"] = [*own.get("required", ()), "lastTransitionTime"]
+        return schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +319,9 @@ class CustomResource(KubeModel):
         """The structural ``openAPIV3Schema`` of this version (`SchemaError` if the model
         has no structural form)."""
         info = cls.info()
-        raw = cls.model_json_schema(by_alias=True, mode="validation")
+        raw = cls.model_json_schema(
+            by_alias=True, mode="validation", schema_generator=_FactoryDefaults
+        )
         props = dict(raw.get("properties") or {})
         for name in ("apiVersion", "kind", "metadata"):
             props.pop(name, None)
@@ -266,6 +345,40 @@ class CustomResource(KubeModel):
         defaulted ``metadata.finalizers: []`` never takes the list from its other owners."""
         dumped: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_unset=True)
         return dumped
+
+
+class _FactoryDefaults(GenerateJsonSchema):
+    """pydantic's schema, with a ``default`` for fields that have a ``default_factory``
+    (pydantic leaves it out): the API server fills in a missing field only from the CRD's
+    ``default``, and a CEL rule that reads a field with none fails on every object that
+    omits it ("no such key"). The factory is called twice: a value that differs between
+    calls (a time, a random name) is no default the server could fill in, so the field is
+    refused, by name, rather than given one value frozen at generation time."""
+
+    def get_default_value(self, schema: core_schema.WithDefaultSchema) -> Any:
+        factory = schema.get("default_factory")
+        if "default" in schema or factory is None:
+            return super().get_default_value(schema)
+        if schema.get("default_factory_takes_data"):
+            return {REFUSED_DEFAULT: _refused("reads the other fields")}
+        try:
+            first, second = (self.encode_default(factory()) for _ in range(2))  # type: ignore[call-arg]
+        except Exception as exc:  # a factory's own error, or a value JSON cannot hold
+            return {REFUSED_DEFAULT: _refused(f"failed or gave no JSON value ({exc})")}
+        if first != second:
+            return {
+                REFUSED_DEFAULT: _refused(
+                    f"gives another value on each call ({first!r}, then {second!r})"
+                )
+            }
+        return first
+
+
+def _refused(why: str) -> str:
+    return (
+        f"its default_factory {why}: a CRD default is one fixed value the API server fills "
+        "in; give a plain default, or make the field required"
+    )
 
 
 def parse(model: type[CustomResource], obj: Mapping[str, Any]) -> CustomResource:

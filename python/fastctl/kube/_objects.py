@@ -24,6 +24,10 @@ controller watches is sent with the version its watch last delivered as a
 ``resourceVersion`` precondition, so that the answer proves whether the write changed the
 object; if the server refuses it (the object changed meanwhile) the write is sent again as
 written (`fastctl.kube._writes`). Elsewhere every write is sent as written.
+
+Every write scrubs the Secret values fastctl has read from the status it sends
+(`fastctl._redact.scrub_status`): the status of an object is read by everyone who may read
+the object, and a condition's message is where a reconcile puts the error that quoted one.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any, Literal
 import orjson
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl._redact import is_sensitive, remember
+from fastctl._redact import is_sensitive, remember, scrub_status
 from fastctl.kube._http import ApiError, request_json, request_json_status
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._writes import observed_write
@@ -121,7 +125,7 @@ async def create(
     AlreadyExists if the name is taken). A ``metadata.generateName`` without a name is
     fine."""
     res = await resolved(client, resource)
-    obj = as_json(obj)
+    obj = scrub_status(as_json(obj))
     ns = (obj.get("metadata") or {}).get("namespace") or namespace
     if res.namespaced and not ns:
         raise ValueError(f"{res.kind} is namespaced: give metadata.namespace or namespace=")
@@ -157,7 +161,7 @@ async def apply(
     ``managedFields`` is rejected.
     """
     res = await resolved(client, resource)
-    body = as_json(obj)
+    body = scrub_status(as_json(obj))
     name, ns = _name_and_namespace(res, body, namespace)
     path = res.object_path(name, ns)
     return await _apply(client, path, res, ns, name, body, field_manager, force, dry_run)
@@ -180,7 +184,11 @@ async def apply_status(
 
     With `status` (a mapping or a status model), `obj` only names the object (a cached
     object or a `CustomResource` instance will do) and `status` is what is applied: for a
-    model, the fields that were set, by alias (``exclude_unset``)."""
+    model, the fields that were set, by alias (``exclude_unset``).
+
+    Secret values fastctl has read (watched, or got with `get`/`list`) are replaced by
+    ``<redacted>`` in the status sent: an error quoted into a condition stores none of them.
+    """
     res = await resolved(client, resource)
     body = as_json(obj)
     if status is not None:
@@ -192,6 +200,7 @@ async def apply_status(
             "metadata": identity,
             "status": as_json(status),
         }
+    body = scrub_status(body)
     name, ns = _name_and_namespace(res, body, namespace)
     path = res.status_path(name, ns)
     return await _apply(client, path, res, ns, name, body, field_manager, force, dry_run)
@@ -247,9 +256,12 @@ async def patch(
     field_manager: str | None = None,
 ) -> Obj:
     """PATCH one object: a JSON merge patch (default), a JSON patch (a list of operations,
-    ``patch_type="json"``), a strategic merge patch (built-in types only) or an apply."""
+    ``patch_type="json"``), a strategic merge patch (built-in types only) or an apply.
+    Remembered Secret values are scrubbed from the status it writes, as `apply_status`'s."""
     res = await resolved(client, resource)
     path = res.object_path(name, namespace, subresource=subresource)
+    if subresource in (None, "status"):
+        body = scrub_status(body)
 
     async def send(version: str | None) -> tuple[int, Any]:
         conditioned = body if version is None else _patch_conditioned(body, version)
