@@ -10,6 +10,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 from pydantic import BaseModel
 
+from fastctl import ApplierConfig
 from fastctl.demo import widgets
 from fastctl.deploy import needs
 from fastctl.kube import CustomResource, Resource
@@ -45,8 +46,9 @@ def _mapper(obj: Any) -> list[ObjectRef]:
 
 
 async def test_each_kind_gets_its_own_verbs(offline: ApiClient) -> None:
+    quiet = ApplierConfig(failure_events=False)  # no Events rule for failed reconciles
     ctl = (
-        Controller(offline, widgets.WIDGET, _noop, namespace="n")
+        Controller(offline, widgets.WIDGET, _noop, namespace="n", config=quiet)
         .owns(widgets.CONFIGMAP)
         .owns(SECRET)
         .watches(ACCOUNT, _mapper)
@@ -76,7 +78,8 @@ async def test_an_owned_kind_with_no_verbs_is_only_listed_and_watched(offline: A
 
 
 async def test_a_typed_primary_is_named_by_its_model(offline: ApiClient) -> None:
-    ctl = Controller(offline, Gadget, _noop, namespace="n")
+    quiet = ApplierConfig(failure_events=False)
+    ctl = Controller(offline, Gadget, _noop, namespace="n", config=quiet)
     needs(ctl, status=False, finalizer=False, events=False, verbs={Gadget: ("update",)})
     perms = await permissions_of(ctl, None)
     assert by_resource(perms.namespaced["n"]) == {
