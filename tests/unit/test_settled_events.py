@@ -142,6 +142,31 @@ async def test_an_error_of_the_source_comes_after_the_held_events() -> None:
     assert out == ["b@1", "a@2"]
 
 
+async def test_a_consumer_that_stops_early_closes_the_source_and_gets_no_error() -> None:
+    """The consumer stops while the reader is blocked on the full buffer, the source
+    suspended at a yield: closing the stream closes the source (a watch's connection ends
+    with it, not whenever the garbage collector gets to it) and raises nothing, though
+    the reader it cancels ends cancelled."""
+    own = OwnWrites([WIDGET])
+    closed: list[bool] = []
+
+    async def endless() -> AsyncIterator[WatchEvent]:
+        try:
+            version = 0
+            while True:  # never awaits: the reader only ever waits on the full buffer
+                version += 1
+                yield apply("a", str(version))
+        finally:
+            closed.append(True)
+
+    events = endless()
+    stream = settled(own, WIDGET, events)
+    assert seen(await anext(stream)) == "a@1"
+    assert not closed
+    await stream.aclose()
+    assert closed == [True]
+
+
 @pytest.fixture
 def sources(monkeypatch: pytest.MonkeyPatch) -> Sources:
     """In-memory watches, and no end to the wait for a write's answer: waiting in the watch
