@@ -4,7 +4,7 @@ object's events wait, in their order; other objects' pass; a list's frame waits 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import pytest
@@ -161,6 +161,7 @@ async def test_a_consumer_that_stops_early_closes_the_source_and_gets_no_error()
 
     events = endless()
     stream = settled(own, WIDGET, events)
+    assert isinstance(stream, AsyncGenerator)
     assert seen(await anext(stream)) == "a@1"
     assert not closed
     await stream.aclose()
