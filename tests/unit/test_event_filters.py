@@ -312,7 +312,7 @@ def _spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     ],
     ids=["generation", "combined", "none", "custom", "custom-combined"],
 )
-def test_metadata_predicates_keep_no_body(
+def test_metadata_only_predicates_keep_no_body_also_when_combined_at_run_time(
     make: Callable[[], Predicate | None], keeps_body: bool, listing: bool
 ) -> None:
     """A watch without a cache must not keep every object's body alive through its
