@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -153,7 +154,9 @@ async def forever(obj: dict[str, Any], ctx: Any) -> None:
 
 
 @pytest.mark.parametrize("timeout", [None, 1.0], ids=["default-timeout", "short-timeout"])
-def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(timeout: float | None) -> None:
+def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(
+    timeout: float | None, caplog: pytest.LogCaptureFixture
+) -> None:
     """Renewals already fail (the member is cut off) when `leave()` starts, half a second
     before the tenure ends: its graceful drain must not keep the reconcile running past the
     tenure, since the other member takes the slot over once the Lease expires. With a
@@ -172,10 +175,17 @@ def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(timeout: float | None
         assert tenure_end > loop.time() + 1
         await asyncio.sleep(tenure_end - 0.5 - loop.time())
         assert leaving.member.serves(slot)
-        assert await leaving.member.leave(timeout=timeout) is False  # cut off: not written
-        await until_changed(other.member, lambda: slot in other.member.serving)
+        served = len(leaving.member.serving)
+        with caplog.at_level(logging.WARNING, logger="fastctl.sharding"):
+            assert await leaving.member.leave(timeout=timeout) is False  # cut off: not written
+            await until_changed(other.member, lambda: slot in other.member.serving)
         assert group.violations == []
         assert running.cancelled()
+        name = leaving.member.config.group
+        assert (
+            f"shard group {name}: the tenure ended while leaving: cancelling the reconciles "
+            f"of {served} slots that still run"
+        ) in [r.getMessage() for r in caplog.records]
         await group.stop()
 
     run_virtual(_with_the_loop(main))
