@@ -215,3 +215,23 @@ def test_a_leave_after_the_tenure_ran_out_cancels_what_still_runs() -> None:
 async def _with_the_loop(main: Callable[[VirtualTimeLoop], Awaitable[None]]) -> None:
     """Run `main` with the virtual loop it runs on."""
     await main(VirtualTimeLoop.current())
+
+
+def test_a_member_cut_off_stops_serving_at_its_tenures_end_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, cut, _ = await two_members(loop)
+        served = len(cut.member.serving)
+        assert served > 0
+        cut.link.cut_until = loop.time() + 120
+        with caplog.at_level(logging.WARNING, logger="fastctl.sharding"):
+            await until_changed(cut.member, lambda: not cut.member.serving)
+        name = cut.member.config.group
+        assert (
+            f"shard group {name}: stopped serving {served} slots: renewals failed for the "
+            "renew deadline"
+        ) in [r.getMessage() for r in caplog.records]
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
