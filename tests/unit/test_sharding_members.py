@@ -235,3 +235,23 @@ def test_a_member_cut_off_stops_serving_at_its_tenures_end_and_says_why(
         await group.stop()
 
     run_virtual(_with_the_loop(main))
+
+
+@pytest.mark.parametrize(
+    ("timeout", "budget"), [(None, 10.0), (1.0, 1.0)], ids=["default", "given"]
+)
+def test_a_leave_that_cannot_write_gives_up_after_its_budget(
+    timeout: float | None, budget: float
+) -> None:
+    """Cut off, the leave's write hangs: it gives up after `timeout`, by default after the
+    renew deadline (10 s here), not when the link heals two minutes later."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, leaving, _ = await two_members(loop)
+        leaving.link.cut_until = loop.time() + 120
+        began = loop.time()
+        assert await leaving.member.leave(timeout=timeout) is False
+        assert loop.time() - began == pytest.approx(budget, abs=1e-6)
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
