@@ -140,14 +140,17 @@ async def test_an_urgent_drain_logs_the_reconciles_it_cannot_cancel_in_threads(
         await event.wait()
     assert gate.running(frozenset({0})) == 3
     member.move(set())
-    with caplog.at_level(logging.ERROR, logger="fastctl.sharding"):
-        drain = asyncio.create_task(gate.drain(frozenset({0}), True))
-        for task in tasks:
-            with pytest.raises(asyncio.CancelledError):
-                await task
-        assert not drain.done()  # the thread still runs
-        release.set()
-        await drain
+    try:
+        with caplog.at_level(logging.ERROR, logger="fastctl.sharding"):
+            drain = asyncio.create_task(gate.drain(frozenset({0}), True))
+            for task in tasks:
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            assert not drain.done()  # the thread still runs
+            release.set()
+            await drain
+    finally:
+        release.set()  # never leave the threads blocked, whatever failed
     assert await asyncio.gather(*threads) == ["done", "done"]
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (
