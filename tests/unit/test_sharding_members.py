@@ -14,11 +14,12 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import pytest
 
+from fastctl.kube._http import ApiError
 from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._member import ShardMember
@@ -253,5 +254,51 @@ def test_a_leave_that_cannot_write_gives_up_after_its_budget(
         assert await leaving.member.leave(timeout=timeout) is False
         assert loop.time() - began == pytest.approx(budget, abs=1e-6)
         await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+class _ConflictOnce(Link):
+    """A link whose next write, once `trip` is set, finds the Lease changed and then gone
+    (a 409, and a list without it); `recreated` is set when the member creates it again."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        super().__init__(store, random.Random("conflict"))
+        self.lossy = False
+        self.trip = False
+        self.recreated = asyncio.Event()
+
+    async def write(
+        self, current: Mapping[str, Any] | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        if self.trip:
+            self.trip = False
+            del self.store.leases[name]
+            raise ApiError(409, "Conflict", name)
+        written = await super().write(current, body)
+        if current is None and name in self.store.leases:
+            self.recreated.set()
+        return written
+
+
+def test_a_conflict_after_which_our_lease_is_gone_creates_it_again() -> None:
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _ConflictOnce(LeaseStore())
+
+        async def drain(slots: frozenset[int], urgent: bool) -> None:
+            return None
+
+        member = ShardMember(link, config("m0"), drainer=drain)
+        task = loop.create_task(member.run())
+        await until_changed(member, lambda: member.serving == set(range(SLOTS)))
+        link.recreated.clear()
+        link.trip = True
+        async with asyncio.timeout(60):
+            await link.recreated.wait()
+        assert not task.done()  # the member goes on
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     run_virtual(_with_the_loop(main))
