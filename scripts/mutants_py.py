@@ -172,6 +172,7 @@ TARGETS: dict[str, Target] = {
             "tests/unit/test_sharding_protocol.py",
             "tests/unit/test_sharding_runtime.py",
             "tests/unit/test_sharding_slots.py",
+            "tests/unit/test_sharding_edges.py",
             "tests/unit/test_controller_run.py",
             "tests/unit/test_manager_lifecycle.py",
             "tests/unit/test_manager_mixed.py",

@@ -173,8 +173,19 @@ def test_owned_by_takes_a_models_uid() -> None:
         cache.owned_by(_Model(None))
 
 
+def test_owned_by_refuses_an_owner_without_a_string_uid() -> None:
+    """With a clear ValueError, whatever is missing: the metadata, its uid attribute, or
+    a uid that is empty or not a string."""
+    cache = RelatedCache(CM)
+    no_uid_attribute = type("Owner", (), {"metadata": object()})()
+    for owner in (object(), no_uid_attribute, {"metadata": {"uid": ""}}, {"metadata": {"uid": 7}}):
+        with pytest.raises(ValueError, match=r"has no metadata\.uid"):
+            cache.owned_by(owner)
+
+
 def test_the_cache_says_when_it_is_ready_how_big_it_is_and_what_it_holds() -> None:
     cache = RelatedCache(CM)
+    assert not cache.metadata_only  # whole objects unless asked for
     assert not cache.is_ready
     assert len(cache) == 0
     for event in (INIT, ObjectEvent(EventKind.INIT_APPLY, child("a", "uid-x")), DONE):

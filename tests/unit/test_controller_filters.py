@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -94,8 +94,9 @@ def test_a_controller_rejects_an_event_filter_that_is_not_callable() -> None:
     with pytest.raises(TypeError, match="Controller: event_filter must be callable"):
         Controller(client(), WIDGET, lambda o, c: None, event_filter="generation")  # type: ignore[arg-type]
     ctl = Controller(client(), WIDGET, lambda o, c: None)
-    with pytest.raises(TypeError, match="owns: event_filter must be callable"):
+    with pytest.raises(TypeError, match="owns: event_filter must be callable") as wrong:
         ctl.owns(CHILD, event_filter=1)  # type: ignore[arg-type]
+    assert str(wrong.value) == "owns: event_filter must be callable (old, new) -> bool, got int"
 
 
 def deliver(f: EventFilter, own: OwnWrites, event: WatchEvent) -> bool:
@@ -216,3 +217,45 @@ async def test_the_echo_of_a_create_by_generate_name_is_held_back_and_a_dry_run_
     assert len(own) == 1  # the created object's version; nothing of the dry run
     assert not deliver(f, own, ObjectEvent(EventKind.APPLY, made))  # its echo
     assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("y", "5")))
+
+
+def _spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    return old.get("spec") != new.get("spec")
+
+
+async def test_a_filter_that_keeps_whole_objects_holds_back_own_writes_too() -> None:
+    """A predicate that reads the body makes the filter keep whole objects, not only their
+    metadata: the version an echo was written on is still read from the metadata."""
+    own = OwnWrites([CHILD])
+    f = EventFilter(_spec_changed, controller="c", kind="ConfigMap", own_writes=own)
+    first = configmap("x", "4") | {"spec": {"k": "1"}}
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, first))  # a first event passes
+    echo = configmap("x", "5") | {"spec": {"k": "2"}}  # our change, which the predicate sees
+
+    async def reconcile(obj: Any, ctx: Any) -> None:
+        await wrote(CONFIGMAPS, "x", echo)
+
+    await observed(own, reconcile)
+    assert not deliver(f, own, ObjectEvent(EventKind.APPLY, echo))
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "6") | {"spec": {}}))
+
+
+async def test_a_relist_that_no_longer_shows_an_object_forgets_all_of_it() -> None:
+    """Its state, its failure report, and what the own-writes registry kept of it."""
+    own = OwnWrites([CHILD])
+
+    def broken(old: Any, new: Any) -> bool:
+        raise KeyError("spec")
+
+    f = EventFilter(broken, controller="c", kind="ConfigMap", own_writes=own)
+    deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "4")))
+    assert deliver(f, own, ObjectEvent(EventKind.APPLY, configmap("x", "5")))  # reported
+
+    async def reconcile(obj: Any, ctx: Any) -> None:
+        await wrote(CONFIGMAPS, "x", configmap("x", "6"))
+
+    await observed(own, reconcile)
+    assert (len(f), len(own), own.known) == (2, 1, 1)
+    for event in (INIT, DONE):
+        assert deliver(f, own, event)
+    assert (len(f), len(own), own.known) == (0, 0, 0)

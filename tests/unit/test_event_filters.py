@@ -5,7 +5,7 @@ predicate: each passes), with the per-object state dropped when the object goes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -65,6 +65,17 @@ def test_generation_changed() -> None:
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert generation_changed(obj("a", 1), deleting)
     assert not generation_changed(deleting, deleting)
+
+
+def test_the_built_in_predicates_read_missing_or_malformed_metadata_as_empty() -> None:
+    """An object without a ``metadata`` mapping (a partial or broken event) is judged as
+    one with empty metadata, never a crash that would report the filter as failing."""
+    for broken in ({}, {"metadata": None}, {"metadata": "not a mapping"}):
+        assert generation_changed(broken, broken)  # no generation: it passes
+        assert generation_changed(broken, obj("a", 1))
+        assert not labels_changed(broken, broken)
+        assert labels_changed(broken, obj("a", labels={"x": "1"}))
+        assert not annotations_changed(broken, obj("a"))
 
 
 def test_labels_and_annotations_changed() -> None:
@@ -142,6 +153,19 @@ def test_a_relist_passes_new_and_changed_objects_and_drops_the_vanished() -> Non
     assert f.admits(apply(obj("gone", 1)))  # back: a first event
 
 
+def test_a_delete_after_the_relist_that_dropped_the_object_passes() -> None:
+    """A shared watch's reflector also sends a ``DELETE`` for each object its relist no
+    longer shows, after the list's end has already dropped the object's state."""
+    f = new_filter(lambda old, new: False)
+    assert f.admits(apply(obj("gone", 1)))
+    for e in (INIT, DONE):
+        assert f.admits(e)
+    assert len(f) == 0
+    assert f.admits(delete(obj("gone", 1)))
+    assert f.admits(delete(obj("never-seen", 1)))
+    assert len(f) == 0
+
+
 def test_a_list_that_starts_over_keeps_only_the_complete_one() -> None:
     f = new_filter()
     f.admits(apply(obj("a", 1)))
@@ -171,6 +195,16 @@ def test_a_raising_predicate_passes_and_is_reported_once_per_object(
     assert len(errors) == 3  # every failure is counted, only the first per object logged
     f.admits(delete(obj("a")))
     assert len(f) == 2  # "a" forgotten: its state and its report
+    node = obj("n1", 1)
+    del node["metadata"]["namespace"]  # cluster-scoped: no namespace to name
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="fastctl.controller"):
+        assert f.admits(apply(node))
+        assert f.admits(apply(node))
+    assert [r.getMessage() for r in caplog.records] == [
+        "controller c: event filter on Widget /n1 failed: KeyError('spec'); the event passes "
+        "(reported once per object)"
+    ]
 
 
 def test_a_non_bool_verdict_is_an_error_naming_the_predicate(
@@ -185,6 +219,30 @@ def test_a_non_bool_verdict_is_an_error_naming_the_predicate(
         assert f.admits(apply(obj("a", 1)))
     name = "test_a_non_bool_verdict_is_an_error_naming_the_predicate.<locals>.changed_keys"
     error = TypeError(f"event filter {name} returned list, not bool")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"controller c: event filter on Widget ns/a failed: {error!r}; the event passes "
+        "(reported once per object)"
+    ]
+
+
+class ChangedKeys:
+    """A predicate that is an object, not a function: it has no ``__qualname__``."""
+
+    def __call__(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> Any:
+        return ["spec"]
+
+    def __repr__(self) -> str:
+        return "ChangedKeys()"
+
+
+def test_a_predicate_object_is_named_by_its_repr(caplog: pytest.LogCaptureFixture) -> None:
+    either = any_of(generation_changed, ChangedKeys())
+    assert either.__qualname__ == "any_of(generation_changed, ChangedKeys())"
+    f = new_filter(either)
+    f.admits(apply(obj("a", 1)))
+    with caplog.at_level(logging.ERROR, logger="fastctl.controller"):
+        assert f.admits(apply(obj("a", 1)))
+    error = TypeError("event filter ChangedKeys() returned list, not bool")
     assert [r.getMessage() for r in caplog.records] == [
         f"controller c: event filter on Widget ns/a failed: {error!r}; the event passes "
         "(reported once per object)"
@@ -232,32 +290,39 @@ class Body(dict[str, Any]):
     """A body that can be watched for being freed (a plain dict takes no weak reference)."""
 
 
+def _spec_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    return old.get("spec") != new.get("spec")
+
+
 @pytest.mark.parametrize("listing", [False, True], ids=["watched", "listed"])
 @pytest.mark.parametrize(
-    ("predicate", "keeps_body"),
+    ("make", "keeps_body"),
     [
-        (generation_changed, False),
+        (lambda: generation_changed, False),
         (
-            any_of(
+            lambda: any_of(
                 labels_changed,
                 all_of(generation_changed, any_of(annotations_changed, generation_changed)),
             ),
             False,
         ),
-        (None, False),  # only own writes held back: nothing of the body is needed
-        (lambda old, new: old.get("spec") != new.get("spec"), True),
+        (lambda: None, False),  # only own writes held back: nothing of the body is needed
+        (lambda: _spec_changed, True),
+        (lambda: any_of(labels_changed, all_of(generation_changed, _spec_changed)), True),
     ],
-    ids=["generation", "combined", "none", "custom"],
+    ids=["generation", "combined", "none", "custom", "custom-combined"],
 )
-def test_metadata_predicates_keep_no_body(
-    predicate: Predicate | None, keeps_body: bool, listing: bool
+def test_metadata_only_predicates_keep_no_body_also_when_combined_at_run_time(
+    make: Callable[[], Predicate | None], keeps_body: bool, listing: bool
 ) -> None:
     """A watch without a cache must not keep every object's body alive through its
     filter: built-in predicates need only metadata. A custom one may read anything, so its
-    old object is kept whole, and still gets it."""
+    old object is kept whole, and still gets it, also inside a combination. (The
+    combinations are made by the test itself, not when the tests are collected.)"""
     import gc
     import weakref
 
+    predicate = make()
     f = new_filter(predicate)
     first = obj("a", 1)
     first["spec"] = Body(big="x" * 1000)
@@ -278,6 +343,8 @@ def test_metadata_predicates_keep_no_body(
         assert f.admits(apply(bumped))
     if predicate is generation_changed:
         assert not f.admits(apply(obj("a", 2, status="Ready")))
+    if keeps_body and predicate is not None:  # the custom part sees the old spec
+        assert not f.admits(apply(obj("a", 2, status="Ready") | {"spec": {"big": "y"}}))
 
 
 def test_a_list_without_its_init_is_taken_as_one() -> None:
@@ -288,3 +355,22 @@ def test_a_list_without_its_init_is_taken_as_one() -> None:
     assert f.admits(DONE)
     assert f.take_listed() == {ObjectRef("a", "ns")}
     assert not f.admits(apply(obj("a", 1, status="Ready")))  # its state was kept
+
+
+def test_every_list_without_its_init_is_taken_as_one_and_a_bare_end_as_an_empty_list() -> None:
+    """Not only the first: a list that follows a complete one without its INIT is judged
+    as listed too; an INIT_DONE with no list before it is an empty list (everything
+    vanished), as the store reads it."""
+    f = new_filter()
+    for e in (INIT, listed(obj("a", 1)), DONE):
+        f.admits(e)
+    assert f.take_listed() == {ObjectRef("a", "ns")}
+    assert f.admits(listed(obj("a", 2)))
+    assert f.admits(listed(obj("b", 1)))
+    assert f.admits(DONE)
+    assert f.take_listed() == {ObjectRef("a", "ns"), ObjectRef("b", "ns")}
+    assert len(f) == 2
+    assert f.admits(DONE)
+    assert f.take_listed() == set()
+    assert len(f) == 0
+    assert f.admits(apply(obj("a", 2)))  # forgotten: a first event again

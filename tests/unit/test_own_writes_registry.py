@@ -13,7 +13,8 @@ from typing import Any
 from fastctl import Action
 from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._writes import WRITE_OBSERVER
-from fastctl.runtime._own_writes import OwnWrites, uid_of
+from fastctl.runtime._own_writes import SETTLE_TIMEOUT, OwnWrites, uid_of
+from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .test_controller_relist import CHILD, WIDGET
 
@@ -74,6 +75,22 @@ async def test_settle_returns_when_the_last_write_ends() -> None:
     own.finished(CONFIGMAPS, "ns", "a", None, made=False, based_on=None)
     await settling
     await own.settle(CHILD, cm("b", "1"))  # nothing in flight: at once
+
+
+def test_settle_gives_up_on_a_write_that_never_ends_after_the_settle_timeout() -> None:
+    """A write stuck in a slow API server holds its object's events back for
+    `SETTLE_TIMEOUT`, then lets them pass (one reconcile more, nothing lost): it neither
+    waits forever nor raises the timeout to the watch."""
+
+    async def main() -> float:
+        own = OwnWrites([CHILD])
+        own.started(CONFIGMAPS, "ns", "a")
+        began = VirtualTimeLoop.current().time()
+        await own.settle(CHILD, cm("a", "4"))
+        assert own.in_flight(CHILD, cm("a", "4")), "the write itself is still under way"
+        return VirtualTimeLoop.current().time() - began
+
+    assert run_virtual(main()) == SETTLE_TIMEOUT
 
 
 def _wrote(own: OwnWrites, version: str, based_on: str | None) -> None:

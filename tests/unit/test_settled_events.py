@@ -4,7 +4,7 @@ object's events wait, in their order; other objects' pass; a list's frame waits 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import pytest
@@ -140,6 +140,32 @@ async def test_an_error_of_the_source_comes_after_the_held_events() -> None:
         await consume()
     await write
     assert out == ["b@1", "a@2"]
+
+
+async def test_a_consumer_that_stops_early_closes_the_source_and_gets_no_error() -> None:
+    """The consumer stops while the reader is blocked on the full buffer, the source
+    suspended at a yield: closing the stream closes the source (a watch's connection ends
+    with it, not whenever the garbage collector gets to it) and raises nothing, though
+    the reader it cancels ends cancelled."""
+    own = OwnWrites([WIDGET])
+    closed: list[bool] = []
+
+    async def endless() -> AsyncIterator[WatchEvent]:
+        try:
+            version = 0
+            while True:  # never awaits: the reader only ever waits on the full buffer
+                version += 1
+                yield apply("a", str(version))
+        finally:
+            closed.append(True)
+
+    events = endless()
+    stream = settled(own, WIDGET, events)
+    assert isinstance(stream, AsyncGenerator)
+    assert seen(await anext(stream)) == "a@1"
+    assert not closed
+    await stream.aclose()
+    assert closed == [True]
 
 
 @pytest.fixture

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import pytest
 
+from fastctl.kube._http import ApiError
 from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._member import ShardMember
@@ -153,7 +155,9 @@ async def forever(obj: dict[str, Any], ctx: Any) -> None:
 
 
 @pytest.mark.parametrize("timeout", [None, 1.0], ids=["default-timeout", "short-timeout"])
-def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(timeout: float | None) -> None:
+def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(
+    timeout: float | None, caplog: pytest.LogCaptureFixture
+) -> None:
     """Renewals already fail (the member is cut off) when `leave()` starts, half a second
     before the tenure ends: its graceful drain must not keep the reconcile running past the
     tenure, since the other member takes the slot over once the Lease expires. With a
@@ -172,10 +176,17 @@ def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(timeout: float | None
         assert tenure_end > loop.time() + 1
         await asyncio.sleep(tenure_end - 0.5 - loop.time())
         assert leaving.member.serves(slot)
-        assert await leaving.member.leave(timeout=timeout) is False  # cut off: not written
-        await until_changed(other.member, lambda: slot in other.member.serving)
+        served = len(leaving.member.serving)
+        with caplog.at_level(logging.WARNING, logger="fastctl.sharding"):
+            assert await leaving.member.leave(timeout=timeout) is False  # cut off: not written
+            await until_changed(other.member, lambda: slot in other.member.serving)
         assert group.violations == []
         assert running.cancelled()
+        name = leaving.member.config.group
+        assert (
+            f"shard group {name}: the tenure ended while leaving: cancelling the reconciles "
+            f"of {served} slots that still run"
+        ) in [r.getMessage() for r in caplog.records]
         await group.stop()
 
     run_virtual(_with_the_loop(main))
@@ -205,3 +216,89 @@ def test_a_leave_after_the_tenure_ran_out_cancels_what_still_runs() -> None:
 async def _with_the_loop(main: Callable[[VirtualTimeLoop], Awaitable[None]]) -> None:
     """Run `main` with the virtual loop it runs on."""
     await main(VirtualTimeLoop.current())
+
+
+def test_a_member_cut_off_stops_serving_at_its_tenures_end_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, cut, _ = await two_members(loop)
+        served = len(cut.member.serving)
+        assert served > 0
+        cut.link.cut_until = loop.time() + 120
+        with caplog.at_level(logging.WARNING, logger="fastctl.sharding"):
+            await until_changed(cut.member, lambda: not cut.member.serving)
+        name = cut.member.config.group
+        assert (
+            f"shard group {name}: stopped serving {served} slots: renewals failed for the "
+            "renew deadline"
+        ) in [r.getMessage() for r in caplog.records]
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+@pytest.mark.parametrize(
+    ("timeout", "budget"), [(None, 10.0), (1.0, 1.0)], ids=["default", "given"]
+)
+def test_a_leave_that_cannot_write_gives_up_after_its_budget(
+    timeout: float | None, budget: float
+) -> None:
+    """Cut off, the leave's write hangs: it gives up after `timeout`, by default after the
+    renew deadline (10 s here), not when the link heals two minutes later."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, leaving, _ = await two_members(loop)
+        leaving.link.cut_until = loop.time() + 120
+        began = loop.time()
+        assert await leaving.member.leave(timeout=timeout) is False
+        assert loop.time() - began == pytest.approx(budget, abs=1e-6)
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+class _ConflictOnce(Link):
+    """A link whose next write, once `trip` is set, finds the Lease changed and then gone
+    (a 409, and a list without it); `recreated` is set when the member creates it again."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        super().__init__(store, random.Random("conflict"))
+        self.lossy = False
+        self.trip = False
+        self.recreated = asyncio.Event()
+
+    async def write(
+        self, current: Mapping[str, Any] | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        if self.trip:
+            self.trip = False
+            del self.store.leases[name]
+            raise ApiError(409, "Conflict", name)
+        written = await super().write(current, body)
+        if current is None and name in self.store.leases:
+            self.recreated.set()
+        return written
+
+
+def test_a_conflict_after_which_our_lease_is_gone_creates_it_again() -> None:
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _ConflictOnce(LeaseStore())
+
+        async def drain(slots: frozenset[int], urgent: bool) -> None:
+            return None
+
+        member = ShardMember(link, config("m0"), drainer=drain)
+        task = loop.create_task(member.run())
+        await until_changed(member, lambda: member.serving == set(range(SLOTS)))
+        link.recreated.clear()
+        link.trip = True
+        async with asyncio.timeout(60):
+            await link.recreated.wait()
+        assert not task.done()  # the member goes on
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))

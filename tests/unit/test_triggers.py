@@ -51,6 +51,7 @@ def test_a_primary_list_triggers_the_swapped_store_at_init_done_only() -> None:
             assert triggered == []
     assert {t.ref.name for t in triggered if isinstance(t, Trigger)} == {"a", "b"}
     assert all(isinstance(t, Trigger) and t.priority == INITIAL_LIST_PRIORITY for t in triggered)
+    assert {t.reason for t in triggered if isinstance(t, Trigger)} == {"list"}  # for the logs
     live = ObjectEvent(EventKind.APPLY, obj("c"))
     store.apply(live)
     assert list(primary_triggers(live, store)) == [ObjectRef("c", "ns")]
@@ -172,3 +173,47 @@ def test_a_target_keeps_the_sources_that_still_point_at_it() -> None:
     assert related.sources_of(ObjectRef("v", "ns")) == (ObjectRef("p", "ns"),)
     feed(related, ObjectEvent(EventKind.DELETE, obj("q", "w")))
     assert related.sources_of(ObjectRef("w", "ns")) == ()
+
+
+def test_a_delete_of_an_object_not_in_memory_triggers_what_its_last_state_maps_to() -> None:
+    """Deleted before any other event of it reached the relation (or while it mapped to
+    nothing): its final state still names its targets, and the reason names it."""
+    related = RelatedTriggers(to_target, "child", controller="c", kind="K", index=True)
+    out = related.on_event(ObjectEvent(EventKind.DELETE, obj("x", "w1")))
+    assert [(t.ref, t.priority, t.reason) for t in out] == [
+        (ObjectRef("w1", "ns"), 0, "child: ns/x")
+    ]
+    assert related.on_event(ObjectEvent(EventKind.DELETE, obj("y", None))) == []
+    assert len(related) == 0
+    assert related.sources_of(ObjectRef("w1", "ns")) == ()
+
+
+def test_a_relist_skips_only_the_held_objects_not_the_ones_listed_after_them() -> None:
+    from fastctl.runtime._filters import EventFilter
+
+    held_back = {"a"}
+
+    def predicate(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        return new["metadata"]["name"] not in held_back
+
+    event_filter = EventFilter(predicate, controller="c", kind="K")
+    related = RelatedTriggers(
+        to_target, "child", controller="c", kind="K", event_filter=event_filter
+    )
+    feed(related, INIT, apply("a", "w1"), apply("b", "w2"), DONE)
+    # "a" listed first and held back; "b" moved and "c" new after it still trigger
+    relist: list[WatchEvent] = [INIT, apply("a", "w1"), apply("b", "w3"), apply("c", "w4"), DONE]
+    low = INITIAL_LIST_PRIORITY
+    assert feed(related, *relist) == [("w2", 0), ("w3", 0), ("w4", low)]
+
+
+def test_every_list_without_its_init_is_taken_as_one_and_a_bare_end_as_an_empty_list() -> None:
+    related = RelatedTriggers(to_target, "child", controller="ctl", kind="K", index=True)
+    feed(related, INIT, apply("x", "w1"), DONE)
+    # a second list, its INIT missing too: collected and swapped in like the first
+    assert feed(related, apply("y", "w2"), DONE) == [("w1", 0), ("w2", INITIAL_LIST_PRIORITY)]
+    assert related.sources_of(ObjectRef("w2", "ns")) == (ObjectRef("y", "ns"),)
+    # an end with no list before it: everything vanished, its targets re-triggered
+    assert feed(related, DONE) == [("w2", 0)]
+    assert len(related) == 0
+    assert related.sources_of(ObjectRef("w2", "ns")) == ()

@@ -1,0 +1,292 @@
+"""Sharding at its edges, without a server: the slot arithmetic's bounds and errors, the
+gate's slot of an object or ref without the key field, a gate used before it is bound, an
+urgent drain that meets reconciles in threads, the cache as the applier reads it, the
+primary watch when the slots change or the consumer stops while it waits for an event, and
+the metrics' help texts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from fastctl.kube._store import Store
+from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
+from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
+from fastctl.runtime.sharding._slots import fnv1a_64, shard_selector, slot_of, slot_range
+from fastctl.runtime.sharding._watch import sharded_events
+from fastctl.types import ObjectRef
+
+from .test_sharding_runtime import SLOTS, FakeMember, FakeServer, obj_in, track
+
+MANY = 65536
+"""Slots enough that two different key values practically never share one."""
+
+
+# -- slot arithmetic -------------------------------------------------------------------------
+
+
+def test_the_slot_count_is_an_integer_from_1_to_65536_and_a_slot_lies_below_it() -> None:
+    assert slot_range(0, 1) == (0, 1 << 64)
+    assert slot_range(65535, 65536)[1] == 1 << 64
+    for slots in (0, 65537, 70000, True, 2.0):
+        with pytest.raises(ValueError, match="number of slots") as refused:
+            slot_range(0, slots)  # type: ignore[arg-type]
+        assert str(refused.value) == (
+            f"the number of slots must be an integer in [1, 65536], not {slots!r}"
+        )
+    for slot in (-1, 4, 5):
+        with pytest.raises(ValueError, match="outside") as outside:
+            slot_range(slot, 4)
+        assert str(outside.value) == f"slot {slot} is outside [0, 4)"
+
+
+# -- the gate ------------------------------------------------------------------------------
+
+
+def test_an_object_or_ref_without_a_namespace_hashes_the_empty_field() -> None:
+    """As the server hashes a missing field: a cluster-scoped object (key ``namespace``)
+    and a ref without a namespace fall in the slot of ``""``; a ref with one, in its own."""
+    member = FakeMember(set())
+    gate = ShardGate(member, "namespace", MANY)
+    empty, team = slot_of(fnv1a_64(""), MANY), slot_of(fnv1a_64("team-a"), MANY)
+    assert empty != team
+    assert gate.object_slot({"metadata": {"name": "node-1", "uid": "u"}}) == empty
+    store: dict[ObjectRef, Any] = {}
+    member.move({empty})
+    assert gate.admits_ref(ObjectRef("node-1"), store)
+    assert not gate.admits_ref(ObjectRef("w", "team-a"), store)
+    member.move({team})
+    assert gate.admits_ref(ObjectRef("w", "team-a"), store)
+    assert not gate.admits_ref(ObjectRef("node-1"), store)
+
+
+def test_a_new_gate_watches_nothing_and_counts_each_restart() -> None:
+    gate = ShardGate(FakeMember(set()), "uid", SLOTS)
+    assert gate.watching == frozenset()
+    assert gate.relists == 0
+    gate.restarted(frozenset({1}))
+    gate.restarted(frozenset({1, 2}))
+    assert (gate.relists, gate.watching) == (2, frozenset({1, 2}))
+
+
+async def test_a_gate_not_bound_to_a_loop_still_counts_and_drains() -> None:
+    """Before the controller binds it (a test, a reconcile run by hand), the gate counts
+    the reconciles it lets start and a drain sees them end."""
+    gate = ShardGate(FakeMember({0}), "uid", SLOTS)
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    running = asyncio.create_task(track(gate, reconcile)(obj_in(gate, 0), None))
+    await started.wait()
+    assert gate.running() == 1
+    drained = asyncio.create_task(gate.drain(frozenset({0}), False))
+    release.set()
+    await drained
+    assert await running == "done"
+    assert gate.running() == 0
+
+
+async def test_an_async_callable_object_is_tracked_as_a_coroutine_function() -> None:
+    gate = ShardGate(FakeMember({0}), "uid", SLOTS)
+    gate.bind(asyncio.get_running_loop())
+
+    class Reconciler:
+        async def __call__(self, obj: dict[str, Any], ctx: Any) -> str:
+            assert gate.running() == 1  # counted while it runs
+            return "done"
+
+    tracked = track(gate, Reconciler())
+    assert asyncio.iscoroutinefunction(tracked)
+    assert await tracked(obj_in(gate, 0), None) == "done"
+    assert await tracked(obj_in(gate, 1), None) is None  # slot 1 is not served
+
+
+async def test_an_urgent_drain_logs_the_reconciles_it_cannot_cancel_in_threads(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Of the drained slots only: a thread running a reconcile of another slot, and the
+    cancellable tasks of a drained one, are not counted."""
+    member = FakeMember({0, 1})
+    gate = ShardGate(member, "uid", SLOTS)
+    loop = asyncio.get_running_loop()
+    gate.bind(loop)
+    release = threading.Event()
+    started = [asyncio.Event() for _ in range(4)]
+
+    def blocking(obj: dict[str, Any], ctx: Any) -> str:
+        loop.call_soon_threadsafe(started[gate.object_slot(obj)].set)
+        release.wait()
+        return "done"
+
+    async def forever(obj: dict[str, Any], ctx: Any) -> None:
+        started[int(obj["metadata"]["name"])].set()
+        await asyncio.Event().wait()
+
+    threads = [
+        loop.run_in_executor(None, track(gate, blocking), obj_in(gate, slot), None)
+        for slot in (0, 1)
+    ]
+    tasks = [asyncio.create_task(track(gate, forever)(obj_in(gate, 0, n), None)) for n in "23"]
+    for event in started:
+        await event.wait()
+    assert gate.running(frozenset({0})) == 3
+    member.move(set())
+    try:
+        with caplog.at_level(logging.ERROR, logger="fastctl.sharding"):
+            drain = asyncio.create_task(gate.drain(frozenset({0}), True))
+            for task in tasks:
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            assert not drain.done()  # the thread still runs
+            release.set()
+            await drain
+    finally:
+        release.set()  # never leave the threads blocked, whatever failed
+    assert await asyncio.gather(*threads) == ["done", "done"]
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.ERROR,
+            "1 plain-function reconcile(s) of slots this replica no longer serves still run "
+            "in threads (they cannot be cancelled)",
+        )
+    ]
+
+
+def test_the_cache_the_applier_reads_hides_the_objects_of_slots_not_served() -> None:
+    member = FakeMember({0})
+    gate = ShardGate(member, "uid", SLOTS)
+    store = Store()
+    ours, theirs = obj_in(gate, 0, "a"), obj_in(gate, 1, "b")
+    for event in (
+        ListFrame(EventKind.INIT),
+        ObjectEvent(EventKind.INIT_APPLY, ours),
+        ObjectEvent(EventKind.INIT_APPLY, theirs),
+        ListFrame(EventKind.INIT_DONE),
+    ):
+        store.apply(event)
+    sharded = ShardedStore(store, gate)
+    a, b = ObjectRef("a", "ns"), ObjectRef("b", "ns")
+    assert sharded[a] is store[a]
+    with pytest.raises(KeyError) as missing:
+        sharded[b]
+    assert missing.value.args == (b,)
+    assert sorted(sharded, key=str) == sorted([a, b], key=str)  # iterates the whole cache
+    assert len(sharded) == 2
+
+
+# -- the primary watch ---------------------------------------------------------------------
+
+
+class IdleServer(FakeServer):
+    """A `FakeServer` that says when its watch waits for the next event; with `ends`, a
+    watch cancelled while it waits ends instead (as a source that swallows its
+    cancellation does)."""
+
+    def __init__(self, gate: ShardGate, objects: list[dict[str, Any]], ends: bool = False) -> None:
+        super().__init__(gate, objects)
+        self.idle = asyncio.Event()
+        self.ends = ends
+
+    async def _watch(self, keep: Callable[[dict[str, Any]], bool]) -> AsyncIterator[WatchEvent]:
+        self.open += 1
+        try:
+            yield ListFrame(EventKind.INIT)
+            yield ListFrame(EventKind.INIT_DONE)
+            self.idle.set()
+            try:
+                obj = await self.pushed.get()
+            except asyncio.CancelledError:
+                if self.ends:
+                    return
+                raise
+            yield ObjectEvent(EventKind.APPLY, obj)
+        finally:
+            self.idle.clear()
+            self.open -= 1
+
+
+async def _listed(events: AsyncIterator[WatchEvent]) -> None:
+    assert [(await anext(events)).kind for _ in range(2)] == [EventKind.INIT, EventKind.INIT_DONE]
+
+
+@pytest.mark.parametrize("ends", [False, True], ids=["cancelled", "ends-when-cancelled"])
+async def test_slots_that_change_while_the_watch_waits_start_a_new_list(ends: bool) -> None:
+    member = FakeMember({0})
+    gate = ShardGate(member, "namespace", SLOTS)
+    server = IdleServer(gate, [], ends)
+    events = sharded_events(member, SLOTS, "namespace", server.make, gate.in_slots)
+    await _listed(events)
+    assert server.selectors == [shard_selector({0}, SLOTS, "namespace")]
+    waiting = asyncio.ensure_future(anext(events))
+    await server.idle.wait()
+    member.move({1})
+    assert (await waiting).kind is EventKind.INIT
+    assert server.selectors[-1] == shard_selector({1}, SLOTS, "namespace")
+    assert server.open == 1, "the old watch was not closed"
+    assert (await anext(events)).kind is EventKind.INIT_DONE
+    assert isinstance(events, AsyncGenerator)
+    await events.aclose()
+    assert server.open == 0
+
+
+@pytest.mark.parametrize("ends", [False, True], ids=["cancelled", "ends-when-cancelled"])
+async def test_a_consumer_that_stops_while_the_watch_waits_closes_it(ends: bool) -> None:
+    member = FakeMember({0})
+    gate = ShardGate(member, "uid", SLOTS)
+    server = IdleServer(gate, [], ends)
+    events = sharded_events(member, SLOTS, "uid", server.make, gate.in_slots)
+    await _listed(events)
+    waiting = asyncio.ensure_future(anext(events))
+    await server.idle.wait()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert server.open == 0
+    member.move({1})  # nobody waits for a change any more
+    with pytest.raises(StopAsyncIteration):
+        await anext(events)
+
+
+# -- metrics -------------------------------------------------------------------------------
+
+
+def test_the_sharding_metrics_say_what_they_count() -> None:
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from fastctl.runtime.sharding._handover import HandoverTimes
+    from fastctl.runtime.sharding._metrics import ShardingCollector
+
+    member = SimpleNamespace(
+        config=SimpleNamespace(group="g"),
+        serving=frozenset(),
+        members=["a"],
+        gained=0,
+        lost=0,
+        handovers=HandoverTimes(),
+    )
+    gate = ShardGate(FakeMember(set()), "uid", SLOTS)
+    registry = CollectorRegistry()
+    registry.register(ShardingCollector(lambda: member, lambda: [("ctl", gate)]))  # type: ignore[arg-type,return-value]
+    assert {m.name: m.documentation for m in registry.collect()} == {
+        "fastctl_shard_slots_served": "Slots this replica serves",
+        "fastctl_shard_members": "Live members of the shard group",
+        "fastctl_shard_handovers": "Slots this replica started (in) or stopped (out) serving",
+        "fastctl_shard_handover_duration_seconds": (
+            "How long handovers took: out, slot stopped to unpublished; in, wanted to served"
+        ),
+        "fastctl_shard_events_received": "Watch events the sharded primary watch delivered",
+        "fastctl_shard_objects_listed": "Objects the sharded primary watch's lists delivered",
+        "fastctl_shard_filtered": "Objects and events the client-side shard filter dropped",
+        "fastctl_shard_relists": "Primary watches started over with a new set of slots",
+    }
