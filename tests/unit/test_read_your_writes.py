@@ -11,10 +11,13 @@ import logging
 import threading
 from typing import Any
 
+import orjson
 import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl import ObjectRef, ReadYourWrites
 from fastctl.errors import ApiError
+from fastctl.kube import _http, delete
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent
 from fastctl.kube._writes import observed_write
@@ -229,6 +232,58 @@ async def test_a_listed_version_counts_once_the_list_is_complete() -> None:
     assert fence.hold(KEY, 0.0) == WAIT
     fence.saw(CM, ListFrame(EventKind.INIT_DONE))
     assert fence.hold(KEY, 0.0) is None
+
+
+async def test_a_list_cut_short_counts_for_nothing() -> None:
+    """A relist that starts again (``INIT`` before ``INIT_DONE``) drops what it had
+    received: the store never swapped it in."""
+    fence, _, _ = fence_of()
+    await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "7")))
+    fence.saw(CM, ListFrame(EventKind.INIT))
+    fence.saw(CM, apply(obj("c", "7"), EventKind.INIT_APPLY))
+    fence.saw(CM, ListFrame(EventKind.INIT))  # the list starts over, without c this time
+    fence.saw(CM, ListFrame(EventKind.INIT_DONE))
+    assert fence.hold(KEY, 0.0) == WAIT
+
+
+async def test_the_object_api_tells_the_fence_of_its_deletes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`fastctl.kube.delete` is a write like the others: heard, answered, waited for; a
+    DELETE of an object already gone (404, ``missing_ok``) changed nothing."""
+    answers = iter([(200, {"kind": "Status", "details": {"uid": "uid-c"}}), (404, {})])
+
+    async def request(client: Any, method: str, path: str, **kw: Any) -> Any:
+        assert method == "DELETE", method
+        status, body = next(answers)
+        return _Answer(status, body)
+
+    monkeypatch.setattr(_http, "request", request)
+    fence, _, _ = fence_of()
+    client = ApiClient(Configuration(host="http://fake.invalid"))
+    await reconcile_writing(fence, lambda: delete(client, CMS, "c", namespace=NS))
+    assert fence.hold(KEY, 0.0) == WAIT
+    fence.saw(CM, apply(obj("c", "8"), EventKind.DELETE))
+    assert fence.hold(KEY, 0.0) is None
+    await reconcile_writing(fence, lambda: delete(client, CMS, "c", namespace=NS))
+    assert fence.hold(KEY, 0.0) is None
+
+
+class _Answer:
+    def __init__(self, status: int, body: Any) -> None:
+        self.status = status
+        self._data = orjson.dumps(
+            body if status < 400 else {"kind": "Status", "code": status, "reason": "NotFound"}
+        )
+
+    async def read(self) -> bytes:
+        return self._data
+
+    async def __aenter__(self) -> _Answer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
 
 
 async def test_a_held_key_is_woken_by_the_event_that_catches_its_cache_up() -> None:
