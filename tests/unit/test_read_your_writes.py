@@ -105,10 +105,10 @@ async def test_the_next_start_waits_for_the_exact_version_written() -> None:
     fence, counters, clock = fence_of()
     await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "7")))
     assert fence.hold(KEY, 0.0) == WAIT
-    fence.saw(CM, apply(obj("c", "6")))  # an older version: not caught up
+    fence.saw(CM)(apply(obj("c", "6")))  # an older version: not caught up
     clock.t = 1.0
     assert fence.hold(KEY, 1.0) == WAIT - 1.0
-    fence.saw(CM, apply(obj("c", "7")))
+    fence.saw(CM)(apply(obj("c", "7")))
     assert fence.hold(KEY, 1.5) is None
     assert (counters.cache_waits, counters.cache_wait_expired) == (1, 0)
     assert counters.cache_wait_seconds == 1.5
@@ -121,7 +121,7 @@ async def test_an_echo_that_beats_the_answer_counts() -> None:
     fence, counters, _ = fence_of()
     echo = apply(obj("c", "7"))
     await reconcile_writing(
-        fence, lambda: write(CMS, "c", 200, obj("c", "7"), meanwhile=lambda: fence.saw(CM, echo))
+        fence, lambda: write(CMS, "c", 200, obj("c", "7"), meanwhile=lambda: fence.saw(CM)(echo))
     )
     assert fence.hold(KEY, 0.0) is None
     assert counters.cache_waits == 0  # never held
@@ -154,11 +154,11 @@ async def test_a_delete_waits_for_the_object_to_be_gone() -> None:
     status = {"kind": "Status", "status": "Success", "details": {"name": "c", "uid": "uid-c"}}
     await reconcile_writing(fence, lambda: write(CMS, "c", 200, status, deleting=True))
     assert fence.hold(KEY, 0.0) == WAIT
-    fence.saw(CM, apply(obj("c", "6")))
+    fence.saw(CM)(apply(obj("c", "6")))
     assert fence.hold(KEY, 0.0) == WAIT
-    fence.saw(CM, apply(obj("c", "6", uid="uid-other"), EventKind.DELETE))  # another object
+    fence.saw(CM)(apply(obj("c", "6", uid="uid-other"), EventKind.DELETE))  # another object
     assert fence.hold(KEY, 0.0) == WAIT
-    fence.saw(CM, apply(obj("c", "8"), EventKind.DELETE))
+    fence.saw(CM)(apply(obj("c", "8"), EventKind.DELETE))
     assert fence.hold(KEY, 0.0) is None
 
 
@@ -168,7 +168,7 @@ async def test_a_delete_held_up_by_finalizers_waits_for_the_marked_version() -> 
     marked["metadata"] |= {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["x"]}
     await reconcile_writing(fence, lambda: write(CMS, "c", 200, marked, deleting=True))
     assert fence.hold(KEY, 0.0) == WAIT
-    fence.saw(CM, apply(marked))
+    fence.saw(CM)(apply(marked))
     assert fence.hold(KEY, 0.0) is None
 
 
@@ -213,13 +213,13 @@ async def test_a_create_by_generate_name_is_caught_up_by_its_uid() -> None:
     early, _, _ = fence_of()
     echo = apply(made)
     await reconcile_writing(
-        early, lambda: write(CMS, None, 201, made, meanwhile=lambda: early.saw(CM, echo))
+        early, lambda: write(CMS, None, 201, made, meanwhile=lambda: early.saw(CM)(echo))
     )
     assert early.hold(KEY, 0.0) is None
     late, _, _ = fence_of()
     await reconcile_writing(late, lambda: write(CMS, None, 201, made))
     assert late.hold(KEY, 0.0) == WAIT
-    late.saw(CM, apply(obj("c-x1", "8", uid="uid-new")))  # a later version
+    late.saw(CM)(apply(obj("c-x1", "8", uid="uid-new")))  # a later version
     assert late.hold(KEY, 0.0) is None
 
 
@@ -227,10 +227,10 @@ async def test_a_listed_version_counts_once_the_list_is_complete() -> None:
     """The store swaps a relist in at its end: until then the cache shows the old state."""
     fence, _, _ = fence_of()
     await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "7")))
-    fence.saw(CM, ListFrame(EventKind.INIT))
-    fence.saw(CM, apply(obj("c", "7"), EventKind.INIT_APPLY))
+    fence.saw(CM)(ListFrame(EventKind.INIT))
+    fence.saw(CM)(apply(obj("c", "7"), EventKind.INIT_APPLY))
     assert fence.hold(KEY, 0.0) == WAIT
-    fence.saw(CM, ListFrame(EventKind.INIT_DONE))
+    fence.saw(CM)(ListFrame(EventKind.INIT_DONE))
     assert fence.hold(KEY, 0.0) is None
 
 
@@ -239,10 +239,10 @@ async def test_a_list_cut_short_counts_for_nothing() -> None:
     received: the store never swapped it in."""
     fence, _, _ = fence_of()
     await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "7")))
-    fence.saw(CM, ListFrame(EventKind.INIT))
-    fence.saw(CM, apply(obj("c", "7"), EventKind.INIT_APPLY))
-    fence.saw(CM, ListFrame(EventKind.INIT))  # the list starts over, without c this time
-    fence.saw(CM, ListFrame(EventKind.INIT_DONE))
+    fence.saw(CM)(ListFrame(EventKind.INIT))
+    fence.saw(CM)(apply(obj("c", "7"), EventKind.INIT_APPLY))
+    fence.saw(CM)(ListFrame(EventKind.INIT))  # the list starts over, without c this time
+    fence.saw(CM)(ListFrame(EventKind.INIT_DONE))
     assert fence.hold(KEY, 0.0) == WAIT
 
 
@@ -263,7 +263,7 @@ async def test_the_object_api_tells_the_fence_of_its_deletes(
     client = ApiClient(Configuration(host="http://fake.invalid"))
     await reconcile_writing(fence, lambda: delete(client, CMS, "c", namespace=NS))
     assert fence.hold(KEY, 0.0) == WAIT
-    fence.saw(CM, apply(obj("c", "8"), EventKind.DELETE))
+    fence.saw(CM)(apply(obj("c", "8"), EventKind.DELETE))
     assert fence.hold(KEY, 0.0) is None
     await reconcile_writing(fence, lambda: delete(client, CMS, "c", namespace=NS))
     assert fence.hold(KEY, 0.0) is None
@@ -295,10 +295,10 @@ async def test_a_held_key_is_woken_by_the_event_that_catches_its_cache_up() -> N
         lambda: write(CMS, "c", 200, obj("c", "7")),
         lambda: write(WIDGETS, "a", 200, obj("a", "8")),
     )
-    fence.saw(CM, apply(obj("c", "7")))
+    fence.saw(CM)(apply(obj("c", "7")))
     assert woken == []  # not held yet: nothing to wake
     assert fence.hold(KEY, 0.0) == WAIT  # the widget's write is not shown yet
-    fence.saw(WIDGET, apply(obj("a", "8")))
+    fence.saw(WIDGET)(apply(obj("a", "8")))
     assert woken == [KEY]
 
 

@@ -208,10 +208,15 @@ class CacheFence:
         """How many objects have a fence."""
         return len(self._fences)
 
-    def saw(self, resource: Resource, event: WatchEvent) -> None:
-        """A cache of `resource` applied `event` (each watch loop calls this per event,
-        before its triggers; nearly free while nothing is followed)."""
-        self.written.saw(resource, event)
+    def saw(self, resource: Resource) -> Callable[[WatchEvent], None]:
+        """What a watch loop of `resource` calls with each event its cache applied, before
+        its triggers: nearly free while nothing is followed (a cache of a kind the reconcile
+        does not read: nothing)."""
+        kind = (resource.group, resource.kind)
+        if kind not in self.written.kinds:
+            return _ignore
+        saw = self.written.saw
+        return lambda event: saw(kind, event)
 
     # -- the reconcile --------------------------------------------------------------------
 
@@ -283,7 +288,7 @@ class CacheFence:
 
     def _start(self, key: str, wrote: list[Wrote], now: float, *, expired: bool) -> None:
         del self._fences[key]
-        missing = sum(1 for w in wrote if not self.written.shown(w))
+        missing = sum(1 for w in wrote if not self.written.shown(w)) if expired else 0
         self.written.release(key, wrote)
         since = self._held.pop(key, None)
         waited = 0.0 if since is None else now - since
@@ -317,3 +322,7 @@ class CacheFence:
             del fences[key]
             self._held.pop(key, None)
             self.written.release(key, fence.wrote)
+
+
+def _ignore(event: WatchEvent) -> None:
+    """The events of a cache the reconcile does not read."""

@@ -90,7 +90,8 @@ class WrittenObjects:
         on_shown: Callable[[set[str]], None],
     ) -> None:
         self._caches = caches
-        self._kinds = frozenset(caches)
+        self.kinds = frozenset(caches)
+        """The (group, kind) of the objects followed."""
         self._namespace = namespace
         self._on_shown = on_shown
         self._targets: dict[Key, _Target] = {}
@@ -103,7 +104,7 @@ class WrittenObjects:
         return len(self._targets)
 
     def _in_scope(self, resource: ResolvedResource | Resource, namespace: str | None) -> bool:
-        if (resource.group, resource.kind) not in self._kinds:
+        if (resource.group, resource.kind) not in self.kinds:
             return False
         return self._namespace is None or namespace in (None, self._namespace)
 
@@ -205,12 +206,10 @@ class WrittenObjects:
 
     # -- the caches' events -----------------------------------------------------------------
 
-    def saw(self, resource: Resource, event: WatchEvent) -> None:
-        """A cache of `resource` applied `event` (nearly free while nothing is followed)."""
+    def saw(self, kind: tuple[str, str], event: WatchEvent) -> None:
+        """A cache of `kind` ((group, kind)) applied `event`: a few lookups per event while
+        some object is followed, one while none is."""
         if not self._targets and not self._creating:
-            return
-        kind = (resource.group, resource.kind)
-        if kind not in self._kinds:
             return
         if isinstance(event, ListFrame):
             listed = self._listing.pop(kind, None)
@@ -221,21 +220,17 @@ class WrittenObjects:
         meta = event.obj.get("metadata")
         if not isinstance(meta, Mapping):
             return
-        uid = str(meta.get("uid") or "")
+        found = self._targets.get((*kind, meta.get("namespace") or "", meta.get("name") or ""))
         gone = event.kind is EventKind.DELETE
-        if not gone and kind in self._creating and uid:
-            self._created.setdefault(kind, set()).add(uid)
-        found = self._targets.get(
-            (kind[0], kind[1], str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        )
+        if not gone and kind in self._creating and meta.get("uid"):
+            self._created.setdefault(kind, set()).add(str(meta["uid"]))
         if found is None:
             return
-        target = found
-        version = str(meta.get("resourceVersion") or "")
+        uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
         if event.kind is EventKind.INIT_APPLY:  # applied when the list is complete
-            self._listing.setdefault(kind, []).append((target, False, uid, version))
+            self._listing.setdefault(kind, []).append((found, False, uid, version))
             return
-        self._apply(target, gone, uid, version)
+        self._apply(found, gone, uid, version)
 
     def _apply(self, target: _Target, gone: bool, uid: str, version: str) -> None:
         if gone:

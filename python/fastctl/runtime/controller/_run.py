@@ -243,11 +243,11 @@ class ControllerRun:
         event_filter = self._event_filter(spec.event_filter, spec.resource)
         if self.own_writes is not None:
             events = settled(self.own_writes, spec.resource, events)
-        fence = self.fence
+        saw = self.fence.saw(spec.resource) if self.fence is not None else None
         try:
             async for event in events:
-                if fence is not None:  # before its triggers: a woken key sees this event
-                    fence.saw(spec.resource, event)
+                if saw is not None:  # before its triggers: a woken key sees this event
+                    saw(event)
                 for trigger in primary_triggers(event, self.store, event_filter):
                     await self.triggers.put(trigger)
         except ChannelClosed:
@@ -272,10 +272,11 @@ class ControllerRun:
             events = settled(self.own_writes, rel.resource, events)
         shard = self.env.shard
         fence = self.fence if rel.cache is not None else None  # only what is read cached
+        saw = fence.saw(rel.resource) if fence is not None else None
         try:
             async for event in events:
-                if fence is not None:
-                    fence.saw(rel.resource, event)
+                if saw is not None:
+                    saw(event)
                 for trigger in related.on_event(event):
                     if shard is not None and not self._related_served(
                         shard.gate, rel, event, trigger
