@@ -77,7 +77,7 @@ async def _measure(objects: int, events: int, guard: bool) -> float:
         writes[0] += 1
         return _Answer(orjson.dumps(obj))
 
-    _environment.watcher = lambda *a, **k: feed()  # type: ignore[assignment]
+    _environment.watcher = lambda *a, **k: feed()  # type: ignore[attr-defined]
     _http.request = request  # type: ignore[assignment]
     client = ApiClient(Configuration(host="http://bench.invalid"))
 
