@@ -64,10 +64,10 @@ async def one_child_each(
     )
     ctl.owns(CONFIGMAPS, cache=True)
     ctl.context = ctl.cache(CONFIGMAPS)
+    proxy.watch_delay = WATCH_DELAY  # read when a watch opens: before the controller's
     task = asyncio.create_task(ctl.run(handle_signals=False))
     try:
-        await eventually(lambda: ctl.is_ready, what="the caches listed")
-        proxy.watch_delay = WATCH_DELAY  # from now on: the lists are in, the watches late
+        await eventually(lambda: ctl.is_ready, what="the caches listed (late too)")
         await asyncio.sleep(RUN)
     finally:
         ctl.shutdown()
