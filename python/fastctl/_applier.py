@@ -175,6 +175,30 @@ class ApplierConfig:
 _DEFAULT_CONFIG = ApplierConfig()
 
 
+class StartGate(Protocol):
+    """What may hold a key back just before its reconcile starts (the controller's
+    read-your-writes fence, `fastctl.runtime._read_your_writes`). A held key goes back to
+    the scheduler, waiting, so it takes no slot while held; the gate wakes it when it may
+    start (`bind`'s `wake`), or its wait runs out."""
+
+    def hold(self, key: str, now: float) -> float | None:
+        """``None``: start `key` now; else the most seconds to hold it back."""
+        ...
+
+    def release(self, key: str) -> None:
+        """`key` will not start (gone from the store): forget what held it."""
+        ...
+
+    def bind(self, wake: Callable[[str], None] | None) -> None:
+        """`wake(key)` queues a held key that may start now (``None``: the applier ended)."""
+        ...
+
+
+_WAKE_PRIORITY = -(2**63)
+"""The priority of the add that wakes a held key: the lowest, so that the merge keeps the
+priority the key was queued with (the highest wins)."""
+
+
 class _ReadyAware(Protocol):
     """A store that fills asynchronously (`fastctl.Store`): the applier waits for it."""
 
@@ -196,6 +220,7 @@ class _Driver:
         config: ApplierConfig,
         scheduler: SchedulerLike | None,
         reasons: ReasonLog | None = None,
+        gate: StartGate | None = None,
     ) -> None:
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
@@ -241,6 +266,8 @@ class _Driver:
         self.store_ready = not _is_ready_aware(store) or store.is_ready  # type: ignore[attr-defined]
         self.reasons = reasons
         """Why each key is queued (`fastctl._reasons`), when the caller keeps it."""
+        self.gate = gate
+        """What may hold a key back at its start (`StartGate`), when the caller has one."""
 
     # -- waking -----------------------------------------------------------------------------
 
@@ -344,6 +371,7 @@ class _Driver:
             if not keys:
                 return
             gone = []
+            gate = self.gate
             for key in keys:
                 ref = ObjectRef._from_trusted_key(key)
                 obj = store.get(ref)
@@ -353,7 +381,14 @@ class _Driver:
                     gone.append(key)
                     if reasons is not None:
                         reasons.dropped(key)
+                    if gate is not None:
+                        gate.release(key)
                     continue
+                if gate is not None:
+                    wait = gate.hold(key, now)
+                    if wait is not None:
+                        self.put_back(key, wait, now)
+                        continue
                 self.running[key] = self.loop.create_task(
                     self.run_one(key, ref, obj), name=f"fastctl-reconcile:{key}"
                 )
@@ -363,6 +398,20 @@ class _Driver:
                 scheduler.done_many(gone, now=now)
             if not self.concurrency:
                 return
+
+    def put_back(self, key: str, wait: float, now: float) -> None:
+        """Queue `key` again `wait` seconds from now, unstarted: a hold (`StartGate`). Its
+        failure count is kept from shrinking: a retry held back still counts as a retry
+        (a success would reset it, and a reconcile that writes and fails would then be
+        retried as fast as its writes reach the cache); it grows by one instead."""
+        failures = getattr(self.scheduler, "failures", None)
+        failed = failures is not None and failures(key) > 0
+        self.scheduler.done(key, requeue_after=wait, failed=failed, now=now)
+
+    def wake_held(self, key: str) -> None:
+        """The gate lets held `key` start: make it ready now (a merge: an earlier time)."""
+        self.scheduler.add(key, priority=_WAKE_PRIORITY, now=self.now())
+        self.wake()
 
     async def run_one(self, key: str, ref: ObjectRef, obj: Any) -> None:
         """Run one reconcile to its end and apply its outcome to the scheduler at once (so
@@ -579,6 +628,8 @@ class _Driver:
                 self.await_store(), name="fastctl-applier-ready"
             )
         _join(self)
+        if self.gate is not None:
+            self.gate.bind(self.wake_held)
         try:
             while True:
                 if self.fatal is not None:
@@ -604,6 +655,8 @@ class _Driver:
                 finally:
                     self.waiter = None
         finally:
+            if self.gate is not None:
+                self.gate.bind(None)
             self.arm_timer(None)
             for task in (self.ingest_task, self.ready_task):
                 if task is not None and not task.done():

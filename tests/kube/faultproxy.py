@@ -16,6 +16,9 @@ and streams the answers back line by line, so it can:
 - `fail` the next requests matching a predicate with a given status and Status body
   (`heal` forgets those not yet used);
 - be `down` (every request answered 503) while a test changes the world behind it;
+- show the watch streams late: with `watch_delay` set, each line of a watch stream is
+  forwarded that many seconds after it came (in order, the stream read on meanwhile), while
+  every other request passes at once (a loaded watch cache, a slow network path);
 - not be there yet: `start` it on a port chosen beforehand, so that a client configured
   with that port first has its connections refused.
 """
@@ -65,6 +68,7 @@ class FaultProxy:
         self._list_ends = asyncio.Event()
         self._list_ends.set()
         self.held_list_ends = 0  # list end markers waiting for `release_list_ends`
+        self.watch_delay = 0.0  # seconds each watch line is held back (read when it comes)
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.url = ""
@@ -189,9 +193,12 @@ class FaultProxy:
                     response.headers[name] = upstream.headers[name]
             await response.prepare(request)
             self._streams.add(stream)
+            lines = upstream.content
+            if self.watch_delay > 0 and "watch=" in request.query_string:
+                lines = _Late(upstream.content, self.watch_delay)  # type: ignore[assignment]
             try:
                 while True:
-                    line = await upstream.content.readline(max_line_length=2**26)
+                    line = await lines.readline(max_line_length=2**26)
                     if not line:
                         break
                     if stream.frozen:
@@ -213,6 +220,36 @@ class FaultProxy:
             finally:
                 self._streams.discard(stream)
         return response
+
+
+class _Late:
+    """The lines of `content`, each handed out `delay` seconds after it was read: a task
+    reads ahead (so a burst is late by `delay`, not by `delay` per line)."""
+
+    def __init__(self, content: aiohttp.StreamReader, delay: float) -> None:
+        self._lines: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        self._delay = delay
+        self._reader = asyncio.create_task(self._read(content))
+
+    async def _read(self, content: aiohttp.StreamReader) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                line = await content.readline(max_line_length=2**26)
+                await self._lines.put((loop.time() + self._delay, line))
+                if not line:
+                    return
+        except (aiohttp.ClientError, ConnectionError, OSError):
+            await self._lines.put((loop.time(), b""))
+
+    async def readline(self, max_line_length: int = 0) -> bytes:
+        due, line = await self._lines.get()
+        wait = due - asyncio.get_running_loop().time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        if not line:
+            self._reader.cancel()
+        return line
 
 
 def _is_list_end(line: bytes) -> bool:

@@ -56,12 +56,13 @@ RIVAL = "rival"
 
 @dataclass(slots=True)
 class _Entry:
-    """One object event in the server's history."""
+    """One object event in the server's history, made at `at` (virtual seconds)."""
 
     rv: int
     plural: str
     etype: str  # ADDED, MODIFIED, DELETED
     obj: dict[str, Any]
+    at: float = 0.0
 
 
 def key_of_obj(obj: Mapping[str, Any]) -> str:
@@ -157,10 +158,18 @@ class _Stream:
             history = server.history
             while self.pos < len(history):
                 entry = history[self.pos]
+                if not self._wanted(entry):
+                    self.pos += 1
+                    continue
+                due = entry.at + server.watch_delay
+                if due > loop.time():  # a slow watch: shown `watch_delay` s after the write
+                    await asyncio.sleep(due - loop.time())
+                    if self.cut:
+                        raise aiohttp.ServerDisconnectedError()
+                    continue
                 self.pos += 1
-                if self._wanted(entry):
-                    server.shown.event(self.plural, entry.obj, entry.etype == "DELETED")
-                    return orjson.dumps({"type": entry.etype, "object": entry.obj}) + b"\n"
+                server.shown.event(self.plural, entry.obj, entry.etype == "DELETED")
+                return orjson.dumps({"type": entry.etype, "object": entry.obj}) + b"\n"
             remaining = self.deadline - loop.time()
             if remaining <= 0:
                 return b""  # the server-side timeout: a clean end
@@ -271,6 +280,9 @@ class ServerConfig:
     lease_duration: float = 15.0
     write_latency: float = 0.0
     """How long a controller's write takes on top of `request_latency`."""
+    watch_delay: float = 0.0
+    """Seconds between a write and its watch event (lists are not delayed); a schedule may
+    change it as it runs (`ApiServer.watch_delay`)."""
     shards: bool = False
     """Apply ``shardSelector`` to lists and watches (and say so: ``metadata.shardInfo``),
     as a server with the sharded list and watch does; else ignore it, as an older one does."""
@@ -294,6 +306,7 @@ class ApiServer:
         self.record = record
         self.config = config
         self.item_delay = config.item_delay
+        self.watch_delay = config.watch_delay
         self.rv = 0
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, ns/name)
         self.history: list[_Entry] = []
@@ -309,6 +322,7 @@ class ApiServer:
         self._created: dict[tuple[str, str], int] = {}  # how often each object was created
         self._pages: dict[str, list[dict[str, Any]]] = {}  # paginated lists in progress
         self._lists = itertools.count()
+        self._names = itertools.count()
 
     @property
     def now(self) -> float:
@@ -372,20 +386,24 @@ class ApiServer:
 
     def _store(self, plural: str, key: str, obj: dict[str, Any], etype: str, *, ours: bool) -> None:
         self.objects[(plural, key)] = obj
-        self.history.append(_Entry(self.rv, plural, etype, obj))
+        self.history.append(_Entry(self.rv, plural, etype, obj, self.now))
         self.record.change(plural, key, targets(obj), self.rv, deleted=False, ours=ours)
         self._notify()
 
-    def delete(self, plural: str, name: str, *, namespace: str = NAMESPACE) -> None:
+    def delete(
+        self, plural: str, name: str, *, namespace: str = NAMESPACE, ours: bool = False
+    ) -> dict[str, Any] | None:
+        """Delete an object (by another writer, unless `ours`); the object as deleted."""
         key = f"{namespace}/{name}"
         old = self.objects.pop((plural, key), None)
         if old is None:
-            return
+            return None
         self.rv += 1
         obj = {**old, "metadata": {**old["metadata"], "resourceVersion": str(self.rv)}}
-        self.history.append(_Entry(self.rv, plural, "DELETED", obj))
-        self.record.change(plural, key, targets(old), self.rv, deleted=True)
+        self.history.append(_Entry(self.rv, plural, "DELETED", obj, self.now))
+        self.record.change(plural, key, targets(old), self.rv, deleted=True, ours=ours)
         self._notify()
+        return obj
 
     def race(self, key: str) -> None:
         """Another writer changes `key` while a controller's next write to it is in flight,
@@ -451,12 +469,15 @@ class ApiServer:
         only: `accept` is for metadata-only watches, which the simulation has none of), and
         reads and patches of single objects (what `request_json` and the object API send)."""
         parts = path.removeprefix(GROUP_PATH).strip("/").split("/")
-        if len(parts) in (4, 5) and parts[0] == "namespaces":
+        if (len(parts) in (4, 5) and parts[0] == "namespaces") or method == "POST":
             try:
-                answer = await self._object_request(method, path, body)
+                if method == "POST":
+                    answer = await self._create(parts, body)
+                else:
+                    answer = await self._object_request(method, path, body)
             except ApiError as exc:
                 return _Response(self, exc.status, _status(exc.status, exc.reason, exc.message))
-            return _Response(self, 200, orjson.dumps(answer))
+            return _Response(self, 201 if method == "POST" else 200, orjson.dumps(answer))
         await asyncio.sleep(self.config.request_latency)
         self.check_up()
         q = {k: v for k, v in (query or {}).items() if v is not None}
@@ -571,6 +592,14 @@ class ApiServer:
             if found is None:
                 raise self._error(404, "NotFound", method, path)
             return found
+        if method == "DELETE":
+            await asyncio.sleep(self.config.write_latency)
+            self.check_up()
+            namespace, name = key.split("/")
+            gone = self.delete(plural, name, namespace=namespace, ours=True)
+            if gone is None:
+                raise self._error(404, "NotFound", method, path)
+            return gone
         if method != "PATCH":
             raise self._error(405, "MethodNotAllowed", method, path)
         if key in self.races:
@@ -603,6 +632,31 @@ class ApiServer:
         new["metadata"] = {**new["metadata"], "resourceVersion": str(self.rv)}
         self._store(plural, key, new, "MODIFIED", ours=True)
         return new
+
+    async def _create(self, parts: list[str], body: bytes | None) -> Any:
+        """A POST of a new object, named by ``generateName`` (a counter: each name once)."""
+        await asyncio.sleep(self.config.request_latency + self.config.write_latency)
+        self.check_up()
+        path = "/".join(parts)
+        if len(parts) != 3 or parts[0] != "namespaces" or parts[2] not in KINDS:
+            raise self._error(404, "NotFound", "POST", path)
+        plural, namespace = parts[2], parts[1]
+        obj = orjson.loads(body or b"{}")
+        meta = obj.setdefault("metadata", {})
+        name = meta.get("name") or f"{meta.get('generateName', 'x-')}{next(self._names)}"
+        key = f"{namespace}/{name}"
+        if (plural, key) in self.objects:
+            raise self._error(409, "AlreadyExists", "POST", path)
+        self._created[(plural, key)] = self._created.get((plural, key), 0) + 1
+        self.rv += 1
+        meta |= {
+            "name": name,
+            "namespace": namespace,
+            "uid": self._uid(plural, key),
+            "resourceVersion": str(self.rv),
+        }
+        self._store(plural, key, obj, "ADDED", ours=True)
+        return obj
 
     # -- the Lease --------------------------------------------------------------------
 

@@ -195,6 +195,9 @@ class SimScheduler:
     def next_ready_at(self) -> float | None:
         return self._inner.next_ready_at()
 
+    def failures(self, key: str) -> int:
+        return self._inner.failures(key)
+
     @property
     def in_flight(self) -> int:
         return self._inner.in_flight

@@ -40,7 +40,15 @@ def _scrape() -> CollectorRegistry:
     s.add("a", now=1.5)  # in flight and dirty
     s.done("c", now=2.0, failed=True)  # one retry through the backoff, 1 s of work
     # Now: d, e ready; w (and c, backing off) waiting; a (dirty) and b in flight since 1.
-    counters = ReconcileCounters(success=5, error=2, requeue_after=1, watch_errors=4)
+    counters = ReconcileCounters(
+        success=5,
+        error=2,
+        requeue_after=1,
+        watch_errors=4,
+        cache_waits=3,
+        cache_wait_expired=1,
+        cache_wait_seconds=2.5,
+    )
     registry = CollectorRegistry()
     registry.register(FastctlCollector(lambda: [_Source(s, counters)]))
     return registry
@@ -73,6 +81,9 @@ def test_every_series_has_its_known_value() -> None:
         ("controller_runtime_reconcile_errors_total", ctl, 2),
         ("controller_runtime_reconcile_time_seconds_count", ctl, 1),
         ("fastctl_watch_errors_total", ctl, 4),
+        ("fastctl_cache_waits_total", ctl, 3),
+        ("fastctl_cache_wait_expired_total", ctl, 1),
+        ("fastctl_cache_wait_seconds_total", ctl, 2.5),
         ("controller_runtime_reconcile_total", {**ctl, "result": "success"}, 5),
         ("controller_runtime_reconcile_total", {**ctl, "result": "error"}, 2),
         ("controller_runtime_reconcile_total", {**ctl, "result": "requeue"}, 0),

@@ -35,7 +35,7 @@ PUBLIC: dict[str, frozenset[str]] = {
         INITIAL_LIST_PRIORITY Action ApiError ApplierConfig Controller CustomResource Discovery
         DiscoveryError ErrorPolicy EventKind FastctlError InvalidObject KubeModel
         KubeconfigError LeaderElection LeaderElector LeadershipLost ListFrame Manager Mapper
-        ObjectEvent ObjectRef Predicate PrinterColumn Reconcile ReconcileCancelled
+        ObjectEvent ObjectRef Predicate PrinterColumn ReadYourWrites Reconcile ReconcileCancelled
         ReconcileResult ReconcileTimeout Recorder ResolvedResource Resource ResourceNotFound
         Scheduler SchemaError ServerOptions Sharding Store Trigger ValidationRule WatchConfig
         WatchError WatchEvent WatchStreamError
@@ -56,7 +56,7 @@ PUBLIC: dict[str, frozenset[str]] = {
     "fastctl.runtime": _names(
         """
         INITIAL_LIST_PRIORITY Controller LeaderElection LeaderElector Manager ObjectInspection
-        Predicate QueueSummary ReasonCount RelatedCache ServerOptions Sharding all_of
+        Predicate QueueSummary ReadYourWrites ReasonCount RelatedCache ServerOptions Sharding all_of
         annotations_changed any_of generation_changed labels_changed
         """
     ),

@@ -349,10 +349,14 @@ async def delete(
     }
     if preconditions:
         options["preconditions"] = preconditions
+    path = res.object_path(name, namespace)
+
+    async def send(version: str | None) -> tuple[int, Any]:
+        return await request_json_status(client, "DELETE", path, body=orjson.dumps(options))
+
     try:
-        result: Obj = await request_json(
-            client, "DELETE", res.object_path(name, namespace), body=orjson.dumps(options)
-        )
+        with observed_write(res, namespace if res.namespaced else None, name, deleting=True) as w:
+            result: Obj = await w.send(send)
     except ApiError as exc:
         if exc.status == 404 and missing_ok:
             return None

@@ -25,19 +25,22 @@ unconditional write it asked for, at the cost of one more request.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fastctl.errors import ApiError
 from fastctl.kube._resource import ResolvedResource
 
-__all__ = ["WRITE_OBSERVER", "WriteObserver", "observed_write"]
+__all__ = ["WRITE_OBSERVER", "WriteObserver", "observed", "observed_write"]
 
 
 class WriteObserver(Protocol):
     """Told of each write of one object (`namespace`, `name`) of `resource`: `started`
-    and `finished`, or (a create by ``generateName``, name ``""``) only `finished`."""
+    and `finished` (a create by ``generateName`` starts with the name ``""``: it is not
+    known until the answer, which `finished` is given)."""
 
     def started(self, resource: ResolvedResource, namespace: str | None, name: str) -> str | None:
         """A write begins; returns the object's latest ``resourceVersion`` the observer
@@ -53,10 +56,12 @@ class WriteObserver(Protocol):
         *,
         made: bool,
         based_on: str | None,
+        deleted: bool = False,
     ) -> None:
         """The write ended: `answer` is the object (``None``: it failed). `made`: the answer's
         version is proven this write's change, applied to version `based_on` (``None``: it
-        created the object)."""
+        created the object). `deleted`: the write was a DELETE (its answer is the object
+        still there while finalizers run, or gone: the object as it was, or a Status)."""
         ...
 
 
@@ -82,9 +87,10 @@ class observed_write:
     """Frame one write: ``with observed_write(...) as write: answer = await write.send(f)``.
 
     `name` ``None`` (a create by ``generateName``): the name is not known until the
-    answer, so the observer hears of the write only when it ends (an echo that comes
-    before the answer cannot be told then). A `dry_run` is not reported at all: it makes
-    no event, and its answer may carry the current version, whose event has come already.
+    answer, so the observer hears it start with the name ``""`` and learns the name from
+    the answer. `deleting`: a DELETE, told to the observer as ``deleted``. A `dry_run` is
+    not reported at all: it makes no event, and its answer may carry the current version,
+    whose event has come already.
     `given` is a precondition the caller's body carries itself; `conditional` says whether
     one may be added (the body has room for it).
 
@@ -96,6 +102,7 @@ class observed_write:
         "_based_on",
         "_conditional",
         "_created",
+        "_deleting",
         "_given",
         "_name",
         "_namespace",
@@ -112,8 +119,10 @@ class observed_write:
         dry_run: bool = False,
         given: str | None = None,
         conditional: bool = False,
+        deleting: bool = False,
     ):
         self._observer = None if dry_run else WRITE_OBSERVER.get()
+        self._deleting = deleting
         self._resource, self._namespace, self._name = resource, namespace, name or ""
         self._given, self._conditional = given, conditional and given is None
         self._answer: Mapping[str, Any] | None = None
@@ -122,9 +131,9 @@ class observed_write:
 
     def __enter__(self) -> observed_write:
         observer = self._observer
-        if observer is not None and self._name:
+        if observer is not None:
             known = observer.started(self._resource, self._namespace, self._name)
-            if not self._conditional:
+            if not self._conditional or not self._name:
                 known = None
             self._based_on = known
         return self
@@ -157,7 +166,55 @@ class observed_write:
             based_on = self._based_on
             version = version_of(answer)
             made = based_on is not None and version is not None and version != based_on
-        # name "" (generateName): matches no write in flight
         observer.finished(
-            self._resource, self._namespace, self._name, answer, made=made, based_on=based_on
+            self._resource,
+            self._namespace,
+            self._name,
+            answer,
+            made=made,
+            based_on=based_on,
+            deleted=self._deleting,
         )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def observed(
+    reconcile: F,
+    begin: Callable[[Any], WriteObserver],
+    end: Callable[[WriteObserver], None] | None = None,
+) -> F:
+    """`reconcile`, with the observer ``begin(obj)`` set for each call (in its own context:
+    concurrent reconciles each report to theirs), and ``end(observer)`` once the call is
+    over, however it ended. An async reconcile stays async, a plain one plain (it runs in a
+    thread, where the observer is set too)."""
+    if inspect.iscoroutinefunction(reconcile) or inspect.iscoroutinefunction(
+        getattr(reconcile, "__call__", None)  # noqa: B004 - async callable objects
+    ):
+
+        @functools.wraps(reconcile)
+        async def run_async(obj: Any, ctx: Any) -> Any:
+            observer = begin(obj)
+            token = WRITE_OBSERVER.set(observer)
+            try:
+                return await reconcile(obj, ctx)
+            finally:
+                WRITE_OBSERVER.reset(token)
+                if end is not None:
+                    end(observer)
+
+        return run_async  # type: ignore[return-value]
+
+    @functools.wraps(reconcile)
+    def run(obj: Any, ctx: Any) -> Any:
+        observer = begin(obj)
+        token = WRITE_OBSERVER.set(observer)
+        try:
+            return reconcile(obj, ctx)
+        finally:
+            WRITE_OBSERVER.reset(token)
+            if end is not None:
+                end(observer)
+
+    return run  # type: ignore[return-value]

@@ -14,6 +14,7 @@ from fastctl.runtime._filters import (
     labels_changed,
 )
 from fastctl.runtime._inspect import ObjectInspection, QueueSummary, ReasonCount
+from fastctl.runtime._read_your_writes import ReadYourWrites
 from fastctl.runtime.controller import INITIAL_LIST_PRIORITY, Controller
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 from fastctl.runtime.manager import Manager, ServerOptions
@@ -28,6 +29,7 @@ __all__ = [
     "ObjectInspection",
     "Predicate",
     "QueueSummary",
+    "ReadYourWrites",
     "ReasonCount",
     "RelatedCache",
     "ServerOptions",

@@ -43,6 +43,14 @@ class ReconcileCounters:
     requeue_after: int = 0
     watch_errors: int = 0
     event_filter_errors: int = 0
+    cache_waits: int = 0
+    """Reconciles that started late, held until their caches showed their object's last
+    writes (`fastctl.runtime._read_your_writes`), or until the bound."""
+    cache_wait_expired: int = 0
+    """Reconciles that started once the bound had passed, on caches that did not show
+    their object's last writes yet."""
+    cache_wait_seconds: float = 0.0
+    """The time those reconciles were held, in all."""
 
     def count(self, *, error: bool, requeue_after: float | None) -> None:
         if error:
@@ -143,6 +151,21 @@ class FastctlCollector(Collector):
             "Event filter predicates that raised or returned a non-bool (the event passed)",
             labels=["controller"],
         )
+        cache_waits = CounterMetricFamily(
+            "fastctl_cache_waits",
+            "Reconciles held back until the cache showed their object's last writes",
+            labels=["controller"],
+        )
+        cache_wait_expired = CounterMetricFamily(
+            "fastctl_cache_wait_expired",
+            "Reconciles started after the bound on a cache without their object's last writes",
+            labels=["controller"],
+        )
+        cache_wait_seconds = CounterMetricFamily(
+            "fastctl_cache_wait_seconds",
+            "Seconds reconciles were held back for their cache, in all",
+            labels=["controller"],
+        )
         active = GaugeMetricFamily(
             "controller_runtime_active_workers",
             "Number of currently used workers per controller",
@@ -175,6 +198,9 @@ class FastctlCollector(Collector):
             active.add_metric([name], stats["in_flight"])
             watch_errors.add_metric([name], counters.watch_errors)
             filter_errors.add_metric([name], counters.event_filter_errors)
+            cache_waits.add_metric([name], counters.cache_waits)
+            cache_wait_expired.add_metric([name], counters.cache_wait_expired)
+            cache_wait_seconds.add_metric([name], counters.cache_wait_seconds)
         yield from (
             depth,
             delayed,
@@ -191,4 +217,7 @@ class FastctlCollector(Collector):
             active,
             watch_errors,
             filter_errors,
+            cache_waits,
+            cache_wait_expired,
+            cache_wait_seconds,
         )

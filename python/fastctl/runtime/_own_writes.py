@@ -43,15 +43,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import inspect
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fastctl._clock import monotonic
 from fastctl.kube._resource import ResolvedResource, Resource
-from fastctl.kube._writes import WRITE_OBSERVER, version_of
+from fastctl.kube._writes import observed, version_of
 from fastctl.types import Reconcile
 
 __all__ = ["NOTE_TTL", "OwnWrites", "uid_of"]
@@ -160,8 +158,9 @@ class OwnWrites:
     # -- the writes (`fastctl.kube._writes.WriteObserver`) ----------------------------------
 
     def started(self, resource: ResolvedResource, namespace: str | None, name: str) -> str | None:
-        """A write of ours to `name` is under way; the version to make it conditional on."""
-        if (resource.group, resource.kind) not in self._kinds:
+        """A write of ours to `name` is under way; the version to make it conditional on.
+        A create by ``generateName`` (no name yet) holds back no event: nothing is known."""
+        if not name or (resource.group, resource.kind) not in self._kinds:
             return None
         key = self._key(resource, namespace, name)
         pending = self._pending.get(key)
@@ -180,9 +179,11 @@ class OwnWrites:
         *,
         made: bool,
         based_on: str | None,
+        deleted: bool = False,
     ) -> None:
         """The write ended: `answer` is the object (``None``: it failed); `made`: proven to be
-        this write's change, applied to version `based_on` (``None``: a create)."""
+        this write's change, applied to version `based_on` (``None``: a create). A delete
+        (`deleted`) is never made: its echo passes, as every delete does."""
         if (resource.group, resource.kind) not in self._kinds:
             return
         key = self._key(resource, namespace, name)
@@ -266,27 +267,4 @@ class OwnWrites:
 
     def observing(self, reconcile: Reconcile) -> Reconcile:
         """`reconcile`, reporting the writes it makes to this registry."""
-        observer = self
-        if inspect.iscoroutinefunction(reconcile) or inspect.iscoroutinefunction(
-            getattr(reconcile, "__call__", None)  # noqa: B004 - async callable objects
-        ):
-
-            @functools.wraps(reconcile)
-            async def run_async(obj: Any, ctx: Any) -> Any:
-                token = WRITE_OBSERVER.set(observer)
-                try:
-                    return await reconcile(obj, ctx)  # type: ignore[misc]
-                finally:
-                    WRITE_OBSERVER.reset(token)
-
-            return run_async
-
-        @functools.wraps(reconcile)
-        def run(obj: Any, ctx: Any) -> Any:
-            token = WRITE_OBSERVER.set(observer)
-            try:
-                return reconcile(obj, ctx)
-            finally:
-                WRITE_OBSERVER.reset(token)
-
-        return run
+        return observed(reconcile, lambda obj: self)

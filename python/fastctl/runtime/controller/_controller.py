@@ -46,6 +46,7 @@ from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._filters import Predicate, check_predicate
 from fastctl.runtime._inspect import ObjectInspection, QueueSummary, inspect_key, summarize
 from fastctl.runtime._metrics import ReconcileCounters
+from fastctl.runtime._read_your_writes import ReadYourWrites
 from fastctl.runtime._signals import stop_on_signals
 from fastctl.runtime._typed import is_model, typed_reconcile
 from fastctl.runtime.controller._environment import Environment
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["Controller"]
 
 _DEFAULT_CONFIG = ApplierConfig()
+_READ_YOUR_WRITES = ReadYourWrites()
 _DEFAULT_WATCH_CONFIG = WatchConfig(strip_managed_fields=True)
 """A controller's cache drops managedFields unless told otherwise (see `Controller`)."""
 
@@ -108,6 +110,7 @@ class Controller:
         recorder: Recorder | None = None,
         event_filter: Predicate | None = None,
         ignore_own_writes: bool = False,
+        read_your_writes: ReadYourWrites | None = None,
     ) -> None:
         """The options are stated once, in two objects: `config`, an `ApplierConfig` (how
         reconciles run: also `executor`, and `fair_by` with `group_concurrency` to serve
@@ -124,7 +127,11 @@ class Controller:
         `event_filter` (a predicate ``(old, new) -> bool``, e.g. `generation_changed`)
         decides which changes of a primary object trigger it; `ignore_own_writes` holds
         back the watch events of the writes this controller's reconciles make to the
-        objects it watches (docs/authoring.md, "Event filters").
+        objects it watches (docs/authoring.md, "Event filters"). `read_your_writes`, a
+        `ReadYourWrites` (on by default), holds a reconcile back while the controller's
+        caches do not show yet what its object's previous reconcile wrote through
+        `fastctl.kube`, for at most its `max_wait` (docs/authoring.md, "Reading your own
+        writes").
         """
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
@@ -144,6 +151,9 @@ class Controller:
         self.recorder = recorder
         self.event_filter = check_predicate(event_filter, "Controller")
         self.ignore_own_writes = bool(ignore_own_writes)
+        self.read_your_writes = pick(
+            read_your_writes, _READ_YOUR_WRITES, _READ_YOUR_WRITES, name="read_your_writes"
+        )
         self.context = context
         self.error_policy = error_policy
         self.config = pick(
@@ -288,6 +298,7 @@ class Controller:
             event_filter=self.event_filter,
             ignore_own_writes=self.ignore_own_writes,
             recorder=self.recorder,
+            read_your_writes=self.read_your_writes,
         )
 
     @property

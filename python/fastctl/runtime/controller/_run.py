@@ -27,6 +27,7 @@ from fastctl.runtime._failure_events import FailureEvents
 from fastctl.runtime._filters import EventFilter, Predicate
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._own_writes import OwnWrites
+from fastctl.runtime._read_your_writes import CacheFence
 from fastctl.runtime._settled_events import settled
 from fastctl.runtime._triggers import RelatedTriggers, primary_triggers
 from fastctl.runtime.controller._environment import Environment, ShardAssignment
@@ -73,6 +74,7 @@ class ControllerRun:
         self.triggers: Triggers = Channel(maxsize=1024)
         self.resolved: ResolvedResource | None = None
         self.own_writes: OwnWrites | None = None
+        self.fence: CacheFence | None = None
         self._resolving: asyncio.Task[None] | None = None
         self._stopping = False
         self._driver: _Driver | None = None
@@ -111,6 +113,10 @@ class ControllerRun:
                 self._resolving = None
             if spec.ignore_own_writes:
                 self.own_writes = OwnWrites(spec.resources)
+            if spec.read_your_writes.enabled:
+                self.fence = CacheFence(
+                    self._caches(), spec.namespace, spec.read_your_writes, self.counters
+                )
             shard = env.shard.gate if env.shard is not None else None
             if shard is not None:
                 shard.bind(loop)
@@ -127,7 +133,9 @@ class ControllerRun:
             for task in tasks:
                 task.add_done_callback(lambda t: _stop_on_failure(t, triggers, failures))
             driver = _Driver(
-                reconcile_view(spec.reconcile, own_writes=self.own_writes, shard=shard),
+                reconcile_view(
+                    spec.reconcile, own_writes=self.own_writes, fence=self.fence, shard=shard
+                ),
                 spec.error_policy,
                 spec.context,
                 store_view(
@@ -141,6 +149,7 @@ class ControllerRun:
                 self.scheduler,
                 # Reasons need a scheduler that answers `in` (a user's own may not).
                 self.reasons if hasattr(type(self.scheduler), "__contains__") else None,
+                gate=self.fence,
             )
             self._driver = driver
             async for result in driver.results():
@@ -161,6 +170,17 @@ class ControllerRun:
             for task in [*tasks, *reports]:
                 task.cancel()
             await asyncio.gather(*tasks, *reports, return_exceptions=True)
+
+    def _caches(self) -> dict[tuple[str, str], Store]:
+        """The caches the reconcile reads, by (group, kind): the primary's, and those of
+        the related resources added with ``cache=True``."""
+        caches = {
+            (r.resource.group, r.resource.kind): r.cache.store
+            for r in self.spec.relations
+            if r.cache is not None
+        }
+        caches[(self.spec.resource.group, self.spec.resource.kind)] = self.store
+        return caches
 
     async def _resolve_resources(self) -> None:
         """Resolve the primary and related resources, patiently: an API server that is not
@@ -224,8 +244,11 @@ class ControllerRun:
         event_filter = self._event_filter(spec.event_filter, spec.resource)
         if self.own_writes is not None:
             events = settled(self.own_writes, spec.resource, events)
+        saw = self.fence.saw(spec.resource) if self.fence is not None else None
         try:
             async for event in events:
+                if saw is not None:  # before its triggers: a woken key sees this event
+                    saw(event)
                 for trigger in primary_triggers(event, self.store, event_filter):
                     await self.triggers.put(trigger)
         except ChannelClosed:
@@ -249,8 +272,12 @@ class ControllerRun:
         if self.own_writes is not None:
             events = settled(self.own_writes, rel.resource, events)
         shard = self.env.shard
+        fence = self.fence if rel.cache is not None else None  # only what is read cached
+        saw = fence.saw(rel.resource) if fence is not None else None
         try:
             async for event in events:
+                if saw is not None:
+                    saw(event)
                 for trigger in related.on_event(event):
                     if shard is not None and not self._related_served(
                         shard.gate, rel, event, trigger

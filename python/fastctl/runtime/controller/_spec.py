@@ -19,9 +19,12 @@ from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import WatchConfig
 from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._filters import Predicate
+from fastctl.runtime._read_your_writes import ReadYourWrites
 from fastctl.types import ErrorPolicy, Mapper, Reconcile
 
 __all__ = ["PRIMARY", "ControllerSpec", "Relation", "WatchUse"]
+
+_READ_YOUR_WRITES = ReadYourWrites()
 
 PRIMARY = None
 """The use of the primary watch (relation i's use is i)."""
@@ -67,6 +70,7 @@ class ControllerSpec:
     event_filter: Predicate | None
     ignore_own_writes: bool
     recorder: Recorder | None
+    read_your_writes: ReadYourWrites = _READ_YOUR_WRITES
 
     @property
     def resources(self) -> list[Resource]:

@@ -2,8 +2,9 @@
 
 A run wraps the user's reconcile and the primary cache for what its environment asks:
 
-- the reconcile: observed for own-write echoes (``ignore_own_writes``), then counted per
-  shard slot (sharded, for drains);
+- the reconcile: its writes observed (for the read-your-writes fence, which also tells the
+  own-writes registry; or for own-write echoes alone, ``ignore_own_writes`` with the fence
+  off), then counted per shard slot (sharded, for drains);
 - the store: filtered to the served slots (sharded), and not ready until the leader gate
   is open and every related cache has its first list.
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from fastctl.kube._store import Store
 from fastctl.runtime._own_writes import OwnWrites
+from fastctl.runtime._read_your_writes import CacheFence
 from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
 from fastctl.types import ObjectRef, Reconcile
 
@@ -27,10 +29,18 @@ __all__ = ["ReadinessGate", "reconcile_view", "store_view"]
 
 
 def reconcile_view(
-    reconcile: Reconcile, *, own_writes: OwnWrites | None, shard: ShardGate | None
+    reconcile: Reconcile,
+    *,
+    own_writes: OwnWrites | None,
+    fence: CacheFence | None = None,
+    shard: ShardGate | None,
 ) -> Reconcile:
-    """`reconcile`, observed for own writes and tracked per slot, as the run needs."""
-    if own_writes is not None:
+    """`reconcile`, its writes observed and tracked per slot, as the run needs. One
+    observer per call: the fence's, which tells the own-writes registry too, or the
+    registry itself."""
+    if fence is not None:
+        reconcile = fence.observing(reconcile, own_writes)
+    elif own_writes is not None:
         reconcile = own_writes.observing(reconcile)
     if shard is not None:
         reconcile = shard.track(reconcile)

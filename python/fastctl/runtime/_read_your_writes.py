@@ -1,0 +1,328 @@
+"""Read your writes: a reconcile does not start on a cache older than its object's last
+reconcile wrote.
+
+A reconcile reads the controller's caches, which a watch fills some time after the API
+server applied a change. Its own writes are no exception: a reconcile that created a child
+and is followed at once by another reconcile of the same object (a trigger that came
+meanwhile, a requeue, a retry after an error) may find the cache without that child and
+create it a second time (two children with ``generateName``, or a 409), undo a status it
+just wrote, or send the same Event again. Kubernetes turned a guard against this on in its
+busiest controllers (KEP-5647, client-go's ``ConsistencyStore``); java-operator-sdk reads
+its cache after its writes. This is fastctl's.
+
+What is recorded: every write a reconcile makes through `fastctl.kube` (the write observer
+of `fastctl.kube._writes`, set around each reconcile as for own-write echoes) to an object
+the controller reads from a cache of its own (the primary resource, and related resources
+added with ``cache=True``) in the namespace it watches: the answer's UID and
+``resourceVersion``, or, for a DELETE, that the object is to go. A write that failed
+records nothing (the server changed nothing the watch must show). When the reconcile ends,
+what it wrote becomes its object's *fence*. When a cache has caught up with a write, without
+comparing resourceVersions as numbers: `fastctl.runtime._written`.
+
+The hold: when a reconcile of an object is about to start and its fence is not caught up,
+it does not start: the applier puts the key back in its scheduler until the fence's
+deadline (`ReadYourWrites.max_wait` after the writing reconcile ended) and the key's slot is
+free meanwhile. The event that catches the cache up wakes the key at once (a merged add,
+which changes nothing of its priority); at the deadline it starts anyway, on whatever the
+cache holds, and that is logged and counted (``fastctl_cache_wait_expired_total``). The
+scheduler's rules hold as they are: the key is never in flight twice, and a trigger that
+arrives during a hold merges into the one queued run.
+
+What is not promised: a cache that never shows the write within the bound (a relist that
+skipped the version, a write to an object outside the watch's selector or shard, a watch
+stalled for longer) is waited for that long, then read as it is; writes made outside
+`fastctl.kube` (another client) are not known; other objects' reconciles are not held by
+this object's writes; and the cache may move on while a reconcile runs (the guard is at its
+start). A hold ends at once when the controller stops: nothing waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fastctl._clock import monotonic
+from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._watcher import WatchEvent
+from fastctl.kube._writes import WriteObserver, observed
+from fastctl.log import RedactingFilter
+from fastctl.runtime._metrics import ReconcileCounters
+from fastctl.runtime._own_writes import OwnWrites
+from fastctl.runtime._written import Caches, WrittenObjects, Wrote
+from fastctl.types import ObjectRef, Reconcile
+
+__all__ = ["DEFAULT_MAX_WAIT", "CacheFence", "ReadYourWrites"]
+
+log = logging.getLogger("fastctl.controller")
+log.addFilter(RedactingFilter())  # its records name objects
+
+DEFAULT_MAX_WAIT = 5.0
+"""Seconds a reconcile waits at most for its caches to show its object's last writes. A
+watch shows a write within milliseconds on a healthy API server and within a second or two
+on a loaded one; five seconds covers that, while a write the cache will never show (see the
+module docstring) costs its object no more than a short delay."""
+
+_FORGET_AFTER = 300.0
+"""Seconds after its deadline a fence is forgotten if its object is never reconciled again
+(deleted, or no longer served): fences must not stay for the life of the process."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadYourWrites:
+    """Whether a reconcile waits for the controller's caches to show what its object's
+    previous reconcile wrote, and for how long (docs/authoring.md, "Reading your own
+    writes"). On by default.
+
+    ``Controller(..., read_your_writes=ReadYourWrites(enabled=False))`` turns it off."""
+
+    enabled: bool = True
+    """Hold a reconcile back while its caches are older than its object's last writes."""
+    max_wait: float = DEFAULT_MAX_WAIT
+    """Seconds after the writing reconcile ended that a hold lasts at most; then the
+    reconcile starts on the cache as it is (logged, counted)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"enabled must be a bool, got {self.enabled!r}")
+        wait = self.max_wait
+        if (
+            isinstance(wait, bool)
+            or not isinstance(wait, int | float)
+            or math.isnan(wait)
+            or wait <= 0
+            or math.isinf(wait)
+        ):
+            raise ValueError(f"max_wait must be a finite number of seconds > 0, got {wait!r}")
+        object.__setattr__(self, "max_wait", float(wait))
+
+
+class _Fence:
+    __slots__ = ("deadline", "wrote")
+
+    def __init__(self, wrote: list[Wrote], deadline: float) -> None:
+        self.wrote = wrote
+        self.deadline = deadline
+
+
+class _Writes:
+    """The observer of one reconcile's writes (of object `key`): the own-writes registry's
+    notes, if the controller keeps them, and the writes this reconcile's fence waits for."""
+
+    __slots__ = ("fence", "key", "own", "wrote")
+
+    def __init__(self, fence: CacheFence, key: str, own: OwnWrites | None) -> None:
+        self.fence = fence
+        self.key = key
+        self.own = own
+        self.wrote: list[Wrote] = []
+
+    def started(self, resource: ResolvedResource, namespace: str | None, name: str) -> str | None:
+        known = self.own.started(resource, namespace, name) if self.own is not None else None
+        self.fence.call(self.fence.written.follow, resource, namespace, name)
+        return known
+
+    def finished(
+        self,
+        resource: ResolvedResource,
+        namespace: str | None,
+        name: str,
+        answer: Mapping[str, Any] | None,
+        *,
+        made: bool,
+        based_on: str | None,
+        deleted: bool = False,
+    ) -> None:
+        if self.own is not None:
+            self.own.finished(
+                resource, namespace, name, answer, made=made, based_on=based_on, deleted=deleted
+            )
+        created = made and based_on is None and not deleted
+        self.fence.call(self._answered, resource, namespace, name, answer, created, deleted)
+
+    def _answered(
+        self,
+        resource: ResolvedResource,
+        namespace: str | None,
+        name: str,
+        answer: Mapping[str, Any] | None,
+        created: bool,
+        deleted: bool,
+    ) -> None:
+        w = self.fence.written.answered(
+            resource, namespace, name, answer, created=created, deleted=deleted
+        )
+        if w is not None:
+            self.wrote.append(w)
+
+
+class CacheFence:
+    """The fences of one controller run (see the module docstring): which writes each
+    object's last reconcile made, and the holds until the caches show them.
+
+    `caches` are the caches the reconcile reads, by (group, kind); `namespace` the watched
+    one (``None``: all). All state is changed on the event loop's thread: an observer called
+    in a plain reconcile's thread hands its calls over (in order, before the reconcile's
+    end reaches the applier)."""
+
+    def __init__(
+        self,
+        caches: Caches,
+        namespace: str | None,
+        options: ReadYourWrites,
+        counters: ReconcileCounters,
+        *,
+        clock: Callable[[], float] = monotonic,
+    ) -> None:
+        self.written = WrittenObjects(caches, namespace, self._shown)
+        self._max_wait = options.max_wait
+        self._counters = counters
+        self._clock = clock
+        self._fences: OrderedDict[str, _Fence] = OrderedDict()  # the oldest deadline first
+        self._held: dict[str, float] = {}  # key -> when its first hold began
+        self._wake: Callable[[str], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.get_ident()
+
+    def bind(self, wake: Callable[[str], None] | None) -> None:
+        """`wake(key)` queues a held key once its fence is caught up (the applier's; None:
+        no more). Called on the loop's thread, which all state belongs to."""
+        self._wake = wake
+        if wake is not None:
+            self._loop = asyncio.get_running_loop()
+            self._thread = threading.get_ident()
+
+    def call(self, fn: Callable[..., None], *args: Any) -> None:
+        """`fn(*args)` on the loop's thread: now if this is it, else next on the loop."""
+        if self._loop is None or threading.get_ident() == self._thread:
+            fn(*args)
+        else:
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def __len__(self) -> int:
+        """How many objects have a fence."""
+        return len(self._fences)
+
+    def saw(self, resource: Resource) -> Callable[[WatchEvent], None]:
+        """What a watch loop of `resource` calls with each event its cache applied, before
+        its triggers: nearly free while nothing is followed (a cache of a kind the reconcile
+        does not read: nothing)."""
+        kind = (resource.group, resource.kind)
+        if kind not in self.written.kinds:
+            return _ignore
+        saw = self.written.saw
+        return lambda event: saw(kind, event)
+
+    # -- the reconcile --------------------------------------------------------------------
+
+    def observing(self, reconcile: Reconcile, own: OwnWrites | None) -> Reconcile:
+        """`reconcile`, with each call's writes recorded as its object's next fence (and
+        told to `own`, the own-writes registry, when the controller keeps one)."""
+
+        def begin(obj: Any) -> WriteObserver:
+            return _Writes(self, ObjectRef.from_object(obj).key, own)
+
+        def end(observer: WriteObserver) -> None:
+            assert isinstance(observer, _Writes)
+            self.call(self.fenced, observer)
+
+        return observed(reconcile, begin, end)
+
+    def fenced(self, writes: _Writes) -> None:
+        """The reconcile ended: its writes are its object's fence (nothing to wait for if
+        it wrote nothing, or the cache has caught up already)."""
+        now = self._clock()
+        self._expire(now)
+        wrote, writes.wrote = writes.wrote, []
+        if not wrote:
+            return
+        if self._caught_up(wrote):
+            self.written.release(writes.key, wrote)
+            return
+        old = self._fences.pop(writes.key, None)
+        if old is not None:  # a fence no start consumed: superseded
+            self.written.release(writes.key, old.wrote)
+        self._fences[writes.key] = _Fence(wrote, now + self._max_wait)
+        self.written.attach(writes.key, wrote)
+
+    def _shown(self, keys: set[str]) -> None:
+        """An event of an object these keys' fences name: wake those now caught up."""
+        wake = self._wake
+        if wake is None:
+            return
+        for key in [k for k in keys if k in self._held]:
+            fence = self._fences.get(key)
+            if fence is not None and self._caught_up(fence.wrote):
+                wake(key)
+
+    # -- the hold (`fastctl._applier.StartGate`) ------------------------------------------
+
+    def hold(self, key: str, now: float) -> float | None:
+        """The reconcile of `key` is about to start: ``None`` to let it, or how many
+        seconds at most it waits (until its fence is caught up, then it is woken)."""
+        fence = self._fences.get(key)
+        if fence is None:
+            self._held.pop(key, None)
+            return None
+        wrote = fence.wrote
+        if self._caught_up(wrote):
+            self._start(key, wrote, now, expired=False)
+            return None
+        if now >= fence.deadline:
+            self._start(key, wrote, now, expired=True)
+            return None
+        self._held.setdefault(key, now)
+        return fence.deadline - now
+
+    def release(self, key: str) -> None:
+        """`key` will not start (its object is gone): forget its fence and hold."""
+        self._held.pop(key, None)
+        fence = self._fences.pop(key, None)
+        if fence is not None:
+            self.written.release(key, fence.wrote)
+
+    def _start(self, key: str, wrote: list[Wrote], now: float, *, expired: bool) -> None:
+        del self._fences[key]
+        missing = sum(1 for w in wrote if not self.written.shown(w)) if expired else 0
+        self.written.release(key, wrote)
+        since = self._held.pop(key, None)
+        waited = 0.0 if since is None else now - since
+        counters = self._counters
+        if since is not None:
+            counters.cache_waits += 1
+            counters.cache_wait_seconds += waited
+        if expired:
+            counters.cache_wait_expired += 1
+            log.warning(
+                "reconcile of %s starts on a cache that does not show %d write(s) of its "
+                "last reconcile yet (waited %.3fs, the bound is %.3gs)",
+                key,
+                missing,
+                waited,
+                self._max_wait,
+            )
+        elif since is not None:
+            log.debug("reconcile of %s waited %.3fs for its cache", key, waited)
+
+    def _caught_up(self, wrote: list[Wrote]) -> bool:
+        return all(self.written.shown(w) for w in wrote)
+
+    def _expire(self, now: float) -> None:
+        """Forget the fences of objects not reconciled again long after their deadline."""
+        fences = self._fences
+        while fences:
+            key, fence = next(iter(fences.items()))
+            if now - fence.deadline < _FORGET_AFTER:
+                return
+            del fences[key]
+            self._held.pop(key, None)
+            self.written.release(key, fence.wrote)
+
+
+def _ignore(event: WatchEvent) -> None:
+    """The events of a cache the reconcile does not read."""

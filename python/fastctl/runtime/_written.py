@@ -1,0 +1,263 @@
+"""The objects a controller's reconciles wrote, followed through its caches' events until
+the caches show those writes (for `fastctl.runtime._read_your_writes`).
+
+resourceVersions are compared for equality only: the API conventions made them opaque, and
+only servers since Kubernetes 1.35 promise an order (KEP-5504), which a controller may not
+rely on against an older or an aggregated API server. Instead the events of an object are
+followed from the moment a write to it starts (its echo may come before its answer), and a
+write is shown, caught up, once its cache has applied
+
+- an event with exactly the version the write was answered with (one object's events come
+  in order: anything after it is later), or
+- the object's deletion (by its UID: nothing a cache shows after that is older than the
+  write), which is also what a DELETE waits for; a DELETE that finalizers hold up is shown
+  at the version it was answered with (the object marked for deletion), or
+- for a create, any event of the new UID (none can be older than the create).
+
+A write that changes nothing is answered with the object as it is, a version the cache may
+have shown before the write started: so following an object starts from the version its
+cache holds then.
+
+A create by ``generateName`` has no name until its answer: the UIDs its kind's events show
+while it is in flight are kept instead, so an echo that beat the answer still counts.
+
+The items of a (re)list are applied by the store only when the list is complete, so they
+count only at its ``INIT_DONE``. A write whose exact version a relist skipped (the object
+changed again meanwhile, and the watch's history was compacted) is never shown: the hold
+that waits for it runs to its bound.
+
+Memory: an object is followed while a write to it is in flight or a fence names it, and
+forgotten with the last of those; a few versions per object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._watcher import EventKind, ListFrame, WatchEvent
+from fastctl.kube._writes import version_of
+from fastctl.types import ObjectRef
+
+__all__ = ["WrittenObjects", "Wrote"]
+
+_SEEN = 16
+"""Versions remembered per followed object: the writes of a few reconciles and the other
+writers' changes between them."""
+
+Key = tuple[str, str, str, str]  # group, kind, namespace ("" if none), name
+
+
+@dataclass(frozen=True, slots=True)
+class Wrote:
+    """One write a reconcile made: to `key`, answered with `uid` and `version`."""
+
+    key: Key
+    uid: str
+    version: str | None
+    created: bool
+    deleted: bool  # a DELETE: shown once gone (or, still there, at `version`)
+
+
+class _Target:
+    """A followed object: what its cache's events showed since it is followed."""
+
+    __slots__ = ("deleted", "refs", "uids", "versions", "waiters")
+
+    def __init__(self) -> None:
+        self.refs = 0  # writes in flight, and recorded writes not yet released
+        self.versions: list[str] = []  # versions applied, the newest last
+        self.uids: set[str] = set()  # UIDs an event showed present
+        self.deleted: set[str] = set()  # UIDs an event showed deleted ("": some)
+        self.waiters: set[str] = set()  # keys whose fences name this object
+
+
+Caches = Mapping[tuple[str, str], Mapping[ObjectRef, Mapping[str, Any]]]
+"""The caches a reconcile reads, by the (group, kind) of their objects."""
+
+
+class WrittenObjects:
+    """The followed objects of one controller run: of the kinds in `caches`, in `namespace`
+    (``None``: all). `on_shown(keys)` hears, after an event of a followed object, the keys
+    whose fences name it."""
+
+    def __init__(
+        self,
+        caches: Caches,
+        namespace: str | None,
+        on_shown: Callable[[set[str]], None],
+    ) -> None:
+        self._caches = caches
+        self.kinds = frozenset(caches)
+        """The (group, kind) of the objects followed."""
+        self._namespace = namespace
+        self._on_shown = on_shown
+        self._targets: dict[Key, _Target] = {}
+        self._creating: dict[tuple[str, str], int] = {}  # unnamed creates in flight per kind
+        self._created: dict[tuple[str, str], set[str]] = {}  # UIDs shown meanwhile
+        self._listing: dict[tuple[str, str], list[tuple[_Target, bool, str, str]]] = {}
+
+    def __len__(self) -> int:
+        """How many objects are followed (for tests: bounded by the recent writes)."""
+        return len(self._targets)
+
+    def _in_scope(self, resource: ResolvedResource | Resource, namespace: str | None) -> bool:
+        if (resource.group, resource.kind) not in self.kinds:
+            return False
+        return self._namespace is None or namespace in (None, self._namespace)
+
+    # -- the writes -------------------------------------------------------------------------
+
+    def follow(self, resource: ResolvedResource, namespace: str | None, name: str) -> None:
+        """A write begins: follow its object's events from now."""
+        if not self._in_scope(resource, namespace):
+            return
+        if not name:
+            kind = (resource.group, resource.kind)
+            self._creating[kind] = self._creating.get(kind, 0) + 1
+            return
+        key = (resource.group, resource.kind, namespace or "", name)
+        target = self._targets.get(key)
+        if target is None:
+            target = self._targets[key] = _Target()
+            cache = self._caches[(resource.group, resource.kind)]
+            cached = cache.get(ObjectRef(name, namespace or None))
+            if cached is not None:  # what the cache shows already (a no-op's answer)
+                meta = cached.get("metadata") or {}
+                target.uids.add(str(meta.get("uid") or ""))
+                target.versions.append(str(meta.get("resourceVersion") or ""))
+        target.refs += 1
+
+    def answered(
+        self,
+        resource: ResolvedResource,
+        namespace: str | None,
+        name: str,
+        answer: Mapping[str, Any] | None,
+        *,
+        created: bool,
+        deleted: bool,
+    ) -> Wrote | None:
+        """A write ended: what a cache must show of it (``None``: nothing, it failed or is
+        out of scope). A record keeps its object followed until `release`."""
+        if not self._in_scope(resource, namespace):
+            return None
+        kind = (resource.group, resource.kind)
+        shown: set[str] = set()
+        if not name:
+            left = self._creating.get(kind, 1) - 1
+            shown = self._created.get(kind, set())
+            if left > 0:
+                self._creating[kind] = left
+            else:
+                self._creating.pop(kind, None)
+                self._created.pop(kind, None)
+        meta = answer.get("metadata") if answer is not None else None
+        target_name = name or (str(meta.get("name") or "") if isinstance(meta, Mapping) else "")
+        key = (resource.group, resource.kind, namespace or "", target_name)
+        target = self._targets.get(key)
+        if name and target is not None:
+            target.refs -= 1  # the write's own reference; a record takes one again
+        uid = _uid_of(answer) if answer is not None else ""
+        if answer is None or not target_name or not (uid or deleted):
+            self._drop_if_unused(key, target)
+            return None  # failed (nothing changed), or not an object
+        if target is None:
+            target = self._targets[key] = _Target()
+        if uid and uid in shown:
+            target.uids.add(uid)  # its create was shown before the answer came
+        version = None if deleted and not _still_there(answer) else version_of(answer)
+        target.refs += 1
+        return Wrote(key, uid, version, created, deleted)
+
+    def attach(self, key: str, wrote: Iterable[Wrote]) -> None:
+        """`key`'s fence names these writes: tell `on_shown` about their events."""
+        for w in wrote:
+            self._targets[w.key].waiters.add(key)
+
+    def release(self, key: str, wrote: Iterable[Wrote]) -> None:
+        """`key`'s fence is over: its writes no longer keep their objects followed."""
+        for w in wrote:
+            target = self._targets.get(w.key)
+            if target is None:
+                continue
+            target.refs -= 1
+            target.waiters.discard(key)
+            self._drop_if_unused(w.key, target)
+
+    def _drop_if_unused(self, key: Key, target: _Target | None) -> None:
+        if target is not None and target.refs <= 0 and self._targets.get(key) is target:
+            del self._targets[key]
+
+    def shown(self, w: Wrote) -> bool:
+        """Whether the cache has applied `w` (see the module docstring)."""
+        target = self._targets[w.key]
+        if w.uid and w.uid in target.deleted:
+            return True
+        if w.deleted:
+            return (not w.uid and "" in target.deleted) or (
+                w.version is not None and w.version in target.versions
+            )
+        if w.created and w.uid in target.uids:
+            return True
+        return w.version is not None and w.version in target.versions
+
+    # -- the caches' events -----------------------------------------------------------------
+
+    def saw(self, kind: tuple[str, str], event: WatchEvent) -> None:
+        """A cache of `kind` ((group, kind)) applied `event`: a few lookups per event while
+        some object is followed, one while none is."""
+        if not self._targets and not self._creating:
+            return
+        if isinstance(event, ListFrame):
+            listed = self._listing.pop(kind, None)
+            if event.kind is EventKind.INIT_DONE and listed:  # the store swapped it in now
+                for target, gone, uid, version in listed:
+                    self._apply(target, gone, uid, version)
+            return
+        meta = event.obj.get("metadata")
+        if not isinstance(meta, Mapping):
+            return
+        found = self._targets.get((*kind, meta.get("namespace") or "", meta.get("name") or ""))
+        gone = event.kind is EventKind.DELETE
+        if not gone and kind in self._creating and meta.get("uid"):
+            self._created.setdefault(kind, set()).add(str(meta["uid"]))
+        if found is None:
+            return
+        uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+        if event.kind is EventKind.INIT_APPLY:  # applied when the list is complete
+            self._listing.setdefault(kind, []).append((found, False, uid, version))
+            return
+        self._apply(found, gone, uid, version)
+
+    def _apply(self, target: _Target, gone: bool, uid: str, version: str) -> None:
+        if gone:
+            target.deleted.add(uid)
+            target.deleted.add("")
+        else:
+            target.uids.add(uid)
+            target.versions.append(version)
+            del target.versions[:-_SEEN]
+        if target.waiters:
+            self._on_shown(target.waiters)
+
+
+def _uid_of(answer: Mapping[str, Any]) -> str:
+    """The UID of a write's answer: the object's, or a delete's Status details'."""
+    meta = answer.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    if not uid:
+        details = answer.get("details")
+        uid = details.get("uid") if isinstance(details, Mapping) else None
+    return str(uid or "")
+
+
+def _still_there(answer: Mapping[str, Any]) -> bool:
+    """A DELETE's answer is the object, still present: finalizers keep it (marked for
+    deletion) until their controllers let it go."""
+    meta = answer.get("metadata")
+    if not isinstance(meta, Mapping):
+        return False
+    return bool(meta.get("deletionTimestamp")) and bool(meta.get("finalizers"))
