@@ -136,6 +136,7 @@ TARGETS: dict[str, Target] = {
             "tests/unit/test_manager_options.py",
             "tests/unit/test_manager_servers.py",
             "tests/unit/test_manager_lifecycle.py",
+            "tests/unit/test_manager_ends.py",
             "tests/unit/test_manager_drain.py",
             "tests/unit/test_manager_mixed.py",
             "tests/unit/test_manager_scrape.py",
