@@ -219,6 +219,28 @@ def test_a_controller_task_cancelled_from_outside_ends_the_manager_without_an_er
     assert _messages(caplog) == ["controller widgets ended unexpectedly"]
 
 
+def test_cancelling_run_stops_gracefully_then_raises_the_cancellation(cluster: Cluster) -> None:
+    """A `run()` cancelled from outside (a task group around it failing, say) stops as
+    `shutdown()` does: the leader-elected reconcile running then finishes, the lease is
+    released, and the cancellation goes on up."""
+    work = Work(5.0)
+    mgr = _make(leader_election=ELECTION, drain_timeout=60)
+    mgr.add(Controller(client(), WIDGET, work.reconcile, name="widgets"))
+    cluster.feeds["Widget"].push(*listing(widget("a", 0)))
+
+    async def main() -> None:
+        run = asyncio.create_task(mgr.run())
+        await until(lambda: "a" in work.started, "the reconcile")
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    run_virtual(main())
+    assert "a" not in work.cancelled
+    assert work.ended["a"] == work.started["a"] + 5.0
+    assert cluster.lease.released_at is not None
+
+
 # -- the drain, on bare tasks ------------------------------------------------------------------
 
 
