@@ -104,6 +104,7 @@ TARGETS: dict[str, Target] = {
             "tests/unit/test_controller_filters.py",
             "tests/unit/test_controller_signals.py",
             "tests/unit/test_children.py",
+            "tests/unit/test_controller_owner_refs.py",
             "tests/unit/test_settled_events.py",
             "tests/unit/test_typed_controller.py",
             "tests/unit/test_startup_retry.py",
