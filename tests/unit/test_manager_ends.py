@@ -139,7 +139,8 @@ def test_an_elector_failing_during_the_drain_cuts_the_elected_at_once(
     assert isinstance(raised, LeadershipLost)
     assert work.cancelled["a"] == 5.0
     assert _messages(caplog) == [
-        "leadership ended during the drain: cancelling 1 leader-elected controller(s) at once"
+        "leadership ended during the drain: cancelling 1 leader-elected controller(s) at "
+        "once: widgets (reconciling 1: default/a)"
     ]
 
 
@@ -254,31 +255,40 @@ async def _sleeper(seconds: float, ended: dict[float, float | None]) -> None:
     ended[seconds] = asyncio.get_running_loop().time()
 
 
-def test_a_drain_that_ends_in_time_returns_false_and_logs_nothing(
+def _controller(seconds: float, ended: dict[float, float | None]) -> asyncio.Task[None]:
+    """A task standing for a controller that drains in `seconds`, named ``c<seconds>``."""
+    return asyncio.create_task(_sleeper(seconds, ended), name=f"c{seconds:g}")
+
+
+def test_a_drain_that_ends_in_time_returns_false_and_says_what_drained(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, "fastctl.manager")
+    caplog.set_level(logging.INFO, "fastctl.manager")
     ended: dict[float, float | None] = {}
 
     async def main() -> object:
-        tasks = {asyncio.create_task(_sleeper(s, ended)) for s in (1.0, 2.0)}
+        tasks = {_controller(s, ended) for s in (1.0, 2.0)}
         return await drain(
             tasks, leadership=set(), elected=tasks, timeout=5.0, abort=asyncio.Event()
         )
 
     assert run_virtual(main()) is False
     assert ended == {1.0: 1.0, 2.0: 2.0}
-    assert _messages(caplog) == []
+    assert _messages(caplog) == [
+        "draining 2 controller(s) for up to 5 s: c1; c2",
+        "drained c1",
+        "drained c2",
+    ]
 
 
 def test_a_drain_past_its_timeout_returns_false_and_says_how_many_are_left(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, "fastctl.manager")
+    caplog.set_level(logging.INFO, "fastctl.manager")
     ended: dict[float, float | None] = {}
 
     async def main() -> tuple[object, float]:
-        tasks = {asyncio.create_task(_sleeper(s, ended)) for s in (1.0, 8.0, 9.0)}
+        tasks = {_controller(s, ended) for s in (1.0, 8.0, 9.0)}
         lost = await drain(
             tasks, leadership=set(), elected=set(), timeout=5.0, abort=asyncio.Event()
         )
@@ -287,20 +297,24 @@ def test_a_drain_past_its_timeout_returns_false_and_says_how_many_are_left(
     lost, when = run_virtual(main())
     assert lost is False
     assert when == 5.0
-    assert _messages(caplog) == ["drain timeout (5 s) passed: cancelling 2 controller(s)"]
+    assert _messages(caplog) == [
+        "draining 3 controller(s) for up to 5 s: c1; c8; c9",
+        "drained c1",
+        "drain timeout (5 s) passed: cancelling 2 controller(s): c8; c9",
+    ]
 
 
 def test_a_drain_aborted_cancels_what_runs_at_once_and_returns_false(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, "fastctl.manager")
+    caplog.set_level(logging.INFO, "fastctl.manager")
     ended: dict[float, float | None] = {}
 
     async def main() -> tuple[object, float]:
         loop = asyncio.get_running_loop()
         abort = asyncio.Event()
         loop.call_later(2.0, abort.set)
-        tasks = {asyncio.create_task(_sleeper(s, ended)) for s in (1.0, 8.0, 9.0)}
+        tasks = {_controller(s, ended) for s in (1.0, 8.0, 9.0)}
         lost = await drain(tasks, leadership=set(), elected=set(), timeout=60.0, abort=abort)
         return lost, loop.time()
 
@@ -308,19 +322,23 @@ def test_a_drain_aborted_cancels_what_runs_at_once_and_returns_false(
     assert lost is False
     assert when == 2.0
     assert ended == {1.0: 1.0, 8.0: None, 9.0: None}
-    assert _messages(caplog) == ["aborted: cancelling 2 controller(s) at once"]
+    assert _messages(caplog) == [
+        "draining 3 controller(s) for up to 60 s: c1; c8; c9",
+        "drained c1",
+        "aborted: cancelling 2 controller(s) at once: c8; c9",
+    ]
 
 
 def test_leadership_ending_in_a_drain_cuts_the_elected_and_returns_true(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, "fastctl.manager")
+    caplog.set_level(logging.INFO, "fastctl.manager")
     ended: dict[float, float | None] = {}
 
     async def main() -> tuple[object, float]:
         loop = asyncio.get_running_loop()
-        elected = {asyncio.create_task(_sleeper(s, ended)) for s in (8.0, 9.0)}
-        sharded = asyncio.create_task(_sleeper(4.0, ended))
+        elected = {_controller(s, ended) for s in (8.0, 9.0)}
+        sharded = _controller(4.0, ended)
         lease = asyncio.create_task(asyncio.sleep(2.0))
         lost = await drain(
             {*elected, sharded},
@@ -336,7 +354,10 @@ def test_leadership_ending_in_a_drain_cuts_the_elected_and_returns_true(
     assert when == 4.0  # the sharded one drained on
     assert ended == {8.0: None, 9.0: None, 4.0: 4.0}
     assert _messages(caplog) == [
-        "leadership ended during the drain: cancelling 2 leader-elected controller(s) at once"
+        "draining 3 controller(s) for up to 60 s: c4; c8; c9",
+        "leadership ended during the drain: cancelling 2 leader-elected controller(s) at "
+        "once: c8; c9",
+        "drained c4",
     ]
 
 
