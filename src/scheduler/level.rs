@@ -209,6 +209,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_plain_level_names_its_next_entries_and_its_ring() {
+        let g = Groups::default();
+        let mut level = Level::new(1, 10, NO_GROUP, &g);
+        assert_eq!(level.upcoming(), (Some(10), None));
+        assert_eq!(level.ring(), (vec![NO_GROUP], 1));
+        level.insert(2, 20, NO_GROUP, &g);
+        level.insert(3, 30, NO_GROUP, &g);
+        assert_eq!(level.upcoming(), (Some(10), Some(20)));
+        level.remove(1, 10, NO_GROUP, &g);
+        level.remove(2, 20, NO_GROUP, &g);
+        level.remove(3, 30, NO_GROUP, &g);
+        // Emptied: no next entry, and no group in line.
+        assert_eq!(level.upcoming(), (None, None));
+        assert_eq!(level.ring(), (Vec::new(), 0));
+    }
+
+    #[test]
+    fn a_fair_level_names_its_next_entries_by_turn() {
+        let mut g = Groups::default();
+        let a = g.join(Some("a"));
+        let b = g.join(Some("b"));
+        let mut level = Level::new(1, 10, a, &g);
+        level.insert(2, 20, b, &g);
+        level.insert(3, 30, a, &g);
+        assert_eq!(level.upcoming(), (Some(10), Some(20)));
+    }
+
+    #[test]
     fn the_implicit_group_takes_its_turn_and_the_level_turns_plain_again() {
         let mut g = Groups::default();
         let a = g.join(Some("a"));
