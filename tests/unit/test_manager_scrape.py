@@ -144,8 +144,11 @@ async def test_metrics_of_a_busy_controller(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _election(identity: str) -> LeaderElection:
+    # Real time: a renew deadline of 0.3 s passed on a loaded machine and the leader lost
+    # its term mid-test. The hand-over below is a release (shutdown), not an expiry, so long
+    # terms cost nothing; the short retry period keeps the standby's claim quick.
     return LeaderElection(
-        "l", identity=identity, lease_duration=1.0, renew_deadline=0.3, retry_period=0.05
+        "l", identity=identity, lease_duration=10.0, renew_deadline=5.0, retry_period=0.05
     )
 
 
