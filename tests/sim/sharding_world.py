@@ -51,6 +51,7 @@ from .world import (
     SimScheduler,
     name_of,
     no_signals,
+    patched,
 )
 
 GROUP = "sim"
@@ -238,14 +239,8 @@ def _wired(server: ApiServer, leases: MemberLeases, record: ShardRecord) -> Iter
         (manager_module, "stop_on_signals", no_signals),
         (rest_module, "ssl", ssl_once()),
     ]
-    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
-    for module, name, value in patches:
-        setattr(module, name, value)
-    try:
+    with patched(patches):
         yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
 
 
 def _apply(

@@ -379,6 +379,20 @@ def _recording_elector(record: Record) -> type[LeaderElector]:
 
 
 @contextlib.contextmanager
+def patched(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Each ``(module, name, value)`` set while the block runs, then the old values back
+    (the worlds point fastctl's private imports at the in-memory server this way)."""
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    for module, name, value in patches:
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
+@contextlib.contextmanager
 def no_signals(what: str, *, graceful: Any, at_once: Any) -> Iterator[None]:
     """The Managers' `stop_on_signals`, taking no signal: the simulated Managers share the
     test process, and a SIGTERM sent to it (someone ending the test run) must end the run,
@@ -397,14 +411,8 @@ def _wired(server: ApiServer, record: Record) -> Iterator[None]:
         (manager_module, "stop_on_signals", no_signals),
         (rest_module, "ssl", ssl_once()),
     ]
-    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
-    for module, name, value in patches:
-        setattr(module, name, value)
-    try:
+    with patched(patches):
         yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
 
 
 async def _bursts(queue: asyncio.Queue[None]) -> AsyncIterator[None]:

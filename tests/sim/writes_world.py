@@ -48,6 +48,7 @@ from .world import (
     SimError,
     SimScheduler,
     _how,
+    patched,
 )
 
 POINTER = Resource("example.com/v1", "Pointer", plural="pointers", namespaced=True)
@@ -154,14 +155,8 @@ def _wired(server: ApiServer) -> Iterator[None]:
         (http_module, "request", server.request),
         (rest_module, "ssl", ssl_once()),
     ]
-    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
-    for module, name, value in patches:
-        setattr(module, name, value)
-    try:
+    with patched(patches):
         yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
 
 
 async def _bursts(queue: asyncio.Queue[None]) -> AsyncIterator[None]:
