@@ -23,6 +23,7 @@ from fastctl.kube._http import ApiError
 from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._member import ShardMember
+from fastctl.runtime.sharding._rules import GROUP_LABEL, SLOTS_ANNOTATION
 from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .test_sharding_protocol import SLOTS, LeaseStore, Link, config
@@ -300,5 +301,82 @@ def test_a_conflict_after_which_our_lease_is_gone_creates_it_again() -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_clean_leave_publishes_no_holder_and_no_slot_in_its_groups_lease() -> None:
+    """Connected, a leave writes its Lease once more: no holder, no slot, a one-second
+    duration and the group's label (the others list the group by it), so the other member
+    takes every slot over at once instead of after the old lease duration. A second leave
+    (a Manager stopping after a leave) finds nothing left to cancel and writes again."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, leaving, other = await two_members(loop)
+        name = leaving.member.config.lease_name
+        assert await leaving.member.leave() is True
+        lease = group.store.leases[name]
+        assert lease["spec"]["holderIdentity"] == ""
+        assert lease["spec"]["leaseDurationSeconds"] == 1
+        assert lease["metadata"]["labels"] == {GROUP_LABEL: leaving.member.config.group}
+        assert lease["metadata"]["annotations"] == {SLOTS_ANNOTATION: ""}
+        left_at = loop.time()
+        await until_changed(other.member, lambda: other.member.serving == set(range(SLOTS)))
+        assert loop.time() - left_at < leaving.member.config.lease_duration
+        assert await leaving.member.leave() is True
+        assert group.violations == []
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_leave_whose_write_fails_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, leaving, _ = await two_members(loop)
+
+        async def refused(current: Any, body: dict[str, Any]) -> dict[str, Any]:
+            raise ApiError(500, "InternalError", "etcd is gone")
+
+        leaving.link.write = refused  # type: ignore[method-assign]
+        with caplog.at_level(logging.WARNING, logger="fastctl.sharding"):
+            assert await leaving.member.leave() is False
+        name = leaving.member.config.group
+        assert f"shard group {name}: could not leave cleanly: 500 InternalError: etcd is gone" in [
+            r.getMessage() for r in caplog.records
+        ]
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_failing_renewal_is_logged_once_per_distinct_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Renewals that fail the same way again and again warn once (then at debug level); a
+    new error warns again, and a timed-out request says so (a TimeoutError's text is
+    empty)."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group, failing, _ = await two_members(loop)
+        errors: list[BaseException] = [ApiError(500, "InternalError", "etcd is gone")]
+
+        async def refused(current: Any, body: dict[str, Any]) -> dict[str, Any]:
+            raise errors[0]
+
+        failing.link.write = refused  # type: ignore[method-assign]
+        name = failing.member.config.group
+        with caplog.at_level(logging.DEBUG, logger="fastctl.sharding"):
+            await asyncio.sleep(8)  # a few renewals, all refused
+            errors[0] = TimeoutError()
+            await asyncio.sleep(4)
+        said = [(r.levelno, r.getMessage()) for r in caplog.records]
+        refused_text = (
+            f"shard group {name}: writing the member Lease: 500 InternalError: etcd is gone"
+        )
+        timed_out = f"shard group {name}: writing the member Lease: request timed out"
+        assert said.count((logging.WARNING, refused_text)) == 1
+        assert said.count((logging.DEBUG, refused_text)) >= 1
+        assert said.count((logging.WARNING, timed_out)) == 1
+        await group.stop()
 
     run_virtual(_with_the_loop(main))
