@@ -179,6 +179,10 @@ TARGETS: dict[str, Target] = {
             "tests/unit/test_manager_lifecycle.py",
             "tests/unit/test_manager_mixed.py",
         ),
+        # A mutant that stops a member from ever settling runs every covering test to its
+        # limit: at 15 times their 40 s that is ten minutes a mutant, for hundreds of them.
+        # Five times is still far above a loaded machine's slowdown.
+        timeout_multiplier=5.0,
     ),
     "own_writes": Target(
         ("python/fastctl/runtime/_own_writes.py",),

@@ -6,6 +6,10 @@ that the code under test handles it, would then pass under every mutant that rem
 handling: the signal ends the test run "successfully". Before each test this plugin gives
 both signals a handler that fails the run (exit status 1) instead: a signal the code does
 not handle is a killed mutant, as it fails a plain pytest run.
+
+It also turns Hypothesis' shrinking off: a mutant is killed by the first failing example,
+and shrinking it to the smallest one (minutes, for the simulated sharding protocol) changes
+nothing in the verdict. Generation and the replay of examples that failed before stay.
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ import signal
 from types import FrameType
 
 import pytest
+from hypothesis import Phase, settings
+
+settings.register_profile("mutants", phases=(Phase.explicit, Phase.reuse, Phase.generate))
+settings.load_profile("mutants")
 
 
 def _unhandled(signum: int, frame: FrameType | None) -> None:
