@@ -16,6 +16,12 @@ a Tenant is deleted, and the webhooks default the owner and let only tenant-admi
 the premium tier, while the operator's own finalizer writes on a premium Tenant pass. It
 never receives a 403: its ``/metrics`` has no ``rest_client_requests_total`` series with
 ``code="403"``, and its log has no "forbidden".
+
+A second run, in this process, counts the Role's rules: as its ServiceAccount, with the same
+Role, through a Tenant's life in which someone deletes its Secret (generated again: the
+``CredentialsGenerated`` Event repeats, a patch of its series) and another writer changes
+its finalizers as the operator adds its own (test_rbac.py's ``conflicts``: the ``get`` of
+the finalizer's retry), every verb the Role grants is used, and none is refused.
 """
 
 from __future__ import annotations
@@ -34,20 +40,23 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl._tls import ServingCertificate
 from fastctl.deploy._webhooks import CERT_DIR
 from fastctl.kube import ApiError, Resource, create, delete, get, patch
+from fastctl.runtime import LeaderElection, Manager
 from fastctl.testing import ControlPlane
 from fastctl.webhook._configuration import MUTATING, VALIDATING
 
 from .conftest import make_client
+from .test_rbac import Grant, Sent, conflicts, grants_of, sent, wait_for  # noqa: F401  (fixtures; conflicts is autouse)
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
@@ -437,3 +446,116 @@ async def lifecycle(
                     return False
 
                 await op.until(gone, f"{resource.kind} {child} deleted")
+
+
+# -- every rule used -------------------------------------------------------------------------
+
+
+def mint(cp: ControlPlane, namespace: str) -> str:
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600},
+    }
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{NAME}/token"
+    return str(admin(cp, "POST", path, request)["status"]["token"])
+
+
+@contextlib.asynccontextmanager
+async def in_process(cp: ControlPlane, namespace: str, token: str) -> AsyncIterator[None]:
+    """The operator as `fastctl run` builds it from the Deployment's flags (leader election
+    on its Lease), in this process, as the ServiceAccount; its watches list with a
+    paginated list (the one request of the ``list`` verb; this server would stream)."""
+    cfg = Configuration(host=cp.server, api_key={"BearerToken": token})
+    cfg.api_key_prefix = {"BearerToken": "Bearer"}
+    cfg.ssl_ca_cert = str(cp.ca_file)
+    async with ApiClient(cfg) as api:
+        election = LeaderElection(
+            NAME, namespace=namespace, lease_duration=3.0, renew_deadline=2.0, retry_period=0.2
+        )
+        manager = Manager(api, leader_election=election, metrics_port=None, probe_port=None)
+        ctl = tenants.make(api, namespace=namespace)
+        ctl.watch_config = replace(ctl.watch_config, streaming_list=False)
+        manager.add(ctl)
+        task = asyncio.create_task(manager.run())
+        try:
+            yield
+        finally:
+            manager.shutdown()
+            await asyncio.wait_for(task, 60)
+
+
+async def test_every_rule_of_the_tenant_role_is_used(
+    control_plane: ControlPlane,
+    client: ApiClient,
+    namespace: str,
+    sent: tuple[set[str], list[Sent]],  # noqa: F811
+    conflicts: list[str],  # noqa: F811
+) -> None:
+    tokens, log = sent
+    docs = render(namespace)
+    await asyncio.to_thread(install, control_plane, docs, namespace)
+    tokens.add(token := await asyncio.to_thread(mint, control_plane, namespace))
+    granted = grants_of(one(docs, "Role"))
+
+    def refused() -> list[Sent]:
+        return [s for s in log if s.status == 403]
+
+    def used(grant: Grant) -> bool:
+        return any(s.grant == grant and s.status < 300 for s in log)
+
+    async def until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
+        async def done() -> Any:
+            assert not refused(), refused()
+            try:
+                return await check()
+            except ApiError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+        await wait_for(done, what, 60)
+
+    async def ready(generation: int) -> bool:
+        obj = await get(client, TENANT, "acme", namespace=namespace)
+        return (obj.get("status") or {}).get("observedGeneration") == generation
+
+    async def password() -> str:
+        secret = await get(client, tenants.SECRET, "acme-credentials", namespace=namespace)
+        return password_of(secret)
+
+    async def repeated() -> bool:
+        path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+        items = (await asyncio.to_thread(admin, control_plane, "GET", path))["items"]
+        generated = [e for e in items if e["reason"] == "CredentialsGenerated"]
+        return any(((e.get("series") or {}).get("count") or 1) >= 2 for e in generated)
+
+    async with in_process(control_plane, namespace, token):
+        await create(client, TENANT, tenant("acme", namespace, settings={"a": "1"}))
+        await until(lambda: ready(1), "Tenant acme Ready")
+        first = await password()
+        await delete(client, tenants.SECRET, "acme-credentials", namespace=namespace)
+
+        async def regenerated() -> bool:
+            return await password() != first
+
+        await until(regenerated, "the credentials generated again")
+        await until(repeated, "the repeated CredentialsGenerated Event")
+        await patch(client, TENANT, "acme", {"spec": {"settings": {"a": "2"}}}, namespace=namespace)
+        await until(lambda: ready(2), "Tenant acme Ready at generation 2")
+        await delete(client, TENANT, "acme", namespace=namespace)
+
+        async def released() -> bool:
+            obj = await get(client, TENANT, "acme", namespace=namespace)
+            return tenants.FINALIZER not in obj["metadata"].get("finalizers", [])
+
+        await until(released, "the finalizer's cleanup")
+        # The other writer lets go too (its finalizer, added by `conflicts`).
+        let_go = {"metadata": {"finalizers": None}}
+        await patch(client, TENANT, "acme", let_go, namespace=namespace)
+        lease_renewed = ("coordination.k8s.io", "leases", "update")
+        await until(lambda: asyncio.sleep(0, used(lease_renewed)), "a renewal of the Lease")
+    assert not refused(), refused()
+    assert conflicts, "no conflict was forced on the finalizer's path"
+    unused = sorted(g for g in granted if not used(g))
+    assert unused == [], f"granted, never used: {unused}"
