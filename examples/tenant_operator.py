@@ -39,17 +39,25 @@ grant only what the operator holds itself (the API server refuses an escalation)
 tenant's Role grants a part of the operator's own rights: ``get`` of its Tenant (the
 finalizer's) and ``list``/``watch`` of ConfigMaps (the watch's).
 
-Run it against a local control plane, as its ServiceAccount, with its webhooks::
+Run it against a local control plane, with its webhooks (``--webhook-managed`` certifies
+them and installs their configurations, pointing at this process)::
 
     eval "$(fastctl control-plane up)"
-    fastctl manifests examples/tenant_operator.py:make --namespace shop \\
-        --create-namespace --image unused | kubectl apply -f -   # the Deployment fails
-    fastctl control-plane kubeconfig --service-account shop/tenant-operator --out op.kubeconfig
-    fastctl run examples/tenant_operator.py:make --kubeconfig op.kubeconfig --namespace shop \\
-        --webhook-cert-dir DIR              # tls.crt, tls.key; or --no-webhooks
+    fastctl crd examples/tenant_operator.py:make | kubectl apply -f -
+    fastctl run examples/tenant_operator.py:make --webhook-managed tenant-operator
 
-(``--webhook-managed NAME`` installs the webhook configurations itself, which takes the
-cluster-wide rights of ``fastctl manifests --webhook-certificates managed``.)
+Or as its ServiceAccount, under the Role that ``fastctl manifests
+examples/tenant_operator.py:make --namespace shop --create-namespace`` writes: apply its
+CustomResourceDefinition, Namespace, ServiceAccount, Role and RoleBinding (a local control
+plane runs no Deployment, has no cert-manager and cannot reach the webhook Service), then::
+
+    fastctl control-plane kubeconfig --service-account shop/tenant-operator --out op.kubeconfig
+    fastctl run examples/tenant_operator.py:make --namespace shop --kubeconfig op.kubeconfig \
+        --no-webhooks
+
+``tests/kube/test_tenant_operator.py`` does that with the webhooks too: it serves them from
+a certificate it issues for 127.0.0.1 (``--webhook-cert-dir``) and installs the generated
+configurations pointing at the process.
 """
 
 from __future__ import annotations
