@@ -14,8 +14,8 @@ The operator gives it, each with a controller owner reference (`owner_reference`
 change to any of them triggers the Tenant again and is put right:
 
 - ConfigMap ``acme-settings``: the settings;
-- Secret ``acme-credentials``: a username and a password generated once, then kept (a
-  Secret never rewritten; deleted by someone, it is generated anew);
+- Secret ``acme-credentials``: a username (``acme-app``) and a password generated once,
+  then kept (a Secret never rewritten; deleted by someone, it is generated anew);
 - ServiceAccount ``acme``, Role ``acme`` and RoleBinding ``acme``: the tenant's workloads
   (the ServiceAccount), its owner and its members may read their Tenant and the namespace's
   ConfigMaps.
@@ -202,13 +202,17 @@ def children(tenant: Tenant) -> list[tuple[Resource, dict[str, Any]]]:
 
 
 def credentials(tenant: Tenant, password: str) -> dict[str, Any]:
-    """The tenant's Secret, with `password`."""
+    """The tenant's Secret, with `password`. fastctl redacts every value of a Secret it has
+    read from the texts it prints and the status it writes, so no value here is a name
+    that other texts need: a username equal to the Tenant's name would blank the name
+    from the operator's logs and Events of any process that read the Secret."""
+    username = f"{tenant_name(tenant)}-app"
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
         "metadata": _meta(tenant, secret_name(tenant)),
-        "stringData": {"username": tenant_name(tenant), "password": password},
+        "stringData": {"username": username, "password": password},
     }
 
 

@@ -516,7 +516,15 @@ async def test_every_rule_of_the_tenant_role_is_used(
                     return None
                 raise
 
-        await wait_for(done, what, 60)
+        try:
+            await wait_for(done, what, 60)
+        except AssertionError as exc:
+            sent = [
+                (s.method, s.path.rsplit("/", 2)[-2:], s.status)
+                for s in log
+                if s.grant[1] != "leases"
+            ]
+            raise AssertionError(f"{exc}; the operator's last requests: {sent}") from None
 
     async def ready(generation: int) -> bool:
         obj = await get(client, TENANT, "acme", namespace=namespace)

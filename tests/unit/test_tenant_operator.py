@@ -119,7 +119,7 @@ def test_every_child_is_controlled_by_its_tenant() -> None:
         assert meta["ownerReferences"][0]["controller"] is True
     by_kind = {body["kind"]: body for body in made}
     assert by_kind["ConfigMap"]["data"] == {"region": "eu"}
-    assert by_kind["Secret"]["stringData"] == {"username": "acme", "password": "pw"}
+    assert by_kind["Secret"]["stringData"] == {"username": "acme-app", "password": "pw"}
     assert by_kind["RoleBinding"]["roleRef"]["name"] == by_kind["Role"]["metadata"]["name"]
 
 
