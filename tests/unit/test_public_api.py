@@ -417,7 +417,8 @@ def _fastctl_imports(path: Path) -> list[tuple[str, list[str]]]:
 def test_the_docs_find_imports() -> None:
     """The import scanner above is not vacuous."""
     imports = _fastctl_imports(ROOT / "README.md")
-    assert ("fastctl.kube", ["apply", "owner_reference"]) in imports
+    helpers = ["Condition", "apply", "apply_status", "owner_reference", "set_condition"]
+    assert ("fastctl.kube", helpers) in imports
     assert any(module == "fastctl" and "Controller" in names for module, names in imports)
 
 
