@@ -166,6 +166,9 @@ def remember(obj: Any) -> None:
             node = node.get(part) if isinstance(node, Mapping) else None
         for leaf in _leaves(node):
             found |= _spellings(leaf, base64_data=kind == "Secret" and path == ("data",))
+            if kind == "Secret" and path == ("stringData",):
+                # Stored, and read back by anyone, as base64 in ``data``.
+                found |= _spellings(base64.b64encode(leaf.encode()).decode(), base64_data=False)
     meta = data.get("metadata") or {}
     key = f"{kind}/{meta.get('namespace', '')}/{meta.get('name', '')}/{meta.get('uid', '')}"
     values = frozenset(found)

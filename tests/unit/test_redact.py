@@ -303,3 +303,30 @@ async def test_what_is_not_status_is_written_as_given(sent: _Sent) -> None:
     assert sent.bodies[0]["spec"] == spec, "the operator's own data was changed"
     ops = sent.bodies[1]
     assert [op["value"] for op in ops if op["op"] != "replace"] == [PASSWORD, PASSWORD]
+
+
+SECRETS = ResolvedResource("", "v1", "Secret", "secrets", True)
+
+
+@pytest.mark.parametrize("how", ["create", "apply", "patch"])
+async def test_a_secret_written_through_fastctl_is_scrubbed_from_later_statuses(
+    sent: _Sent, how: str
+) -> None:
+    """An operator that generates a password and caches Secrets metadata-only never reads
+    the value back: what it writes is remembered as what it reads."""
+    from fastctl.kube import apply, apply_status, create, patch
+
+    generated = "generated-pw-0Zq81xV"
+    body = {"metadata": {"name": "db", "namespace": "ns"}, "stringData": {"password": generated}}
+    if how == "create":
+        await create(None, SECRETS, body)  # type: ignore[arg-type]
+    elif how == "apply":
+        await apply(None, SECRETS, body, field_manager="m")  # type: ignore[arg-type]
+    else:
+        await patch(None, SECRETS, "db", {"stringData": {"password": generated}}, namespace="ns")  # type: ignore[arg-type]
+    obj = {"metadata": {"name": "w", "namespace": "ns"}}
+    await apply_status(None, WIDGETS, obj, status=_status_error(generated), field_manager="m")  # type: ignore[arg-type]
+    assert sent.bodies[0]["stringData"] == {"password": generated}, "the Secret itself is sent"
+    status = orjson.dumps(sent.bodies[1]).decode()
+    assert_clean(status, generated)
+    assert redact(f"login with {generated} failed") == "login with <redacted> failed"

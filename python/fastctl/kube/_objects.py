@@ -113,6 +113,14 @@ async def get(
     return obj
 
 
+def _remember_written(res: ResolvedResource, body: Mapping[str, Any]) -> None:
+    """Remember the sensitive values of a Secret (or a marked kind) this process writes, as
+    those it reads: an operator that generates a password and caches Secrets metadata-only
+    never reads it back, yet must not quote it into a status, an Event or a log."""
+    if is_sensitive(res.kind):
+        remember({**body, "kind": res.kind})
+
+
 async def create(
     client: ApiClient,
     resource: Resource | ResolvedResource,
@@ -126,6 +134,7 @@ async def create(
     fine."""
     res = await resolved(client, resource)
     obj = scrub_status(as_json(obj))
+    _remember_written(res, obj)
     ns = (obj.get("metadata") or {}).get("namespace") or namespace
     if res.namespaced and not ns:
         raise ValueError(f"{res.kind} is namespaced: give metadata.namespace or namespace=")
@@ -225,6 +234,7 @@ async def _apply(
         "dryRun": "All" if dry_run else None,
     }
     body = _with_type(res, obj)
+    _remember_written(res, body)
 
     async def send(version: str | None) -> tuple[int, Any]:
         return await request_json_status(
@@ -262,6 +272,8 @@ async def patch(
     path = res.object_path(name, namespace, subresource=subresource)
     if subresource in (None, "status"):
         body = scrub_status(body)
+    if subresource is None and isinstance(body, Mapping):
+        _remember_written(res, {**body, "metadata": {"name": name, "namespace": namespace}})
 
     async def send(version: str | None) -> tuple[int, Any]:
         conditioned = body if version is None else _patch_conditioned(body, version)
