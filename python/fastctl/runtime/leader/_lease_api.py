@@ -1,4 +1,9 @@
-"""The elector's only I/O: GET, POST and PUT of one Lease as raw JSON."""
+"""The elector's only I/O: GET, POST and PUT of one Lease as raw JSON.
+
+Never held by the client's rate limit (``throttled=False``): a renewal that waited behind
+the reconciles' requests could cost the lease. Not retried here either: the elector has
+its own schedule of retries within the renew deadline.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ class LeaseClient:
     async def get(self) -> dict[str, Any] | None:
         try:
             lease = await request_json(
-                self._client, "GET", self._path, request_timeout=self._timeout
+                self._client, "GET", self._path, request_timeout=self._timeout, throttled=False
             )
         except ApiError as exc:
             if exc.status == 404:
@@ -47,6 +52,7 @@ class LeaseClient:
             self._collection,
             body=orjson.dumps(body),
             request_timeout=self._timeout,
+            throttled=False,
         )
         return _as_lease(lease, "POST", self._collection)
 
@@ -56,7 +62,12 @@ class LeaseClient:
         spec = {**(lease.get("spec") or {}), **record.to_spec()}
         body = {**lease, "spec": spec}
         updated = await request_json(
-            self._client, "PUT", self._path, body=orjson.dumps(body), request_timeout=self._timeout
+            self._client,
+            "PUT",
+            self._path,
+            body=orjson.dumps(body),
+            request_timeout=self._timeout,
+            throttled=False,
         )
         return _as_lease(updated, "PUT", self._path)
 

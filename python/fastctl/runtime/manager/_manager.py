@@ -23,6 +23,9 @@ The Manager
   and, since the sharded ones never depended on that Lease, drains those gracefully and
   leaves the shard group before `run()` raises `LeadershipLost`. A Manager whose
   controllers are all sharded does not campaign for the leader Lease at all;
+- with `rate_limit`, holds the requests of its client to that rate (QPS and burst), shared
+  by all its controllers; a controller on another client (another cluster) has its own
+  bucket of the same limit (`fastctl.kube.set_rate_limit`);
 - serves ``/metrics`` (controllers, process, API requests), ``/healthz``, ``/readyz``
   and on request ``/debug/queue`` (`ServerOptions`, `fastctl.runtime.manager._servers`);
 - starts other components of the process (`add_runnable`: a webhook server, say) before the
@@ -47,8 +50,10 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from fastctl._options import pick
+from fastctl._rate import RateLimit
 from fastctl._threads import live_threads
 from fastctl.errors import LeadershipLost
+from fastctl.kube._throttle import set_rate_limit
 from fastctl.runtime._debug_queue import DebugQueueServer
 from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics import FastctlCollector
@@ -102,8 +107,16 @@ class Manager:
         servers: ServerOptions | None = None,
         drain_timeout: float = 30.0,
         registry: CollectorRegistry | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise TypeError(
+                f"rate_limit must be a fastctl.RateLimit or None, got {type(rate_limit).__name__}"
+            )
         self.client = client
+        self.rate_limit = rate_limit
+        """The client-side rate limit of the Manager's client(s), set when `run` starts
+        (``None``: whatever the clients have, by default no limit)."""
         self.leader_election = leader_election
         self.sharding = sharding
         self.servers: ServerOptions = pick(
@@ -266,6 +279,11 @@ class Manager:
             raise ValueError("Manager has no controllers: add one with manager.add(...)")
         self._running = True
         loop = asyncio.get_running_loop()
+        if self.rate_limit is not None:
+            for client in {
+                id(c): c for c in (self.client, *(x.client for x in self.controllers))
+            }.values():
+                set_rate_limit(client, self.rate_limit)
         shared = share_watches(self.controllers, sharded=self._sharded)
         if self.servers.debug_queue_port is not None:
             for ctl in self.controllers:
