@@ -78,8 +78,8 @@ watches and for requests made outside reconciles.
 """
 
 DEFAULT_REQUEUE_LIMIT = RateLimit(qps=10.0, burst=100)
-"""How fast an applier starts the reconciles it queued again itself (requeues and retries
-after failures) by default: controller-runtime's overall bucket, 10 a second with bursts of
+"""How fast an applier starts the reconciles it queued again itself (retries after
+failures, immediate requeues) by default: controller-runtime's overall bucket, 10 a second with bursts of
 100, on top of each object's own backoff (`fastctl._requeue_limit`)."""
 
 _UNBOUNDED_BATCH = 1024
@@ -159,10 +159,11 @@ class ApplierConfig:
     no Event either way."""
     requeue_limit: RateLimit | None = DEFAULT_REQUEUE_LIMIT
     """The most reconciles a second this applier starts again on its own, without a change:
-    requeues (`Action.requeue`) and retries after failures, all objects together, on top
-    of each object's backoff, so that an outage in which every reconcile fails costs a
-    bounded rate (`fastctl._requeue_limit`). A change always starts its reconcile at once.
-    ``None``: no bound."""
+    retries after failures (whatever delay the backoff or the error policy chose) and
+    immediate requeues (``Action.requeue(0)``), all objects together, on top of each
+    object's backoff, so that an outage in which every reconcile fails costs a bounded
+    rate (`fastctl._requeue_limit`). A change always starts its reconcile at once, and a
+    requeue with a delay keeps its own schedule. ``None``: no bound."""
 
     def __post_init__(self) -> None:
         concurrency, timeout = self.concurrency, self.timeout
@@ -567,7 +568,7 @@ class _Driver:
             action: Action = returned if returned is not None else _AWAIT
             self.scheduler.done(key, requeue_after=action.requeue_after, now=ended)
             if requeues is not None:
-                requeues.ended(key, again=action.requeue_after is not None)
+                requeues.ended(key, again=action.requeue_after == 0)
             if self.reasons is not None:
                 self._note_end(key, None, None if action.requeue_after is None else "requeue")
         elif isinstance(error, KeyboardInterrupt | SystemExit):

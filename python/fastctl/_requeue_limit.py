@@ -7,20 +7,23 @@ of independent backoffs add up to a retry storm that starts over each time a bac
 expires. controller-runtime puts an overall token bucket on top of the per-item backoff
 (10 a second, bursts of 100: ``DefaultControllerRateLimiter``); this is fastctl's.
 
-Which starts it holds: a reconcile that runs again because the previous one asked for it
-(`Action.requeue`, an error policy's requeue) or failed (the default backoff). Those take a
-token when they are about to start; without one they are put back in the scheduler until
-their token's time (taking no slot meanwhile), and then start. A change (a watch event, a
-relist, a mapped trigger) never waits here, nor does the follow-up of a reconcile during
-which a change came: the bound is on the controller's own retries, not on its work. So in
-any window of ``t`` seconds at most ``burst + qps * t`` reconciles start that no change
-asked for, whatever the number of objects.
+Which starts it holds, as controller-runtime's bucket holds what goes through
+``AddRateLimited``: a reconcile that runs again because the previous one failed (whatever
+delay the scheduler's backoff or the error policy chose: controller-runtime's error path),
+or asked to run again at once (``Action.requeue(0)``: its ``Requeue: true``). A requeue
+with a delay (``Action.requeue(30)``, its ``RequeueAfter``) keeps its own schedule and is
+not held: a controller that checks each of 10,000 objects every minute needs 170 a second,
+which is the reconcile's choice, not a storm. Those held take a token when they are about
+to start; without one they are put back in the scheduler until their token's time (taking
+no slot meanwhile), and then start. A change (a watch event, a relist, a mapped trigger)
+never waits here, nor does the follow-up of a reconcile during which a change came: the
+bound is on the controller's own retries, not on its work. So in any window of ``t``
+seconds at most ``burst + qps * t`` such reconciles start, whatever the number of objects.
 
-The token is taken at the start, not when the requeue is decided (controller-runtime's
-bucket reserves at the decision): a requeue after 300 s spends its token 300 s later, so
-periodic requeues of many objects are spread only when they come due together. A held
-retry counts as one more failure of its object (its next backoff doubles), as a read-your-
-writes hold does (`fastctl._applier`'s ``put_back``).
+The token is taken at the start, not when the retry is decided (controller-runtime's
+bucket reserves at the decision), so a retry whose backoff is long spends no token until it
+is due. A held retry counts as one more failure of its object (its next backoff doubles),
+as a read-your-writes hold does (`fastctl._applier`'s ``put_back``).
 """
 
 from __future__ import annotations
