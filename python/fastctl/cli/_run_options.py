@@ -89,7 +89,7 @@ def _rate_limit(manager: Any, args: argparse.Namespace, built_by: str | None) ->
         raise CliError("--qps and --burst go together: give both")
     if manager.rate_limit is not None:
         raise CliError(
-            f"--qps: {built_by} builds a Manager with its own rate limit "
+            f"--qps/--burst: {built_by} builds a Manager with its own rate limit "
             f"({manager.rate_limit.qps:g} qps, burst {manager.rate_limit.burst}): "
             "set it in one place"
         )
