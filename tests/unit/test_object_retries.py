@@ -7,7 +7,7 @@ virtual clock, with each retry counted in ``rest_client_request_retries_total``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -39,7 +39,7 @@ def api_error(
 
 
 def _connector_error() -> aiohttp.ClientConnectorError:
-    key = aiohttp.client_reqrep.ConnectionKey("h", 1, False, None, None, None, None)
+    key = aiohttp.client_reqrep.ConnectionKey("h", 1, False, False, None, None, None)
     return aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "refused"))
 
 
@@ -97,7 +97,7 @@ def test_other_failures_are_the_callers(
 
 
 def test_a_certificate_that_does_not_verify_is_not_retried() -> None:
-    key = aiohttp.client_reqrep.ConnectionKey("h", 1, True, None, None, None, None)
+    key = aiohttp.client_reqrep.ConnectionKey("h", 1, True, True, None, None, None)
     exc = aiohttp.ClientConnectorCertificateError(key, ValueError("self-signed"))
     assert retry_delay(NO_JITTER, Safety.IDEMPOTENT, 1, exc) is None
 
@@ -195,7 +195,7 @@ def test_a_retry_policy_refuses_nonsense(policy: dict[str, Any]) -> None:
 
 # -- the calls -------------------------------------------------------------------------------
 
-CONFIGMAPS = ResolvedResource("", "v1", "ConfigMap", "configmaps", True, (), ())
+CONFIGMAPS = ResolvedResource("", "v1", "ConfigMap", "configmaps", True, None, None)
 HOST = "retries.example:6443"
 
 
@@ -215,14 +215,15 @@ class _Answer:
         return self._body
 
 
-Script = list[BaseException | tuple[int, dict[str, Any], dict[str, str]]]
+Step = BaseException | tuple[int, dict[str, Any], dict[str, str]]
+Script = Sequence[Step]
 
 
 class _Session:
     """Answers requests from a script, recording (method, time) of each attempt."""
 
     def __init__(self, script: Script) -> None:
-        self.script = list(script)
+        self.script: list[Step] = list(script)
         self.sent: list[tuple[str, float]] = []
 
     async def request(self, method: str, url: str, **kwargs: Any) -> _Answer:
@@ -233,7 +234,7 @@ class _Session:
         return _Answer(*step)
 
 
-def throttled(retry_after: int) -> tuple[int, dict[str, Any], dict[str, str]]:
+def throttled(retry_after: int) -> Step:
     """What priority and fairness answers: 429, the header and the Status's details."""
     body = {
         "kind": "Status",
@@ -245,9 +246,9 @@ def throttled(retry_after: int) -> tuple[int, dict[str, Any], dict[str, str]]:
     return 429, body, {"Retry-After": str(retry_after)}
 
 
-OK = (200, {"kind": "ConfigMap", "metadata": {"name": "a", "resourceVersion": "5"}}, {})
-CREATED = (201, {"kind": "ConfigMap", "metadata": {"name": "a", "resourceVersion": "5"}}, {})
-UNAVAILABLE = (503, {"kind": "Status", "code": 503, "reason": "ServiceUnavailable"}, {})
+OK: Step = (200, {"kind": "ConfigMap", "metadata": {"name": "a", "resourceVersion": "5"}}, {})
+CREATED: Step = (201, {"kind": "ConfigMap", "metadata": {"name": "a", "resourceVersion": "5"}}, {})
+UNAVAILABLE: Step = (503, {"kind": "Status", "code": 503, "reason": "ServiceUnavailable"}, {})
 
 
 def scripted(script: Script, policy: RetryPolicy = NO_JITTER) -> tuple[ApiClient, _Session]:

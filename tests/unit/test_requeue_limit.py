@@ -190,3 +190,39 @@ def test_the_default_bound_is_controller_runtimes_bucket() -> None:
     assert ApplierConfig().requeue_limit == DEFAULT_REQUEUE_LIMIT == RateLimit(10.0, 100)
     with pytest.raises(ValueError, match="requeue_limit"):
         ApplierConfig(requeue_limit=10)  # type: ignore[arg-type]
+
+
+@virtual_time
+async def test_the_follow_up_of_a_change_during_a_failing_run_is_not_held() -> None:
+    a, b = ObjectRef("a", "ns"), ObjectRef("b", "ns")
+    running, go = asyncio.Event(), asyncio.Event()
+    starts = Starts()
+
+    async def reconcile(obj: dict[str, Any], ctx: None) -> None:
+        starts.note(obj)
+        if obj["name"] == "a" and len(starts.times["a"]) == 1:
+            running.set()
+            await go.wait()
+        raise RuntimeError("down")
+
+    feed = Feed()
+    feed.put(b)  # b's retries spend the bucket: one token, then one every 100 s
+    config = ApplierConfig(requeue_limit=RateLimit(qps=0.01, burst=1))
+
+    async def consume() -> None:
+        async for _ in applier(reconcile, None, None, store_of([a, b]), feed, config=config):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(1.0)
+    assert len(starts.times["b"]) == 2  # its first retry took the token; the next waits
+    feed.put(a)
+    await running.wait()
+    feed.put(a)  # a change while a's first run is on: its follow-up is the change's
+    await asyncio.sleep(0.5)
+    failed_at = asyncio.get_running_loop().time()
+    go.set()
+    await asyncio.sleep(0.001)
+    assert starts.times["a"] == [1.0, failed_at]  # at once, no token
+    feed.close()
+    await task

@@ -230,6 +230,6 @@ async def request_json_status(
         delay = retry_delay(retry_policy_of(client), retry, retries, failure)
         if delay is None:
             raise failure
-        REQUESTS.record_retry(method, client.configuration.host, code)
+        REQUESTS.record_retry(method, client.configuration.host or "", code)
         log.debug("%s %s: %s; retry %d in %.2f s", method, path, failure, retries, delay)
         await asyncio.sleep(delay)
