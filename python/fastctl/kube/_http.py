@@ -60,6 +60,12 @@ def error_from_response(
     return err
 
 
+def _retry_after_header(resp: aiohttp.ClientResponse) -> str | None:
+    """The answer's ``Retry-After`` header (an answer made up without headers has none)."""
+    headers = getattr(resp, "headers", None)
+    return None if headers is None else headers.get("Retry-After")
+
+
 def _seconds(header: str) -> float | None:
     """A ``Retry-After`` header's delay in seconds (``None`` for an HTTP date or nonsense:
     client-go reads only seconds too)."""
@@ -217,7 +223,7 @@ async def request_json_status(
                     data,
                     method=method,
                     path=path,
-                    retry_after=resp.headers.get("Retry-After"),
+                    retry_after=_retry_after_header(resp),
                 )
                 code: int | str = status
         except (aiohttp.ClientError, OSError) as exc:  # no answer, or one cut short
