@@ -79,8 +79,8 @@ watches and for requests made outside reconciles.
 
 DEFAULT_REQUEUE_LIMIT = RateLimit(qps=10.0, burst=100)
 """How fast an applier starts the reconciles it queued again itself (retries after
-failures, immediate requeues) by default: controller-runtime's overall bucket, 10 a second with bursts of
-100, on top of each object's own backoff (`fastctl._requeue_limit`)."""
+failures, immediate requeues) by default: controller-runtime's overall bucket, 10 a second
+with bursts of 100, on top of each object's own backoff (`fastctl._requeue_limit`)."""
 
 _UNBOUNDED_BATCH = 1024
 """With no concurrency limit, how many keys one ``pop_many`` takes before the driver

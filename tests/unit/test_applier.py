@@ -667,7 +667,9 @@ async def test_5000_always_requeueing_objects_produce_15000_results_and_drain() 
     # Immediate requeues of 5,000 objects, not bounded: the overall bound would hold them to
     # 10 a second (it has tests of its own).
     config = ApplierConfig(concurrency=64, requeue_limit=None)
-    async for result in applier(reconcile, None, None, store_of(keys), feed, scheduler=sched, config=config):
+    async for result in applier(
+        reconcile, None, None, store_of(keys), feed, scheduler=sched, config=config
+    ):
         assert result.ok
         count += 1
         if count <= 15_000:

@@ -160,3 +160,19 @@ async def test_setting_the_same_limit_again_keeps_the_spent_tokens() -> None:
         assert _sent(api) == [0.0, 0.0, 1.0]
     finally:
         await real.close()
+
+
+def test_a_managers_limit_gives_each_client_one_bucket_shared_by_its_controllers() -> None:
+    from fastctl.kube._throttle import limit_clients
+
+    own, other = (
+        ApiClient(Configuration(host="https://a")),
+        ApiClient(Configuration(host="https://b")),
+    )
+    limit = RateLimit(qps=20.0, burst=30)
+    limit_clients([own, own, other, own], limit)  # the Manager's, then its controllers'
+    assert rate_limit_of(own) == rate_limit_of(other) == limit
+    bucket = own._fastctl_rate_bucket  # type: ignore[attr-defined]
+    assert bucket is not other._fastctl_rate_bucket  # type: ignore[attr-defined]
+    limit_clients([own], None)  # no rate_limit: the clients keep theirs
+    assert own._fastctl_rate_bucket is bucket  # type: ignore[attr-defined]

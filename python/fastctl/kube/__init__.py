@@ -13,6 +13,7 @@ from fastctl.kube import _lazy_import  # noqa: F401
 
 # isort: split
 
+from fastctl._rate import RateLimit
 from fastctl.errors import (
     ApiError,
     DiscoveryError,
@@ -21,7 +22,6 @@ from fastctl.errors import (
     ResourceNotFound,
     SchemaError,
 )
-from fastctl._rate import RateLimit
 from fastctl.kube._call_retry import RetryPolicy
 from fastctl.kube._client import load_client
 from fastctl.kube._conditions import set_condition

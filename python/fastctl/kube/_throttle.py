@@ -18,6 +18,7 @@ The time each request waited for its token is counted in
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -26,7 +27,14 @@ from fastctl._rate import RateLimit, TokenBucket
 from fastctl.kube._call_retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from fastctl.kube._request_metrics import REQUESTS
 
-__all__ = ["rate_limit_of", "retry_policy_of", "set_rate_limit", "set_retry_policy", "throttle"]
+__all__ = [
+    "limit_clients",
+    "rate_limit_of",
+    "retry_policy_of",
+    "set_rate_limit",
+    "set_retry_policy",
+    "throttle",
+]
 
 _BUCKET = "_fastctl_rate_bucket"
 _POLICY = "_fastctl_retry_policy"
@@ -41,6 +49,15 @@ def set_rate_limit(client: ApiClient, limit: RateLimit | None) -> None:
     if current is not None and current.limit == limit:
         return
     setattr(client, _BUCKET, None if limit is None else TokenBucket(limit))
+
+
+def limit_clients(clients: Iterable[ApiClient], limit: RateLimit | None) -> None:
+    """A Manager's `rate_limit`: each of `clients` (its own and its controllers', once
+    each) held to `limit`, one bucket a client (a cluster); ``None``: left as they are."""
+    if limit is None:
+        return
+    for client in {id(c): c for c in clients}.values():
+        set_rate_limit(client, limit)
 
 
 def rate_limit_of(client: ApiClient) -> RateLimit | None:

@@ -23,9 +23,7 @@ The Manager
   and, since the sharded ones never depended on that Lease, drains those gracefully and
   leaves the shard group before `run()` raises `LeadershipLost`. A Manager whose
   controllers are all sharded does not campaign for the leader Lease at all;
-- with `rate_limit`, holds the requests of its client to that rate (QPS and burst), shared
-  by all its controllers; a controller on another client (another cluster) has its own
-  bucket of the same limit (`fastctl.kube.set_rate_limit`);
+- with `rate_limit`, holds its clients' requests to that rate, shared by its controllers;
 - serves ``/metrics`` (controllers, process, API requests), ``/healthz``, ``/readyz``
   and on request ``/debug/queue`` (`ServerOptions`, `fastctl.runtime.manager._servers`);
 - starts other components of the process (`add_runnable`: a webhook server, say) before the
@@ -53,7 +51,7 @@ from fastctl._options import pick
 from fastctl._rate import RateLimit
 from fastctl._threads import live_threads
 from fastctl.errors import LeadershipLost
-from fastctl.kube._throttle import set_rate_limit
+from fastctl.kube._throttle import limit_clients
 from fastctl.runtime._debug_queue import DebugQueueServer
 from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics import FastctlCollector
@@ -109,14 +107,8 @@ class Manager:
         registry: CollectorRegistry | None = None,
         rate_limit: RateLimit | None = None,
     ) -> None:
-        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
-            raise TypeError(
-                f"rate_limit must be a fastctl.RateLimit or None, got {type(rate_limit).__name__}"
-            )
         self.client = client
-        self.rate_limit = rate_limit
-        """The client-side rate limit of the Manager's client(s), set when `run` starts
-        (``None``: whatever the clients have, by default no limit)."""
+        self.rate_limit = rate_limit  # set on the clients by `run` (`limit_clients`)
         self.leader_election = leader_election
         self.sharding = sharding
         self.servers: ServerOptions = pick(
@@ -279,11 +271,7 @@ class Manager:
             raise ValueError("Manager has no controllers: add one with manager.add(...)")
         self._running = True
         loop = asyncio.get_running_loop()
-        if self.rate_limit is not None:
-            for client in {
-                id(c): c for c in (self.client, *(x.client for x in self.controllers))
-            }.values():
-                set_rate_limit(client, self.rate_limit)
+        limit_clients([self.client, *(c.client for c in self.controllers)], self.rate_limit)
         shared = share_watches(self.controllers, sharded=self._sharded)
         if self.servers.debug_queue_port is not None:
             for ctl in self.controllers:
