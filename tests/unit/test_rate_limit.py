@@ -162,7 +162,7 @@ async def test_setting_the_same_limit_again_keeps_the_spent_tokens() -> None:
         await real.close()
 
 
-def test_a_managers_limit_gives_each_client_one_bucket_shared_by_its_controllers() -> None:
+async def test_a_managers_limit_gives_each_client_one_bucket_shared_by_its_controllers() -> None:
     from fastctl.kube._throttle import limit_clients
 
     own, other = (
@@ -176,3 +176,5 @@ def test_a_managers_limit_gives_each_client_one_bucket_shared_by_its_controllers
     assert bucket is not other._fastctl_rate_bucket  # type: ignore[attr-defined]
     limit_clients([own], None)  # no rate_limit: the clients keep theirs
     assert own._fastctl_rate_bucket is bucket  # type: ignore[attr-defined]
+    await own.close()
+    await other.close()
