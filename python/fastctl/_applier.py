@@ -341,34 +341,39 @@ class _Driver:
         group_of, store = self.group_of, self.store
         note = self.reasons.queued if self.reasons is not None else None
         changed = self.requeues.changed if self.requeues is not None else None
+        running = self.running
         try:
             async for item in self.triggers:
-                if changed is not None and isinstance(item, ObjectRef | Trigger):
-                    changed(item.key if isinstance(item, ObjectRef) else item.ref.key, self.running)
                 if group_of is not None and isinstance(item, ObjectRef | Trigger):
                     ref = item if isinstance(item, ObjectRef) else item.ref
                     trigger = item if isinstance(item, Trigger) else None
                     priority = 0 if trigger is None else trigger.priority
-                    add(ref.key, priority=priority, group=group_of(ref, store), now=now())
+                    key = ref.key
+                    add(key, priority=priority, group=group_of(ref, store), now=now())
                     if note is not None:
-                        note(ref.key, None if trigger is None else trigger.reason)
+                        note(key, None if trigger is None else trigger.reason)
                 elif type(item) is ObjectRef:
-                    add(item.key, now=now())
+                    key = item.key
+                    add(key, now=now())
                     if note is not None:
-                        note(item.key, None)
+                        note(key, None)
                 elif isinstance(item, Trigger):
-                    add(item.ref.key, priority=item.priority, now=now())
+                    key = item.ref.key
+                    add(key, priority=item.priority, now=now())
                     if note is not None:
-                        note(item.ref.key, item.reason)
+                        note(key, item.reason)
                 elif isinstance(item, ObjectRef):
-                    add(item.key, now=now())
+                    key = item.key
+                    add(key, now=now())
                     if note is not None:
-                        note(item.key, None)
+                        note(key, None)
                 else:
                     raise TypeError(
                         "triggers must yield fastctl.ObjectRef or fastctl.Trigger, "
                         f"got {type(item).__name__}: {item!r:.100}"
                     )
+                if changed is not None:
+                    changed(key, running)
                 self.wake()
         except asyncio.CancelledError:
             raise
