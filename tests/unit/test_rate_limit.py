@@ -14,7 +14,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from fastctl import RateLimit
 from fastctl._rate import TokenBucket
 from fastctl.kube import set_rate_limit
-from fastctl.kube._http import request, request_json
+from fastctl.kube._http import request_json
 from fastctl.kube._request_metrics import REQUESTS
 from fastctl.kube._throttle import rate_limit_of
 from fastctl.testing import virtual_time
@@ -127,7 +127,7 @@ async def test_a_clients_requests_wait_for_their_tokens_and_the_waits_are_counte
 
 
 @virtual_time
-async def test_an_unlimited_client_and_the_lease_requests_do_not_wait() -> None:
+async def test_an_unlimited_client_does_not_wait() -> None:
     api = ApiClient(Configuration(host="https://throttled.example:6443"))
     real = api.rest_client.pool_manager
     api.rest_client.pool_manager = _Session()  # type: ignore[assignment]
@@ -135,10 +135,6 @@ async def test_an_unlimited_client_and_the_lease_requests_do_not_wait() -> None:
         await asyncio.gather(*(request_json(api, "GET", "/api") for _ in range(50)))
         assert set(_sent(api)) == {0.0}
         set_rate_limit(api, RateLimit(qps=1.0, burst=1))
-        for _ in range(5):
-            async with await request(api, "PUT", "/lease", throttled=False):
-                pass
-        assert set(_sent(api)) == {0.0}  # the Lease's requests took no token
         set_rate_limit(api, None)
         assert rate_limit_of(api) is None
         await asyncio.gather(*(request_json(api, "GET", "/api") for _ in range(50)))

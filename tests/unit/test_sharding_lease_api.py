@@ -71,7 +71,6 @@ async def test_the_group_is_listed_by_its_label_and_only_leases_are_kept(wire: W
             "body": None,
             "query": {"labelSelector": f"{GROUP_LABEL}=grp"},
             "request_timeout": 4.5,
-            "throttled": False,  # a member's Lease never waits for the client's rate limit
         }
     ]
 
@@ -135,7 +134,6 @@ async def test_a_dead_members_lease_is_deleted_only_as_it_was_read(wire: Wire) -
             "path": f"{COLLECTION}/grp-b",
             "body": {"preconditions": {"resourceVersion": "9"}},
             "request_timeout": 4.5,
-            "throttled": False,
         }
     ]
 

@@ -86,7 +86,6 @@ async def request(
     content_type: str = "application/json",
     client_timeout: aiohttp.ClientTimeout | None = None,
     accept: str | None = None,
-    throttled: bool = True,
 ) -> aiohttp.ClientResponse:
     """Send one request on the client's session and return the unread response.
 
@@ -96,7 +95,7 @@ async def request(
     ``PartialObjectMetadata`` this way); by default it is ``application/json``.
     Every request is counted, with its code and the time its headers took
     (`fastctl.kube._request_metrics`: the ``rest_client_*`` metrics). A client with a rate
-    limit waits for it first, unless `throttled` is False (the Lease requests).
+    limit (`fastctl.kube.set_rate_limit`) waits for it first.
     """
     config = client.configuration
     if not config.host:
@@ -128,8 +127,7 @@ async def request(
     if rest.server_hostname:
         kwargs["server_hostname"] = rest.server_hostname
     session: aiohttp.ClientSession = rest.pool_manager
-    if throttled:
-        await throttle(client, method, config.host)
+    await throttle(client, method, config.host)
     started = time.perf_counter()
     try:
         response = await session.request(method, config.host + path, **kwargs)
@@ -166,7 +164,6 @@ async def request_json(
     content_type: str = "application/json",
     request_timeout: float = 60.0,
     retry: Safety | None = None,
-    throttled: bool = True,
 ) -> Any:
     """One request whose answer is a JSON document: parsed with orjson, or `ApiError`."""
     _, answer = await request_json_status(
@@ -178,7 +175,6 @@ async def request_json(
         content_type=content_type,
         request_timeout=request_timeout,
         retry=retry,
-        throttled=throttled,
     )
     return answer
 
@@ -193,7 +189,6 @@ async def request_json_status(
     content_type: str = "application/json",
     request_timeout: float = 60.0,
     retry: Safety | None = None,
-    throttled: bool = True,
 ) -> tuple[int, Any]:
     """`request_json`, with the HTTP status of the answer: a write that created its object
     is answered 201 (a POST, or a server-side apply of an object that did not exist).
@@ -212,7 +207,6 @@ async def request_json_status(
                 body=body,
                 content_type=content_type,
                 client_timeout=_timeout(request_timeout),
-                throttled=throttled,
             ) as resp:
                 data = await resp.read()
                 status = resp.status

@@ -5,12 +5,14 @@ reconciles do (a reconcile that writes on every run and so triggers itself, a re
 every object at once); client-go has one per REST config (QPS and burst). fastctl keeps it
 per `ApiClient`: every request that client sends takes a token before it goes
 (`fastctl.kube._http.request`), so a Manager's controllers, which share the Manager's
-client, share its limit. A watch takes one token when it opens, none per event; the Lease
-requests of leader election and sharding take none (a renewal that waited behind the
-reconciles' traffic could cost the lease).
+client, share its limit. A watch takes one token when it opens, none per event. The
+Manager's leader elector and shard member send their Lease requests on clients of their
+own, which no limit holds (a renewal that waited behind the reconciles' traffic could cost
+the lease).
 
 No limit is set unless asked for (`set_rate_limit`, ``Manager(rate_limit=...)``,
-``Controller(rate_limit=...)``, ``fastctl run --qps/--burst``); docs/kubernetes.md says why.
+``fastctl run --qps/--burst``; a standalone `Controller` runs under its client's);
+docs/kubernetes.md says why.
 The time each request waited for its token is counted in
 ``rest_client_rate_limiter_duration_seconds`` (client-go's name).
 """

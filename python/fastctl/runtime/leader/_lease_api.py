@@ -1,9 +1,4 @@
-"""The elector's only I/O: GET, POST and PUT of one Lease as raw JSON.
-
-Never held by the client's rate limit (``throttled=False``): a renewal that waited behind
-the reconciles' requests could cost the lease. Not retried here either: the elector has
-its own schedule of retries within the renew deadline.
-"""
+"""The elector's only I/O: GET, POST and PUT of one Lease as raw JSON."""
 
 from __future__ import annotations
 
@@ -31,7 +26,7 @@ class LeaseClient:
     async def get(self) -> dict[str, Any] | None:
         try:
             lease = await request_json(
-                self._client, "GET", self._path, request_timeout=self._timeout, throttled=False
+                self._client, "GET", self._path, request_timeout=self._timeout
             )
         except ApiError as exc:
             if exc.status == 404:
@@ -52,7 +47,6 @@ class LeaseClient:
             self._collection,
             body=orjson.dumps(body),
             request_timeout=self._timeout,
-            throttled=False,
         )
         return _as_lease(lease, "POST", self._collection)
 
@@ -62,12 +56,7 @@ class LeaseClient:
         spec = {**(lease.get("spec") or {}), **record.to_spec()}
         body = {**lease, "spec": spec}
         updated = await request_json(
-            self._client,
-            "PUT",
-            self._path,
-            body=orjson.dumps(body),
-            request_timeout=self._timeout,
-            throttled=False,
+            self._client, "PUT", self._path, body=orjson.dumps(body), request_timeout=self._timeout
         )
         return _as_lease(updated, "PUT", self._path)
 

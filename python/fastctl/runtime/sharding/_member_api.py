@@ -1,8 +1,4 @@
-"""A shard member's only I/O: list its group's Leases, write its own, delete a dead one.
-
-Never held by the client's rate limit (``throttled=False``), as the leader's Lease is not:
-a renewal that waited behind the reconciles' requests could cost the member its tenure.
-"""
+"""A shard member's only I/O: list its group's Leases, write its own, delete a dead one."""
 
 from __future__ import annotations
 
@@ -71,7 +67,6 @@ class ShardLeaseClient:
             self._collection,
             query={"labelSelector": f"{GROUP_LABEL}={self._group}"},
             request_timeout=self._timeout,
-            throttled=False,
         )
         items = answer.get("items") if isinstance(answer, dict) else None
         if not isinstance(items, list):
@@ -91,12 +86,7 @@ class ShardLeaseClient:
             version = (current.get("metadata") or {}).get("resourceVersion")
             body = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
         answer = await request_json(
-            self._client,
-            method,
-            path,
-            body=orjson.dumps(body),
-            request_timeout=self._timeout,
-            throttled=False,
+            self._client, method, path, body=orjson.dumps(body), request_timeout=self._timeout
         )
         if not isinstance(answer, dict):
             raise ApiError(0, "BadResponse", "not a Lease", method=method, path=path)
@@ -113,7 +103,6 @@ class ShardLeaseClient:
                 f"{self._collection}/{metadata.get('name')}",
                 body=orjson.dumps(body),
                 request_timeout=self._timeout,
-                throttled=False,
             )
         except ApiError as exc:
             if exc.status not in (404, 409):
