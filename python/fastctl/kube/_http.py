@@ -33,7 +33,14 @@ from fastctl.kube._call_retry import Safety, retry_delay
 from fastctl.kube._request_metrics import ERROR_CODE, REQUESTS
 from fastctl.kube._throttle import retry_policy_of, throttle
 
-__all__ = ["ApiError", "error_from_response", "request", "request_json", "request_json_status"]
+__all__ = [
+    "ApiError",
+    "error_from_response",
+    "request",
+    "request_json",
+    "request_json_status",
+    "retry_after_header",
+]
 
 log = logging.getLogger("fastctl.client")
 
@@ -60,7 +67,7 @@ def error_from_response(
     return err
 
 
-def _retry_after_header(resp: aiohttp.ClientResponse) -> str | None:
+def retry_after_header(resp: aiohttp.ClientResponse) -> str | None:
     """The answer's ``Retry-After`` header (an answer made up without headers has none)."""
     headers = getattr(resp, "headers", None)
     return None if headers is None else headers.get("Retry-After")
@@ -217,7 +224,7 @@ async def request_json_status(
                     data,
                     method=method,
                     path=path,
-                    retry_after=_retry_after_header(resp),
+                    retry_after=retry_after_header(resp),
                 )
                 code: int | str = status
         except (aiohttp.ClientError, OSError) as exc:  # no answer, or one cut short

@@ -65,7 +65,7 @@ from fastctl._clock import monotonic
 from fastctl._options import pick
 from fastctl._redact import is_sensitive, remember
 from fastctl.errors import ApiError, WatchError, WatchStreamError
-from fastctl.kube._http import error_from_response, request
+from fastctl.kube._http import error_from_response, request, retry_after_header
 from fastctl.kube._kubeconfig_check import invalid_url_error
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import Backoff, resolve_patiently
@@ -499,7 +499,7 @@ class _Watcher:
                         data,
                         method="GET",
                         path=self.path,
-                        retry_after=resp.headers.get("Retry-After"),
+                        retry_after=retry_after_header(resp),
                     )
                     if err.status == 410 and cont is not None:
                         # The continue token expired (the list took longer than etcd keeps
@@ -574,7 +574,7 @@ class _Watcher:
                     await resp.read(),
                     method="GET",
                     path=self.path,
-                    retry_after=resp.headers.get("Retry-After"),
+                    retry_after=retry_after_header(resp),
                 )
                 if err.status == 410:
                     raise _Gone(f"resourceVersion {state.rv} is gone ({err.message})")
