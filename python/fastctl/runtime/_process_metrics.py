@@ -81,7 +81,8 @@ class ClientRequestCollector(Collector):
 
 def _cumulative(histogram: LatencyTotals) -> list[tuple[str, float]]:
     """`histogram`'s buckets as Prometheus wants them: cumulative, ``+Inf`` last."""
-    cumulative, buckets = 0, list[tuple[str, float]]()
+    cumulative = 0
+    buckets: list[tuple[str, float]] = []
     for bound, count in zip((*BUCKETS, float("inf")), histogram.counts, strict=True):
         cumulative += count
         buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
