@@ -22,23 +22,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kubernetes_asyncio.client import ApiClient  # noqa: E402
-from kubernetes_asyncio.config import load_kube_config  # noqa: E402
 from tests.kube.faultproxy import FaultProxy, admin_ssl_context  # noqa: E402
 from tests.kube.throttled_writes import throttled_writes  # noqa: E402
 
 from fastctl import RateLimit  # noqa: E402
-from fastctl.kube import create  # noqa: E402
+from fastctl.kube import create, load_client  # noqa: E402
 from fastctl.kube._resource import Resource  # noqa: E402
 from fastctl.testing import ControlPlane  # noqa: E402
 
 
 async def main(args: argparse.Namespace) -> None:
     async with ControlPlane() as cp:
-        admin = ApiClient()
-        await load_kube_config(
-            config_file=str(cp.kubeconfig), client_configuration=admin.configuration
-        )
+        admin = await load_client(str(cp.kubeconfig))
         context = admin_ssl_context(
             str(cp.ca_file), str(cp.admin_cert_file), str(cp.admin_key_file)
         )
