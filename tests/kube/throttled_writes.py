@@ -2,7 +2,10 @@
 and `benches/throttled_writes.py` runs at full size.
 
 An operator (a Manager with a client-side rate limit, one controller) copies each source
-ConfigMap's ``data.value`` into an output ConfigMap with server-side apply. It talks to
+ConfigMap's ``data.value`` into an output ConfigMap with server-side apply. It watches
+both (one label), so that its read-your-writes guard sees each output it wrote land in its
+cache: a write outside the watch would hold the source's next reconcile for the guard's
+whole bound. It talks to
 the API server through `FaultProxy`, which for `outage` seconds answers every other write
 with 429 and ``Retry-After: 1`` (API priority and fairness turning a flow away), while the
 test changes every source object `rounds` times, directly (not through the proxy). Then
@@ -124,19 +127,23 @@ async def throttled_writes(
 
     async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
         name = obj["metadata"]["name"]
+        if not name.startswith("src-"):
+            return  # an output: cached (its label), so that the guard sees our writes land
         value = (obj.get("data") or {}).get("value", "")
         seen[name] = value
         out = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": "out-" + name.removeprefix("src-"), "namespace": namespace},
+            "metadata": {
+                "name": "out-" + name.removeprefix("src-"),
+                "namespace": namespace,
+                "labels": {LABEL: "out"},
+            },
             "data": {"value": value},
         }
         await apply(proxied, CONFIGMAPS, out, field_manager="throttle-test")
 
-    ctl = Controller(
-        proxied, CONFIGMAPS, reconcile, namespace=namespace, label_selector=f"{LABEL}=src"
-    )
+    ctl = Controller(proxied, CONFIGMAPS, reconcile, namespace=namespace, label_selector=LABEL)
     manager = Manager(proxied, metrics_port=None, probe_port=None, rate_limit=limit).add(ctl)
     host = proxy.url.removeprefix("http://")
     retries_before = {k: v for k, v in REQUESTS.retries().items() if k[2] == host}
