@@ -79,6 +79,7 @@ def median_of_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 if all(isinstance(v, int | float) for v in values):
                     out[phase][key] = median(values)
             out[phase]["all_seconds"] = [r[phase]["seconds"] for r in runs]
+            out[phase]["all_cpu_seconds"] = [r[phase].get("cpu_seconds") for r in runs]
             out[phase]["finished"] = all(r[phase]["finished"] for r in runs)
             others = [r[phase].get("others_cpu_seconds", {}) for r in runs]
             out[phase]["others_cpu_seconds"] = {
