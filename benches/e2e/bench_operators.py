@@ -12,6 +12,8 @@ anything else (the event caused by that very patch) is a no-op.
   so without a proxy variable this mode is ``fastctl``.
 - ``fastctl-filtered``: fastctl with ``event_filter=generation_changed``: the echo of the
   operator's own status patch (same generation) triggers no reconcile.
+- ``fastctl-no-ryw``: fastctl with its read-your-writes guard off
+  (``read_your_writes=ReadYourWrites(enabled=False)``), to measure what the guard costs.
 - ``kopf``: ``@kopf.on.create`` + ``@kopf.on.update``, with kopf's bookkeeping kept in the
   status (`StatusProgressStorage`, `StatusDiffBaseStorage`), so each change costs kopf one
   status patch, as it costs fastctl; Events posting and cluster scanning off.
@@ -50,6 +52,7 @@ WIDGET_MODES = (
     "fastctl-model",
     "fastctl-no-trust-env",
     "fastctl-filtered",
+    "fastctl-no-ryw",
     "kopf",
     "kopf-default",
     "kopf-event",
@@ -84,7 +87,7 @@ def _controller(
 ) -> Any:
     """The Controller every fastctl mode runs: `args.concurrency`, in `args.namespace`, on
     the Rust scheduler or (`model`) the pure-Python one."""
-    from fastctl import Controller, generation_changed
+    from fastctl import Controller, ReadYourWrites, generation_changed
     from fastctl.testing.model import ModelScheduler
 
     return Controller(
@@ -95,6 +98,7 @@ def _controller(
         concurrency=args.concurrency,
         scheduler=ModelScheduler(concurrency=args.concurrency) if model else None,
         event_filter=generation_changed if args.mode == "fastctl-filtered" else None,
+        read_your_writes=ReadYourWrites(enabled=args.mode != "fastctl-no-ryw"),
     )
 
 

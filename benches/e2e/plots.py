@@ -19,6 +19,7 @@ STYLE = {
     "fastctl-model": ("tab:cyan", "s", "--"),
     "fastctl-no-trust-env": ("tab:green", "P", ":"),
     "fastctl-filtered": ("tab:olive", "*", "-."),
+    "fastctl-no-ryw": ("tab:gray", "x", ":"),
     "kopf": ("tab:red", "^", "-"),
     "kopf-default": ("tab:orange", "v", ":"),
     "kopf-event": ("tab:purple", "D", "-."),

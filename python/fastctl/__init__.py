@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastctl._applier import ApplierConfig, applier
 from fastctl._core import Scheduler
+from fastctl._rate import RateLimit
 from fastctl._version import version as _installed_version
 from fastctl.errors import (
     ApiError,
@@ -114,6 +115,7 @@ __all__ = [
     "ObjectRef",
     "Predicate",
     "PrinterColumn",
+    "RateLimit",
     "ReadYourWrites",
     "Reconcile",
     "ReconcileCancelled",

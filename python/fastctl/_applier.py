@@ -45,7 +45,9 @@ from fastctl._clock import loop_clock, monotonic
 from fastctl._core import Scheduler
 from fastctl._fair import FairBy, check_group_concurrency, group_function
 from fastctl._options import pick
+from fastctl._rate import RateLimit
 from fastctl._reasons import ReasonLog
+from fastctl._requeue_limit import RequeueLimiter
 
 if TYPE_CHECKING:
     from fastctl._core import SchedulerStats
@@ -54,7 +56,13 @@ from fastctl.errors import ReconcileCancelled, ReconcileTimeout
 from fastctl.log import RedactingFilter, current_object
 from fastctl.types import Action, ErrorPolicy, ObjectRef, Reconcile, ReconcileResult, Trigger
 
-__all__ = ["DEFAULT_CONCURRENCY", "ApplierConfig", "SchedulerLike", "applier"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_REQUEUE_LIMIT",
+    "ApplierConfig",
+    "SchedulerLike",
+    "applier",
+]
 
 log = logging.getLogger("fastctl.runner")
 log.addFilter(RedactingFilter())  # its records name objects and errors
@@ -68,6 +76,11 @@ default): reconciles are I/O-bound, so parallelism is nearly free. 32 stays well
 aiohttp's default pool of 100 connections that kubernetes-asyncio uses, leaving room for
 watches and for requests made outside reconciles.
 """
+
+DEFAULT_REQUEUE_LIMIT = RateLimit(qps=10.0, burst=100)
+"""How fast an applier starts the reconciles it queued again itself (retries after
+failures, immediate requeues) by default: controller-runtime's overall bucket, 10 a second
+with bursts of 100, on top of each object's own backoff (`fastctl._requeue_limit`)."""
 
 _UNBOUNDED_BATCH = 1024
 """With no concurrency limit, how many keys one ``pop_many`` takes before the driver
@@ -144,6 +157,13 @@ class ApplierConfig:
     per object and reason (``fastctl.runtime._failure_events``), through the controller's
     `recorder` or one of its own. False: none. A bare `applier` has no client and publishes
     no Event either way."""
+    requeue_limit: RateLimit | None = DEFAULT_REQUEUE_LIMIT
+    """The most reconciles a second this applier starts again on its own, without a change:
+    retries after failures (whatever delay the backoff or the error policy chose) and
+    immediate requeues (``Action.requeue(0)``), all objects together, on top of each
+    object's backoff, so that an outage in which every reconcile fails costs a bounded
+    rate (`fastctl._requeue_limit`). A change always starts its reconcile at once, and a
+    requeue with a delay keeps its own schedule. ``None``: no bound."""
 
     def __post_init__(self) -> None:
         concurrency, timeout = self.concurrency, self.timeout
@@ -160,6 +180,10 @@ class ApplierConfig:
                     f"timeout must be a number of seconds > 0 or None, got {timeout!r}"
                 )
             object.__setattr__(self, "timeout", float(timeout))
+        if self.requeue_limit is not None and not isinstance(self.requeue_limit, RateLimit):
+            raise ValueError(
+                f"requeue_limit must be a fastctl.RateLimit or None, got {self.requeue_limit!r}"
+            )
         group_function(self.fair_by)  # refuses a bad value here, at construction
         check_group_concurrency(self.group_concurrency, self.fair_by)
 
@@ -221,6 +245,7 @@ class _Driver:
         scheduler: SchedulerLike | None,
         reasons: ReasonLog | None = None,
         gate: StartGate | None = None,
+        on_requeue_held: Callable[[float], None] | None = None,
     ) -> None:
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
@@ -268,6 +293,12 @@ class _Driver:
         """Why each key is queued (`fastctl._reasons`), when the caller keeps it."""
         self.gate = gate
         """What may hold a key back at its start (`StartGate`), when the caller has one."""
+        self.requeues: RequeueLimiter | None = (
+            None
+            if config.requeue_limit is None
+            else RequeueLimiter(config.requeue_limit, on_requeue_held)
+        )
+        """The bound on reconciles started again without a change (`requeue_limit`)."""
 
     # -- waking -----------------------------------------------------------------------------
 
@@ -309,32 +340,40 @@ class _Driver:
         add, now = self.scheduler.add, self.now
         group_of, store = self.group_of, self.store
         note = self.reasons.queued if self.reasons is not None else None
+        changed = self.requeues.changed if self.requeues is not None else None
+        running = self.running
         try:
             async for item in self.triggers:
                 if group_of is not None and isinstance(item, ObjectRef | Trigger):
                     ref = item if isinstance(item, ObjectRef) else item.ref
                     trigger = item if isinstance(item, Trigger) else None
                     priority = 0 if trigger is None else trigger.priority
-                    add(ref.key, priority=priority, group=group_of(ref, store), now=now())
+                    key = ref.key
+                    add(key, priority=priority, group=group_of(ref, store), now=now())
                     if note is not None:
-                        note(ref.key, None if trigger is None else trigger.reason)
+                        note(key, None if trigger is None else trigger.reason)
                 elif type(item) is ObjectRef:
-                    add(item.key, now=now())
+                    key = item.key
+                    add(key, now=now())
                     if note is not None:
-                        note(item.key, None)
+                        note(key, None)
                 elif isinstance(item, Trigger):
-                    add(item.ref.key, priority=item.priority, now=now())
+                    key = item.ref.key
+                    add(key, priority=item.priority, now=now())
                     if note is not None:
-                        note(item.ref.key, item.reason)
+                        note(key, item.reason)
                 elif isinstance(item, ObjectRef):
-                    add(item.key, now=now())
+                    key = item.key
+                    add(key, now=now())
                     if note is not None:
-                        note(item.key, None)
+                        note(key, None)
                 else:
                     raise TypeError(
                         "triggers must yield fastctl.ObjectRef or fastctl.Trigger, "
                         f"got {type(item).__name__}: {item!r:.100}"
                     )
+                if changed is not None:
+                    changed(key, running)
                 self.wake()
         except asyncio.CancelledError:
             raise
@@ -371,7 +410,7 @@ class _Driver:
             if not keys:
                 return
             gone = []
-            gate = self.gate
+            gate, requeues = self.gate, self.requeues
             for key in keys:
                 ref = ObjectRef._from_trusted_key(key)
                 obj = store.get(ref)
@@ -383,9 +422,16 @@ class _Driver:
                         reasons.dropped(key)
                     if gate is not None:
                         gate.release(key)
+                    if requeues is not None:
+                        requeues.forget(key)
                     continue
                 if gate is not None:
                     wait = gate.hold(key, now)
+                    if wait is not None:
+                        self.put_back(key, wait, now)
+                        continue
+                if requeues is not None:
+                    wait = requeues.hold(key, now)
                     if wait is not None:
                         self.put_back(key, wait, now)
                         continue
@@ -522,12 +568,17 @@ class _Driver:
         """Tell the scheduler how a reconcile ended (at `ended`, on the clock) and build its
         result (``None`` for an ending that stops the applier); `decided` is the error
         policy's answer to a failure (None: the default backoff)."""
+        requeues = self.requeues
         if error is None:
             action: Action = returned if returned is not None else _AWAIT
             self.scheduler.done(key, requeue_after=action.requeue_after, now=ended)
+            if requeues is not None:
+                requeues.ended(key, again=action.requeue_after == 0)
             if self.reasons is not None:
                 self._note_end(key, None, None if action.requeue_after is None else "requeue")
         elif isinstance(error, KeyboardInterrupt | SystemExit):
+            if requeues is not None:
+                requeues.ended(key, again=False)
             log.error("reconcile of %s raised %r: stopping the applier", key, error)
             self.scheduler.done(key, failed=True, now=ended)
             self._note_end(key, error, "error retry")
@@ -537,6 +588,8 @@ class _Driver:
             return None
         else:
             action = self.apply_error_policy(decided, key)
+            if requeues is not None:
+                requeues.ended(key, again=action is _BACKOFF or action.requeue_after is not None)
             if self.reasons is not None:
                 retry = action is _BACKOFF or action.requeue_after is not None
                 self._note_end(key, error, "error retry" if retry else None)

@@ -93,14 +93,23 @@ class ApiError(FastctlError):
         msg = f": {self.message}" if self.message else ""
         return f"{where}{self.status} {self.reason}{msg}"
 
+    retry_after_header: float | None = None
+    """The seconds of the answer's ``Retry-After`` header, when it had one (set by the
+    request that got the answer; a Status alone has no headers)."""
+
     @property
     def retry_after(self) -> float | None:
-        """Seconds the server asked us to wait (``details.retryAfterSeconds``), if any."""
+        """Seconds the server asked us to wait: the longer of the Status body's
+        ``details.retryAfterSeconds`` and the ``Retry-After`` header, if either is there."""
+        header = self.retry_after_header
         details = (self.body or {}).get("details")
-        if not isinstance(details, Mapping):  # a Status from a broken server
-            return None
+        if not isinstance(details, Mapping):  # no details, or a Status from a broken server
+            return header
         value = details.get("retryAfterSeconds")
-        return float(value) if isinstance(value, int | float) and value > 0 else None
+        body = float(value) if isinstance(value, int | float) and value > 0 else None
+        if body is None or header is None:
+            return body if header is None else header
+        return max(body, header)
 
     @classmethod
     def from_status(

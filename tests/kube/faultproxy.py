@@ -6,7 +6,8 @@ corrupt line in a watch stream, a burst of 429s or 503s. The proxy terminates pl
 from the client under test, forwards every request to kube-apiserver over TLS as the admin,
 and streams the answers back line by line, so it can:
 
-- record every request (`requests`: method and path with query) for assertions;
+- record every request (`requests`: method and path with query; `arrivals`: when each came,
+  on the loop's clock) for assertions;
 - `freeze` the streams open right now (they stop forwarding but stay open: a dead peer);
 - `cut` the streams open right now (the client sees the connection drop);
 - `inject` a line into the open watch streams, before the next real line;
@@ -16,6 +17,9 @@ and streams the answers back line by line, so it can:
 - `fail` the next requests matching a predicate with a given status and Status body
   (`heal` forgets those not yet used);
 - be `down` (every request answered 503) while a test changes the world behind it;
+- `throttle_writes`: answer every other write (POST, PUT, PATCH, DELETE) with 429 and a
+  ``Retry-After``, as API priority and fairness does to a flow over its share, until
+  `unthrottle` (`throttled` counts the writes refused so);
 - show the watch streams late: with `watch_delay` set, each line of a watch stream is
   forwarded that many seconds after it came (in order, the stream read on meanwhile), while
   every other request passes at once (a loaded watch cache, a slow network path);
@@ -61,6 +65,11 @@ class FaultProxy:
         self.upstream = upstream.rstrip("/")
         self._ssl = ssl_context
         self.requests: list[tuple[str, str]] = []
+        self.arrivals: list[float] = []  # the loop's time of each of `requests`
+        self._throttle_every = 0  # 0: off; n: the n-th write of each n is refused
+        self._throttle_retry_after = 1
+        self._writes_seen = 0
+        self.throttled = 0
         self.down = False
         self._streams: set[_Stream] = set()
         self._failures: list[_Failure] = []
@@ -140,6 +149,18 @@ class FaultProxy:
         """Answer the next `times` requests that `match` (method, path) with `status`."""
         self._failures.append(_Failure(status, times, match, retry_after))
 
+    def throttle_writes(self, *, every: int = 2, retry_after: int = 1) -> None:
+        """From now on, answer one write in `every` (every other one by default) with 429
+        TooManyRequests, a ``Retry-After: retry_after`` header and the Status's
+        ``details.retryAfterSeconds``, without forwarding it."""
+        self._throttle_every = every
+        self._throttle_retry_after = retry_after
+        self._writes_seen = 0
+
+    def unthrottle(self) -> None:
+        """Forward every write again."""
+        self._throttle_every = 0
+
     def heal(self) -> None:
         """Forget the failures `fail` asked for that have not happened yet."""
         self._failures.clear()
@@ -164,8 +185,19 @@ class FaultProxy:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         method, path = request.method, request.path_qs
         self.requests.append((method, path))
+        self.arrivals.append(asyncio.get_running_loop().time())
         if self.down:
             return _status_response(503, "ServiceUnavailable", "proxy is down", None)
+        if self._throttle_every and method in ("POST", "PUT", "PATCH", "DELETE"):
+            self._writes_seen += 1
+            if self._writes_seen % self._throttle_every == 0:
+                self.throttled += 1
+                return _status_response(
+                    429,
+                    "TooManyRequests",
+                    "Too many requests, please try again later.",
+                    self._throttle_retry_after,
+                )
         failure = self._failure(method, path)
         if failure is not None:
             return _status_response(

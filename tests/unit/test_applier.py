@@ -664,8 +664,11 @@ async def test_5000_always_requeueing_objects_produce_15000_results_and_drain() 
         feed.put(ref)
     count = 0
     per_key: dict[ObjectRef, int] = defaultdict(int)
+    # Immediate requeues of 5,000 objects, not bounded: the overall bound would hold them to
+    # 10 a second (it has tests of its own).
+    config = ApplierConfig(concurrency=64, requeue_limit=None)
     async for result in applier(
-        reconcile, None, None, store_of(keys), feed, concurrency=64, scheduler=sched
+        reconcile, None, None, store_of(keys), feed, scheduler=sched, config=config
     ):
         assert result.ok
         count += 1

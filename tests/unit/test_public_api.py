@@ -35,7 +35,8 @@ PUBLIC: dict[str, frozenset[str]] = {
         INITIAL_LIST_PRIORITY Action ApiError ApplierConfig Controller CustomResource Discovery
         DiscoveryError ErrorPolicy EventKind FastctlError InvalidObject KubeModel
         KubeconfigError LeaderElection LeaderElector LeadershipLost ListFrame Manager Mapper
-        ObjectEvent ObjectRef Predicate PrinterColumn ReadYourWrites Reconcile ReconcileCancelled
+        ObjectEvent ObjectRef Predicate PrinterColumn RateLimit ReadYourWrites Reconcile
+        ReconcileCancelled
         ReconcileResult ReconcileTimeout Recorder ResolvedResource Resource ResourceNotFound
         Scheduler SchemaError ServerOptions Sharding Store Trigger ValidationRule WatchConfig
         WatchError WatchEvent WatchStreamError
@@ -47,10 +48,11 @@ PUBLIC: dict[str, frozenset[str]] = {
         """
         ApiError Backoff Condition CustomResource Discovery DiscoveryError EventKind
         InvalidObject KubeModel KubeconfigError ListFrame MetadataOnlyUnsupported ObjectEvent
-        ObjectMeta PatchType PrinterColumn Recorder ResolvedResource Resource
-        ResourceNotFound SchemaError Store ValidationRule WatchConfig WatchEvent
+        ObjectMeta PatchType PrinterColumn RateLimit Recorder ResolvedResource Resource
+        ResourceNotFound RetryPolicy SchemaError Store ValidationRule WatchConfig WatchEvent
         add_finalizer apply apply_status controller_uid crd create delete finalizer get list
-        load_client owner_reference patch reflector remove_finalizer set_condition watcher
+        load_client owner_reference patch reflector remove_finalizer set_condition
+        set_rate_limit set_retry_policy watcher
         """
     ),
     "fastctl.runtime": _names(

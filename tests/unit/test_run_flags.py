@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from fastctl import RateLimit
 from fastctl.cli import build_parser, main
 from fastctl.runtime.manager import Manager
 from fastctl.webhook import ManagedWebhookServer, WebhookServer
@@ -173,6 +174,25 @@ def _drain_timeout(ran: list[Manager], capsys: Any, kubeconfig: Path) -> None:
     refused(
         capsys, "--drain-timeout", MAKE, "--kubeconfig", str(kubeconfig), "--drain-timeout", "nan"
     )
+
+
+def _rate_limit_case(flag: str) -> Check:
+    def check(ran: list[Manager], capsys: Any, kubeconfig: Path) -> None:
+        config = ("--kubeconfig", str(kubeconfig))
+        mgr = run(ran, MAKE, *config, "--qps", "25", "--burst", "40")
+        assert mgr.rate_limit == RateLimit(qps=25.0, burst=40)
+        ran.clear()
+        assert run(ran, MAKE, *config).rate_limit is None  # none unless asked for
+        given = ("--qps", "7") if flag == "--qps" else ("--burst", "7")
+        refused(capsys, "--qps and --burst go together", MAKE, *config, *given)
+        refused(capsys, flag, MAKE, *config, "--qps", "0", "--burst", "1")
+        refused(capsys, flag, ELECTED, *config, "--qps", "7", "--burst", "9")  # its own: one place
+
+    return check
+
+
+case("--qps")(_rate_limit_case("--qps"))
+case("--burst")(_rate_limit_case("--burst"))
 
 
 @case("--metrics-port")

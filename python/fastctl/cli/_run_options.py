@@ -10,6 +10,8 @@ error naming it. None is dropped in silence.
   a Manager that has its own they are refused (one place decides, or the two would
   disagree about the Lease). The Lease flags apply to what these two create: given
   without either, they are refused.
+- ``--qps`` and ``--burst`` (given together) set the Manager's client-side rate limit; on a
+  Manager built with its own ``rate_limit`` they are refused.
 - ``--unsharded`` chooses controllers the CLI adds; a Manager built by the target chooses
   with ``add(controller, sharded=False)``, so there it is refused.
 """
@@ -48,6 +50,7 @@ def configure(manager: Any, args: argparse.Namespace, *, built_by: str | None) -
         if not args.drain_timeout >= 0:  # NaN too
             raise CliError(f"--drain-timeout {args.drain_timeout}: seconds, 0 or more")
         manager.drain_timeout = args.drain_timeout
+    _rate_limit(manager, args, built_by)
     lease_given = [n for n in LEASE_DEFAULTS if getattr(args, n) is not None]
     shard_given = [n for n in SHARD_FLAGS if getattr(args, n) is not None]
     if lease_given and args.leader_elect is None and not args.shard_group:
@@ -76,6 +79,26 @@ def configure(manager: Any, args: argparse.Namespace, *, built_by: str | None) -
             f"--unsharded: {built_by} builds its own Manager, which chooses its "
             "leader-elected controllers with add(controller, sharded=False)"
         )
+
+
+def _rate_limit(manager: Any, args: argparse.Namespace, built_by: str | None) -> None:
+    qps, burst = getattr(args, "qps", None), getattr(args, "burst", None)
+    if qps is None and burst is None:
+        return
+    if qps is None or burst is None:
+        raise CliError("--qps and --burst go together: give both")
+    if manager.rate_limit is not None:
+        raise CliError(
+            f"--qps/--burst: {built_by} builds a Manager with its own rate limit "
+            f"({manager.rate_limit.qps:g} qps, burst {manager.rate_limit.burst}): "
+            "set it in one place"
+        )
+    from fastctl._rate import RateLimit
+
+    try:
+        manager.rate_limit = RateLimit(qps, burst)
+    except ValueError as exc:
+        raise CliError(f"--qps/--burst: {exc}") from None
 
 
 def _servers(manager: Any, args: argparse.Namespace) -> None:

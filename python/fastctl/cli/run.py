@@ -87,6 +87,14 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument("--renew-deadline", type=float, help="seconds (10)")
     parser.add_argument("--retry-period", type=float, help="seconds (2)")
     parser.add_argument(
+        "--qps",
+        type=float,
+        help="requests a second the operator's client may send (with --burst; default: no limit)",
+    )
+    parser.add_argument(
+        "--burst", type=int, help="requests at once after a quiet spell (with --qps)"
+    )
+    parser.add_argument(
         "--drain-timeout",
         type=float,
         help="seconds running reconciles get to finish on SIGTERM (default: 30)",

@@ -13,6 +13,7 @@ from fastctl.kube import _lazy_import  # noqa: F401
 
 # isort: split
 
+from fastctl._rate import RateLimit
 from fastctl.errors import (
     ApiError,
     DiscoveryError,
@@ -21,6 +22,7 @@ from fastctl.errors import (
     ResourceNotFound,
     SchemaError,
 )
+from fastctl.kube._call_retry import RetryPolicy
 from fastctl.kube._client import load_client
 from fastctl.kube._conditions import set_condition
 from fastctl.kube._crd_schema import PrinterColumn, ValidationRule
@@ -40,6 +42,7 @@ from fastctl.kube._owners import owner_reference
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.kube._retry import Backoff
 from fastctl.kube._store import Store, controller_uid, reflector
+from fastctl.kube._throttle import set_rate_limit, set_retry_policy
 from fastctl.kube._watcher import (
     EventKind,
     ListFrame,
@@ -83,10 +86,12 @@ __all__ = [
     "ObjectMeta",
     "PatchType",
     "PrinterColumn",
+    "RateLimit",
     "Recorder",
     "ResolvedResource",
     "Resource",
     "ResourceNotFound",
+    "RetryPolicy",
     "SchemaError",
     "Store",
     "ValidationRule",
@@ -108,5 +113,7 @@ __all__ = [
     "reflector",
     "remove_finalizer",
     "set_condition",
+    "set_rate_limit",
+    "set_retry_policy",
     "watcher",
 ]

@@ -8,11 +8,18 @@ in spirit) through the same `aiohttp` session, so the hot path never touches a m
 `ApiError` turns a Kubernetes ``Status`` body into one line that names the request, which is
 what an operator author needs in a log: ``PATCH /api/v1/namespaces/a/configmaps/b: 409
 Conflict (Conflict): Apply failed with 1 conflict: ...``.
+
+`request` is the one place a request is sent: it waits for the client's rate limit, if it
+has one (`fastctl.kube._throttle`), and counts the request (`fastctl.kube._request_metrics`).
+`request_json_status` sends an object call through it again after a failure that its
+`Safety` allows (`fastctl.kube._call_retry`), each attempt a `request` of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -22,15 +29,29 @@ import orjson
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl.errors import ApiError, http_phrase
+from fastctl.kube._call_retry import Safety, retry_delay
 from fastctl.kube._request_metrics import ERROR_CODE, REQUESTS
+from fastctl.kube._throttle import retry_policy_of, throttle
 
-__all__ = ["ApiError", "error_from_response", "request", "request_json", "request_json_status"]
+__all__ = [
+    "ApiError",
+    "error_from_response",
+    "request",
+    "request_json",
+    "request_json_status",
+    "retry_after_header",
+]
+
+log = logging.getLogger("fastctl.client")
 
 Query = Mapping[str, str | int | bool | None]
 
 
-def error_from_response(status: int, data: bytes, *, method: str, path: str) -> ApiError:
-    """The `ApiError` for a failed response, parsing its Status body when there is one."""
+def error_from_response(
+    status: int, data: bytes, *, method: str, path: str, retry_after: str | None = None
+) -> ApiError:
+    """The `ApiError` for a failed response, parsing its Status body when there is one;
+    `retry_after` is the answer's ``Retry-After`` header, if it had one."""
     try:
         body = orjson.loads(data) if data else None
     except orjson.JSONDecodeError:
@@ -38,9 +59,28 @@ def error_from_response(status: int, data: bytes, *, method: str, path: str) -> 
     if isinstance(body, dict) and body.get("kind") == "Status":
         err = ApiError.from_status(body, method=method, path=path, code=status)
         err.status = status  # the HTTP code is authoritative
-        return err
-    text = data[:300].decode("utf-8", "replace").strip()
-    return ApiError(status, http_phrase(status), text, method=method, path=path)
+    else:
+        text = data[:300].decode("utf-8", "replace").strip()
+        err = ApiError(status, http_phrase(status), text, method=method, path=path)
+    if retry_after is not None:
+        err.retry_after_header = _seconds(retry_after)
+    return err
+
+
+def retry_after_header(resp: aiohttp.ClientResponse) -> str | None:
+    """The answer's ``Retry-After`` header (an answer made up without headers has none)."""
+    headers = getattr(resp, "headers", None)
+    return None if headers is None else headers.get("Retry-After")
+
+
+def _seconds(header: str) -> float | None:
+    """A ``Retry-After`` header's delay in seconds (``None`` for an HTTP date or nonsense:
+    client-go reads only seconds too)."""
+    try:
+        value = int(header.strip())
+    except ValueError:
+        return None
+    return float(value) if value > 0 else None
 
 
 async def request(
@@ -61,7 +101,8 @@ async def request(
     `accept` replaces the ``Accept`` header (a metadata-only watch asks for
     ``PartialObjectMetadata`` this way); by default it is ``application/json``.
     Every request is counted, with its code and the time its headers took
-    (`fastctl.kube._request_metrics`: the ``rest_client_*`` metrics).
+    (`fastctl.kube._request_metrics`: the ``rest_client_*`` metrics). A client with a rate
+    limit (`fastctl.kube.set_rate_limit`) waits for it first.
     """
     config = client.configuration
     if not config.host:
@@ -93,6 +134,7 @@ async def request(
     if rest.server_hostname:
         kwargs["server_hostname"] = rest.server_hostname
     session: aiohttp.ClientSession = rest.pool_manager
+    await throttle(client, method, config.host)
     started = time.perf_counter()
     try:
         response = await session.request(method, config.host + path, **kwargs)
@@ -128,6 +170,7 @@ async def request_json(
     body: bytes | None = None,
     content_type: str = "application/json",
     request_timeout: float = 60.0,
+    retry: Safety | None = None,
 ) -> Any:
     """One request whose answer is a JSON document: parsed with orjson, or `ApiError`."""
     _, answer = await request_json_status(
@@ -138,6 +181,7 @@ async def request_json(
         body=body,
         content_type=content_type,
         request_timeout=request_timeout,
+        retry=retry,
     )
     return answer
 
@@ -151,20 +195,48 @@ async def request_json_status(
     body: bytes | None = None,
     content_type: str = "application/json",
     request_timeout: float = 60.0,
+    retry: Safety | None = None,
 ) -> tuple[int, Any]:
     """`request_json`, with the HTTP status of the answer: a write that created its object
-    is answered 201 (a POST, or a server-side apply of an object that did not exist)."""
-    async with await request(
-        client,
-        method,
-        path,
-        query=query,
-        body=body,
-        content_type=content_type,
-        client_timeout=_timeout(request_timeout),
-    ) as resp:
-        data = await resp.read()
-        status = resp.status
-        if not 200 <= status < 300:
-            raise error_from_response(status, data, method=method, path=path)
-    return status, (orjson.loads(data) if data else None)
+    is answered 201 (a POST, or a server-side apply of an object that did not exist).
+
+    With `retry` (what the call may assume, `Safety`), a failure the client's `RetryPolicy`
+    retries for it is sent again after its wait (`fastctl.kube._call_retry`), each retry
+    counted; ``None``: sent once."""
+    retries = 0
+    while True:
+        try:
+            async with await request(
+                client,
+                method,
+                path,
+                query=query,
+                body=body,
+                content_type=content_type,
+                client_timeout=_timeout(request_timeout),
+            ) as resp:
+                data = await resp.read()
+                status = resp.status
+                if 200 <= status < 300:
+                    return status, (orjson.loads(data) if data else None)
+                failure: BaseException = error_from_response(
+                    status,
+                    data,
+                    method=method,
+                    path=path,
+                    retry_after=retry_after_header(resp),
+                )
+                code: int | str = status
+        except (aiohttp.ClientError, OSError) as exc:  # no answer, or one cut short
+            if retry is None:
+                raise
+            failure, code = exc, ERROR_CODE
+        if retry is None:
+            raise failure
+        retries += 1
+        delay = retry_delay(retry_policy_of(client), retry, retries, failure)
+        if delay is None:
+            raise failure
+        REQUESTS.record_retry(method, client.configuration.host or "", code)
+        log.debug("%s %s: %s; retry %d in %.2f s", method, path, failure, retries, delay)
+        await asyncio.sleep(delay)

@@ -6,7 +6,8 @@ migration. It is paged, as client-go's pager does, so that a large collection ne
 back as one unbounded answer: ``limit`` objects a request (500 by default), following the
 ``continue`` token to the end unless asked for one page. Every page of one list is served
 at the first page's resourceVersion, so the pages are one consistent snapshot; a token that
-expires meanwhile (410 Gone, after about five minutes) is an `ApiError`: list again.
+expires meanwhile (410 Gone, after about five minutes) is an `ApiError`: list again. A page
+is asked again after a 429, a 503 or a reset (`fastctl.kube._call_retry`).
 
 The result is the API server's own List object (``items``, ``metadata.resourceVersion``,
 ``metadata.continue`` when more pages are left), with each item's ``apiVersion`` and
@@ -21,6 +22,7 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._redact import is_sensitive, remember
+from fastctl.kube._call_retry import Safety
 from fastctl.kube._http import request_json
 from fastctl.kube._objects import resolved
 from fastctl.kube._resource import ResolvedResource, Resource
@@ -63,7 +65,7 @@ async def list_objects(
     items: list[dict[str, Any]] = []
     while True:
         page: dict[str, Any] = await request_json(
-            client, "GET", path, query={**query, "continue": token}
+            client, "GET", path, query={**query, "continue": token}, retry=Safety.IDEMPOTENT
         )
         first = first or page
         for item in page.get("items") or ():

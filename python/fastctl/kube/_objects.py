@@ -25,6 +25,12 @@ controller watches is sent with the version its watch last delivered as a
 object; if the server refuses it (the object changed meanwhile) the write is sent again as
 written (`fastctl.kube._writes`). Elsewhere every write is sent as written.
 
+Every call is sent again after a 429, a 503 or a reset where that is safe for it, after
+a capped, jittered backoff or the server's ``Retry-After`` (`fastctl.kube._call_retry`
+says which: reads, server-side apply, delete and merge patches after any of them; a create,
+and JSON or strategic merge patches without a precondition of their own, only when the
+server did not handle the first attempt).
+
 Every write scrubs the Secret values fastctl has read from the status it sends
 (`fastctl._redact.scrub_status`): the status of an object is read by everyone who may read
 the object, and a condition's message is where a reconcile puts the error that quoted one.
@@ -39,6 +45,7 @@ import orjson
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._redact import is_sensitive, remember, scrub_status
+from fastctl.kube._call_retry import Safety
 from fastctl.kube._http import ApiError, request_json, request_json_status
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._writes import observed_write
@@ -106,7 +113,8 @@ async def get(
     """GET one object (`ApiError` 404 if it does not exist). A Secret's values (and marked
     fields) are remembered, so that what prints them later redacts them."""
     res = await resolved(client, resource)
-    obj: Obj = await request_json(client, "GET", res.object_path(name, namespace))
+    path = res.object_path(name, namespace)
+    obj: Obj = await request_json(client, "GET", path, retry=Safety.IDEMPOTENT)
     if is_sensitive(res.kind):
         obj.setdefault("kind", res.kind)
         remember(obj)
@@ -144,7 +152,9 @@ async def create(
 
     async def post(version: str | None) -> tuple[int, Any]:
         query = {"fieldManager": field_manager}
-        return await request_json_status(client, "POST", path, query=query, body=body)
+        return await request_json_status(
+            client, "POST", path, query=query, body=body, retry=Safety.REJECTED_ONLY
+        )
 
     with observed_write(res, ns if res.namespaced else None, name) as write:
         created: Obj = await write.send(post)
@@ -244,6 +254,7 @@ async def _apply(
             query=query,
             body=orjson.dumps(_conditioned(body, version)),
             content_type=_CONTENT_TYPES["apply"],
+            retry=Safety.IDEMPOTENT,
         )
 
     given, conditional = _precondition(body)
@@ -274,6 +285,7 @@ async def patch(
         body = scrub_status(body)
     if subresource is None and isinstance(body, Mapping):
         _remember_written(res, {**body, "metadata": {"name": name, "namespace": namespace}})
+    safety = patch_safety(body, patch_type)
 
     async def send(version: str | None) -> tuple[int, Any]:
         conditioned = body if version is None else _patch_conditioned(body, version)
@@ -284,6 +296,7 @@ async def patch(
             query={"fieldManager": field_manager},
             body=orjson.dumps(conditioned),
             content_type=_CONTENT_TYPES[patch_type],
+            retry=safety,
         )
 
     # Another subresource (``scale``) has a body of its own kind: no precondition added.
@@ -292,6 +305,26 @@ async def patch(
     with observed_write(res, ns, name, given=given, conditional=conditional) as write:
         result: Obj = await write.send(send)
     return result
+
+
+def patch_safety(body: Mapping[str, Any] | list[Any], patch_type: PatchType) -> Safety:
+    """Whether a patch `body` applied twice is applied once (`fastctl.kube._call_retry`):
+    a merge patch or an apply sets values; a JSON patch that names the version (a ``test``
+    or ``replace`` of ``/metadata/resourceVersion``), or a strategic merge patch that
+    carries one, is refused the second time. A ``test`` of another field is not enough
+    (the first application may leave it as it was). Only the caller's own precondition
+    counts (see `_call_retry`)."""
+    if patch_type in ("merge", "apply"):
+        return Safety.IDEMPOTENT
+    if isinstance(body, list):
+        for op in body:
+            if isinstance(op, Mapping) and str(op.get("path", "")) == _VERSION_POINTER:
+                return Safety.IDEMPOTENT
+        return Safety.REJECTED_ONLY
+    meta = body.get("metadata")
+    if isinstance(meta, Mapping) and meta.get("resourceVersion"):
+        return Safety.IDEMPOTENT
+    return Safety.REJECTED_ONLY
 
 
 def _precondition(body: Mapping[str, Any] | list[Any]) -> tuple[str | None, bool]:
@@ -364,7 +397,9 @@ async def delete(
     path = res.object_path(name, namespace)
 
     async def send(version: str | None) -> tuple[int, Any]:
-        return await request_json_status(client, "DELETE", path, body=orjson.dumps(options))
+        return await request_json_status(
+            client, "DELETE", path, body=orjson.dumps(options), retry=Safety.IDEMPOTENT
+        )
 
     try:
         with observed_write(res, namespace if res.namespaced else None, name, deleting=True) as w:

@@ -16,6 +16,12 @@ What is timed is what a caller waits for before it can read the answer: from sen
 request until its status line and headers arrive. A watch is timed to its opening, not for
 as long as it streams. A request that gets no answer (connection refused, timeout,
 cancelled) counts with the code ``<error>``, as client-go counts it.
+
+Beside them, as client-go counts them: each retry of an object call (`record_retry`, by the
+code of the failure it retries and the verb: ``rest_client_request_retries_total``), and the
+time requests of a rate-limited client waited for their token (`record_throttle`:
+``rest_client_rate_limiter_duration_seconds``). A retried call counts once per attempt in
+``rest_client_requests_total`` and once per retry in the retries.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class RequestTotals:
         self._lock = threading.Lock()  # several event loops (threads) may send requests
         self._counts: dict[tuple[str, str, str], int] = {}
         self._latency: dict[tuple[str, str], LatencyTotals] = {}
+        self._retries: dict[tuple[str, str, str], int] = {}
+        self._throttled: dict[tuple[str, str], LatencyTotals] = {}
 
     def record(self, method: str, server: str, code: int | str, seconds: float) -> None:
         """One request to the API server at `server` (a base URL; its ``host:port`` is the
@@ -68,6 +76,35 @@ class RequestTotals:
             if latency is None:
                 latency = self._latency[(method, host)] = LatencyTotals()
             latency.observe(seconds)
+
+    def record_retry(self, method: str, server: str, code: int | str) -> None:
+        """One call to `server` sent again after a failure with `code` (an HTTP status, or
+        `ERROR_CODE` for a connection that gave no answer)."""
+        key = (str(code), method, _host(server))
+        with self._lock:
+            self._retries[key] = self._retries.get(key, 0) + 1
+
+    def record_throttle(self, method: str, server: str, seconds: float) -> None:
+        """One request to `server` waited `seconds` for its client's rate limit."""
+        key = (method, _host(server))
+        with self._lock:
+            waits = self._throttled.get(key)
+            if waits is None:
+                waits = self._throttled[key] = LatencyTotals()
+            waits.observe(seconds)
+
+    def retries(self) -> dict[tuple[str, str, str], int]:
+        """(code, verb, host) -> retries, a copy."""
+        with self._lock:
+            return dict(self._retries)
+
+    def throttled(self) -> dict[tuple[str, str], LatencyTotals]:
+        """(verb, host) -> histogram of the rate limiter's waits, copies."""
+        with self._lock:
+            return {
+                key: LatencyTotals(list(value.counts), value.total)
+                for key, value in self._throttled.items()
+            }
 
     def counts(self) -> dict[tuple[str, str, str], int]:
         """(code, method, host) -> requests, a copy."""

@@ -65,7 +65,7 @@ from fastctl._clock import monotonic
 from fastctl._options import pick
 from fastctl._redact import is_sensitive, remember
 from fastctl.errors import ApiError, WatchError, WatchStreamError
-from fastctl.kube._http import error_from_response, request
+from fastctl.kube._http import error_from_response, request, retry_after_header
 from fastctl.kube._kubeconfig_check import invalid_url_error
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import Backoff, resolve_patiently
@@ -494,7 +494,13 @@ class _Watcher:
             async with await self._get(query) as resp:
                 data = await resp.read()
                 if resp.status != 200:
-                    err = error_from_response(resp.status, data, method="GET", path=self.path)
+                    err = error_from_response(
+                        resp.status,
+                        data,
+                        method="GET",
+                        path=self.path,
+                        retry_after=retry_after_header(resp),
+                    )
                     if err.status == 410 and cont is not None:
                         # The continue token expired (the list took longer than etcd keeps
                         # history): start over, in one piece so it cannot expire again.
@@ -564,7 +570,11 @@ class _Watcher:
         async with await self._get(query) as resp:
             if resp.status != 200:
                 err = error_from_response(
-                    resp.status, await resp.read(), method="GET", path=self.path
+                    resp.status,
+                    await resp.read(),
+                    method="GET",
+                    path=self.path,
+                    retry_after=retry_after_header(resp),
                 )
                 if err.status == 410:
                     raise _Gone(f"resourceVersion {state.rv} is gone ({err.message})")

@@ -51,6 +51,16 @@ class ReconcileCounters:
     their object's last writes yet."""
     cache_wait_seconds: float = 0.0
     """The time those reconciles were held, in all."""
+    requeue_holds: int = 0
+    """Requeues and retries held back by the controller's overall bound
+    (`ApplierConfig.requeue_limit`, `fastctl._requeue_limit`)."""
+    requeue_hold_seconds: float = 0.0
+    """The time they were held, in all."""
+
+    def requeue_held(self, seconds: float) -> None:
+        """One requeue or retry held back `seconds` by the overall bound."""
+        self.requeue_holds += 1
+        self.requeue_hold_seconds += seconds
 
     def count(self, *, error: bool, requeue_after: float | None) -> None:
         if error:
@@ -166,6 +176,16 @@ class FastctlCollector(Collector):
             "Seconds reconciles were held back for their cache, in all",
             labels=["controller"],
         )
+        requeue_holds = CounterMetricFamily(
+            "fastctl_requeue_limit_holds",
+            "Requeues and retries held back by the controller's overall rate bound",
+            labels=["controller"],
+        )
+        requeue_hold_seconds = CounterMetricFamily(
+            "fastctl_requeue_limit_hold_seconds",
+            "Seconds requeues and retries were held back by the overall bound, in all",
+            labels=["controller"],
+        )
         active = GaugeMetricFamily(
             "controller_runtime_active_workers",
             "Number of currently used workers per controller",
@@ -201,6 +221,8 @@ class FastctlCollector(Collector):
             cache_waits.add_metric([name], counters.cache_waits)
             cache_wait_expired.add_metric([name], counters.cache_wait_expired)
             cache_wait_seconds.add_metric([name], counters.cache_wait_seconds)
+            requeue_holds.add_metric([name], counters.requeue_holds)
+            requeue_hold_seconds.add_metric([name], counters.requeue_hold_seconds)
         yield from (
             depth,
             delayed,
@@ -220,4 +242,6 @@ class FastctlCollector(Collector):
             cache_waits,
             cache_wait_expired,
             cache_wait_seconds,
+            requeue_holds,
+            requeue_hold_seconds,
         )

@@ -8,8 +8,11 @@
   not zero.
 - ``python_info`` and ``python_gc_*``: the interpreter, in place of Go's ``go_*``.
 - ``rest_client_requests_total{code,method,host}`` and
-  ``rest_client_request_duration_seconds{verb,host}``: every request fastctl sent, read
-  from `fastctl.kube._request_metrics` when Prometheus scrapes.
+  ``rest_client_request_duration_seconds{verb,host}``: every request fastctl sent,
+  ``rest_client_request_retries_total{code,verb,host}``: the object calls sent again
+  after a 429, a 503 or a reset, and ``rest_client_rate_limiter_duration_seconds{verb,host}``:
+  what a rate-limited client's requests waited for their token; read from
+  `fastctl.kube._request_metrics` when Prometheus scrapes.
 
 prometheus_client puts the first two in its global ``REGISTRY`` at import; a Manager has a
 registry of its own, so it registers them there, and leaves out what the registry it is
@@ -30,7 +33,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from fastctl.kube._request_metrics import BUCKETS, REQUESTS, RequestTotals
+from fastctl.kube._request_metrics import BUCKETS, REQUESTS, LatencyTotals, RequestTotals
 
 __all__ = ["ClientRequestCollector", "register_process_metrics"]
 
@@ -55,13 +58,35 @@ class ClientRequestCollector(Collector):
             labels=["verb", "host"],
         )
         for (verb, host), histogram in sorted(self._totals.latencies().items()):
-            cumulative, buckets = 0, []
-            for bound, count in zip((*BUCKETS, float("inf")), histogram.counts, strict=True):
-                cumulative += count
-                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-            latency.add_metric([verb, host], buckets, histogram.total)
+            latency.add_metric([verb, host], _cumulative(histogram), histogram.total)
+        retries = CounterMetricFamily(
+            "rest_client_request_retries",
+            "Number of request retries, partitioned by status code, verb, and host.",
+            labels=["code", "verb", "host"],
+        )
+        for (code, verb, host), count in sorted(self._totals.retries().items()):
+            retries.add_metric([code, verb, host], count)
+        throttled = HistogramMetricFamily(
+            "rest_client_rate_limiter_duration_seconds",
+            "Client side rate limiter latency in seconds, by verb and host.",
+            labels=["verb", "host"],
+        )
+        for (verb, host), histogram in sorted(self._totals.throttled().items()):
+            throttled.add_metric([verb, host], _cumulative(histogram), histogram.total)
         yield requests
         yield latency
+        yield retries
+        yield throttled
+
+
+def _cumulative(histogram: LatencyTotals) -> list[tuple[str, float]]:
+    """`histogram`'s buckets as Prometheus wants them: cumulative, ``+Inf`` last."""
+    cumulative = 0
+    buckets: list[tuple[str, float]] = []
+    for bound, count in zip((*BUCKETS, float("inf")), histogram.counts, strict=True):
+        cumulative += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+    return buckets
 
 
 def register_process_metrics(registry: CollectorRegistry) -> None:

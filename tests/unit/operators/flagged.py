@@ -6,7 +6,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from fastctl import Controller, LeaderElection, Manager, Resource
+from fastctl import Controller, LeaderElection, Manager, RateLimit, Resource
 from fastctl.runtime.sharding import Sharding
 from fastctl.webhook import AdmissionRequest, Allow, Webhooks
 
@@ -43,11 +43,12 @@ def bare(client: ApiClient) -> Manager:
 
 
 def elected(client: ApiClient) -> Manager:
-    """A Manager with leader election and sharding of its own."""
+    """A Manager with leader election, sharding and a rate limit of its own."""
     manager = Manager(
         client,
         leader_election=LeaderElection("own-lease", namespace="default"),
         sharding=Sharding("own-group"),
+        rate_limit=RateLimit(qps=5.0, burst=10),
     )
     return manager.add(_controller(client, None, None))
 

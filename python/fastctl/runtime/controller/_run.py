@@ -150,6 +150,7 @@ class ControllerRun:
                 # Reasons need a scheduler that answers `in` (a user's own may not).
                 self.reasons if hasattr(type(self.scheduler), "__contains__") else None,
                 gate=self.fence,
+                on_requeue_held=self.counters.requeue_held,
             )
             self._driver = driver
             async for result in driver.results():

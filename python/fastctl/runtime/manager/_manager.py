@@ -23,6 +23,7 @@ The Manager
   and, since the sharded ones never depended on that Lease, drains those gracefully and
   leaves the shard group before `run()` raises `LeadershipLost`. A Manager whose
   controllers are all sharded does not campaign for the leader Lease at all;
+- with `rate_limit`, holds its clients' requests to that rate, shared by its controllers;
 - serves ``/metrics`` (controllers, process, API requests), ``/healthz``, ``/readyz``
   and on request ``/debug/queue`` (`ServerOptions`, `fastctl.runtime.manager._servers`);
 - starts other components of the process (`add_runnable`: a webhook server, say) before the
@@ -47,8 +48,10 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from fastctl._options import pick
+from fastctl._rate import RateLimit
 from fastctl._threads import live_threads
 from fastctl.errors import LeadershipLost
+from fastctl.kube._throttle import limit_clients
 from fastctl.runtime._debug_queue import DebugQueueServer
 from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics import FastctlCollector
@@ -102,8 +105,10 @@ class Manager:
         servers: ServerOptions | None = None,
         drain_timeout: float = 30.0,
         registry: CollectorRegistry | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self.client = client
+        self.rate_limit = rate_limit  # set on the clients by `run` (`limit_clients`)
         self.leader_election = leader_election
         self.sharding = sharding
         self.servers: ServerOptions = pick(
@@ -266,6 +271,7 @@ class Manager:
             raise ValueError("Manager has no controllers: add one with manager.add(...)")
         self._running = True
         loop = asyncio.get_running_loop()
+        limit_clients([self.client, *(c.client for c in self.controllers)], self.rate_limit)
         shared = share_watches(self.controllers, sharded=self._sharded)
         if self.servers.debug_queue_port is not None:
             for ctl in self.controllers:
