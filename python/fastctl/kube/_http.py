@@ -22,6 +22,7 @@ import orjson
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl.errors import ApiError, http_phrase
+from fastctl.kube._in_memory import SESSIONS
 from fastctl.kube._request_metrics import ERROR_CODE, REQUESTS
 
 __all__ = ["ApiError", "error_from_response", "request", "request_json", "request_json_status"]
@@ -92,7 +93,8 @@ async def request(
         kwargs["proxy_headers"] = rest.proxy_headers
     if rest.server_hostname:
         kwargs["server_hostname"] = rest.server_hostname
-    session: aiohttp.ClientSession = rest.pool_manager
+    # A fake cluster of a test answers from memory (`fastctl.kube._in_memory`).
+    session: aiohttp.ClientSession = SESSIONS.get(config.host) or rest.pool_manager  # type: ignore[assignment]
     started = time.perf_counter()
     try:
         response = await session.request(method, config.host + path, **kwargs)
