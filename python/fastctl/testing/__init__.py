@@ -39,6 +39,13 @@ from fastctl.testing.binaries import (
     find_binaries,
 )
 from fastctl.testing.control_plane import ControlPlane, StartupError
+from fastctl.testing.fake import (
+    FakeCluster,
+    FakeClusterError,
+    RecordedRequest,
+    reconcile_once,
+    run_until_quiet,
+)
 
 __all__ = [
     "ETCD_VERSION",
@@ -49,12 +56,17 @@ __all__ = [
     "ControlPlane",
     "ControlPlaneError",
     "Deadlock",
+    "FakeCluster",
+    "FakeClusterError",
+    "RecordedRequest",
     "Spin",
     "StartupError",
     "VirtualTimeLoop",
     "build_binaries",
     "ensure_binaries",
     "find_binaries",
+    "reconcile_once",
+    "run_until_quiet",
     "run_virtual",
     "virtual_time",
 ]

@@ -139,37 +139,20 @@ class FakeCluster:
 
     def install(self, *crds: type[CustomResource] | Mapping[str, Any]) -> None:
         """Create (or replace) CRDs: objects, or `CustomResource` models (their CRD)."""
+        kind = self._kind("apiextensions.k8s.io/v1", "CustomResourceDefinition")
         for crd in crds:
             doc = dict(crd) if isinstance(crd, Mapping) else crd.crd()
             name = doc["metadata"]["name"]
-            existing = self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
-            if existing is None:
-                self._call(
-                    lambda d=doc: self.server.create(
-                        self._kind("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
-                        None,
-                        d,
-                        "fake-cluster",
-                    )
-                )
-            else:
-                body = {
-                    **doc,
-                    "metadata": {
-                        **doc["metadata"],
-                        "resourceVersion": existing["metadata"]["resourceVersion"],
-                    },
-                }
-                self._call(
-                    lambda b=body: self.server.update(
-                        self._kind("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
-                        None,
-                        name,
-                        b,
-                        None,
-                        "fake-cluster",
-                    )
-                )
+            existing = self.get(kind.api_version, kind.kind, name)
+            try:
+                if existing is None:
+                    self.server.create(kind, None, doc, "fake-cluster")
+                else:
+                    version = existing["metadata"]["resourceVersion"]
+                    body = {**doc, "metadata": {**doc["metadata"], "resourceVersion": version}}
+                    self.server.update(kind, None, name, body, None, "fake-cluster")
+            except Fail as exc:
+                raise FakeClusterError(exc.code, exc.reason, exc.message) from None
 
     def _kind(self, api_version: str, kind: str) -> Kind:
         found = self.server.kind_of(api_version, kind)
@@ -230,7 +213,7 @@ class FakeCluster:
         found = self.server.objects.get((k.key, f"{ns}/{name}"))
         return copy.deepcopy(found) if found is not None else None
 
-    def list(
+    def objects(
         self, api_version: str, kind: str, namespace: str | None = None
     ) -> list[dict[str, Any]]:
         """The objects of a kind (in one namespace, or all), by namespace and name."""
@@ -321,7 +304,8 @@ class FakeCluster:
             resource=resource,
             name=name,
             times=times,
-            message="the object has been modified; please apply your changes to the latest version and try again",
+            message="the object has been modified; please apply your changes to the latest "
+            "version and try again",
         )
 
     def outage(self, seconds: float | None = None) -> None:

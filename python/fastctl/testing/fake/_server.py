@@ -55,7 +55,7 @@ from fastctl.testing.fake._selectors import SelectorError, field_selector, label
 from fastctl.testing.fake._validation import check
 from fastctl.testing.fake._wire import Entry, Keep, Response, WatchStream, status_body
 
-__all__ = ["Fault", "FakeApiServer", "RecordedRequest", "shard_filter"]
+__all__ = ["FakeApiServer", "Fault", "RecordedRequest", "shard_filter"]
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -1023,13 +1023,16 @@ class FakeApiServer:
             raise Fail(
                 409,
                 "Conflict",
-                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
+                f"Precondition failed: UID in precondition: {pre['uid']}, "
+                f"UID in object meta: {meta.get('uid')}",
             )
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
             raise Fail(
                 409,
                 "Conflict",
-                f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, ResourceVersion in object meta: {meta['resourceVersion']}",
+                "Precondition failed: ResourceVersion in precondition: "
+                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                f"{meta['resourceVersion']}",
             )
         policy = options.get("propagationPolicy") or "Background"
         if policy == "Orphan":
@@ -1198,4 +1201,3 @@ def _suffix(n: int) -> str:
 
 def _uid(n: int) -> str:
     return f"00000000-0000-4000-8000-{n:012x}"
-

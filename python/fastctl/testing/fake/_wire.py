@@ -59,7 +59,10 @@ class StreamSource(Protocol):
     history: list[Entry]
     item_delay: float
     watch_delay: float
-    changed: asyncio.Event
+
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set at the next change (a new event each time)."""
 
     def stream_listed(self, stream: WatchStream, items: list[dict[str, Any]]) -> None:
         """The stream's initial list was delivered whole."""
