@@ -504,7 +504,7 @@ async def test_run_until_quiet_and_reconcile_once() -> None:
     async with cluster_and_client() as (cluster, client):
         cluster.create(gadget("a", size="large"))
         ctl = Controller(client, Gadget, reconcile, context=client).owns(CM)
-        await run_until_quiet(cluster, ctl)
+        await run_until_quiet(ctl)
         child = cluster.get("v1", "ConfigMap", "a")
         assert child is not None
         assert child["data"] == {"size": "large"}

@@ -3,13 +3,10 @@ fastctl uses for a real one, faults on demand, and the record of the requests ma
 (docs/testing.md, "Testing an operator on a fake cluster")."""
 
 from fastctl.testing.fake._cluster import FakeCluster, FakeClusterError
-from fastctl.testing.fake._harness import reconcile_once, run_until_quiet
 from fastctl.testing.fake._server import RecordedRequest
 
 __all__ = [
     "FakeCluster",
     "FakeClusterError",
     "RecordedRequest",
-    "reconcile_once",
-    "run_until_quiet",
 ]

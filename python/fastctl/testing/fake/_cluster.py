@@ -123,10 +123,15 @@ class FakeCluster:
 
     async def close(self) -> None:
         """Close the clients made here and stop serving (open watches end)."""
-        self.server.cut_streams()
-        for client in self._clients:
+        clients, self._clients = self._clients, []
+        for client in clients:
             await client.close()
-        self._clients.clear()
+        self.forget()
+
+    def forget(self) -> None:
+        """Stop serving (open watches end, requests go nowhere), without closing clients:
+        for a caller outside the event loop the clients ran on."""
+        self.server.cut_streams()
         SESSIONS.pop(self.host, None)
 
     async def __aenter__(self) -> FakeCluster:

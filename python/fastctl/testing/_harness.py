@@ -1,11 +1,12 @@
 """Running an operator's controllers in a test: until the cluster is quiet, or one
 reconcile by hand.
 
-`run_until_quiet` starts controllers (or a `Manager`) on a cluster, waits until no request
-reached the cluster for `quiet` seconds of the loop's clock (on a `VirtualTimeLoop` that
-wait takes no real time), then stops them gracefully and returns. A reconcile that works
-for longer than `quiet` without a request, or a requeue due later than that, is not
-waited for: choose `quiet` above them.
+`run_until_quiet` starts controllers (or a `Manager`), waits until the process sent no
+request to any API server for `quiet` seconds of the loop's clock (on a `VirtualTimeLoop`
+that wait takes no real time), then stops them gracefully and returns. It counts what
+fastctl's HTTP layer counts for its ``rest_client_*`` metrics, so it works the same on a
+fake cluster and on a real one. A reconcile that works for longer than `quiet` without a
+request, or a requeue due later than that, is not waited for: choose `quiet` above them.
 
 `reconcile_once` calls a controller's reconcile for one object as the controller would
 (the object as the server has it now, the controller's context, a typed model's
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastctl.kube._objects import get
-from fastctl.testing.fake._server import FakeApiServer
+from fastctl.kube._request_metrics import REQUESTS
 
 if TYPE_CHECKING:
     from fastctl.runtime.controller import Controller
@@ -34,8 +35,9 @@ class Runnable(Protocol):
     def shutdown(self) -> None: ...
 
 
-class _HasServer(Protocol):
-    server: FakeApiServer
+def _sent() -> int:
+    """Requests this process has sent so far, to any API server."""
+    return sum(REQUESTS.counts().values())
 
 
 async def _run(runnable: Any) -> None:
@@ -47,29 +49,27 @@ async def _run(runnable: Any) -> None:
 
 
 async def run_until_quiet(
-    cluster: _HasServer,
     *runnables: Runnable,
     quiet: float = 5.0,
     timeout: float | None = 3600.0,
 ) -> None:
-    """Run `runnables` until `cluster` saw no request for `quiet` seconds, then stop them
-    and wait for their graceful end. A runnable that fails raises here;
+    """Run `runnables` until no request was sent for `quiet` seconds, then stop them and
+    wait for their graceful end. A runnable that fails raises here;
     `TimeoutError` when the cluster is not quiet within `timeout` seconds."""
     if not runnables:
         raise ValueError("run_until_quiet needs a Controller or a Manager to run")
-    server = cluster.server
     tasks = [asyncio.ensure_future(_run(r)) for r in runnables]
     try:
         async with asyncio.timeout(timeout):
             while True:
-                seen = len(server.requests)
+                seen = _sent()
                 done, _ = await asyncio.wait(
                     tasks, timeout=quiet, return_when=asyncio.FIRST_COMPLETED
                 )
                 for task in done:
                     task.result()  # its error, if it failed
                     raise RuntimeError("a runnable ended before the cluster was quiet")
-                if len(server.requests) == seen:
+                if _sent() == seen:
                     break
     finally:
         for runnable in runnables:
