@@ -137,7 +137,11 @@ def json_patch(doc: Any, ops: list[Any]) -> Any:
             )
             result = _add(result, parts, value)
         elif kind == "test":
-            if _get(result, parts) != op.get("value"):
+            try:
+                actual = _get(result, parts)
+            except JsonPatchError:
+                actual = None  # a missing value tests equal to null, as on the server
+            if actual != op.get("value"):
                 raise JsonPatchError(f"test failed at {op['path']}")
         else:
             raise JsonPatchError(f"unknown operation {kind!r}")
