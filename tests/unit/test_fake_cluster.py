@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from typing import Any, Literal
 
 import pytest
@@ -226,12 +227,20 @@ async def test_apply_conflicts_force_and_removal() -> None:
 async def test_an_update_takes_the_fields_it_changes() -> None:
     async with cluster_and_client() as (_, client):
         await apply(client, CM, configmap("c", a="1"), field_manager="applier")
-        await patch(
+        edited = await patch(
             client, CM, "c", {"data": {"a": "2"}}, namespace="default", field_manager="editor"
         )
+        # The applier's only field went to the editor: its entry is gone.
+        taken = {m["manager"]: m["fieldsV1"] for m in edited["metadata"]["managedFields"]}
+        assert taken == {"editor": {"f:data": {"f:a": {}}}}
         # The applier no longer owns a: applying without it leaves it alone.
         out = await apply(client, CM, configmap("c", z="0"), field_manager="applier")
         assert out["data"] == {"a": "2", "z": "0"}
+        owners = {m["manager"]: m["fieldsV1"] for m in out["metadata"]["managedFields"]}
+        assert owners == {
+            "editor": {"f:data": {"f:a": {}}},
+            "applier": {"f:data": {"f:z": {}}},
+        }
 
 
 @virtual_time
@@ -523,3 +532,21 @@ async def test_run_until_quiet_and_reconcile_once() -> None:
         assert child["data"] == {"size": "small"}
         assert [r.verb for r in cluster.requests[before:]] == ["get", "apply", "apply"]
         assert asyncio.get_running_loop().time() > 0  # the quiet wait was virtual
+
+
+@virtual_time
+async def test_run_until_quiet_waits_while_requests_go_on() -> None:
+    starts: list[float] = []
+
+    async def requeue_three_times(obj: dict[str, Any], client: ApiClient) -> Action | None:
+        starts.append(asyncio.get_running_loop().time())
+        await get(client, CM, "c", namespace="default")
+        return Action.requeue(4) if len(starts) < 4 else None
+
+    async with cluster_and_client() as (cluster, client):
+        cluster.create(configmap("c"))
+        ctl = Controller(client, CM, requeue_three_times, context=client)
+        await run_until_quiet(ctl, quiet=5)
+        # Each 5 s window saw a request until the last reconcile: all four ran.
+        assert len(starts) == 4
+        assert [round(b - a) for a, b in itertools.pairwise(starts)] == [4, 4, 4]
