@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -30,7 +31,13 @@ from fastctl.kube import (
     watcher,
 )
 from fastctl.kube import list as list_objects
-from fastctl.testing import FakeCluster, reconcile_once, run_until_quiet, virtual_time
+from fastctl.testing import (
+    FakeCluster,
+    reconcile_once,
+    run_until_quiet,
+    run_virtual,
+    virtual_time,
+)
 
 CM = Resource("v1", "ConfigMap")
 
@@ -550,3 +557,31 @@ async def test_run_until_quiet_waits_while_requests_go_on() -> None:
         # Each 5 s window saw a request until the last reconcile: all four ran.
         assert len(starts) == 4
         assert [round(b - a) for a, b in itertools.pairwise(starts)] == [4, 4, 4]
+
+
+def test_the_fake_cluster_fixture(fake_cluster: FakeCluster) -> None:
+    async def main() -> dict[str, Any]:
+        client = fake_cluster.client()
+        try:
+            return await create(client, CM, configmap("c", a="1"))
+        finally:
+            await client.close()
+
+    made = run_virtual(main())
+    assert made["data"] == {"a": "1"}
+    assert fake_cluster.get("v1", "ConfigMap", "c") == made
+
+
+def test_the_example_in_the_docs_passes() -> None:
+    """docs/testing.md's fake cluster example, run as the test it is."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
+    section = docs.read_text().split("## Testing an operator on a fake cluster", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    # Compiled without this module's __future__ import, as the file a user saves runs.
+    exec(compile(code, str(docs), "exec", dont_inherit=True), namespace)
+    tests = [test for name, test in namespace.items() if name.startswith("test_")]
+    assert len(tests) == 1
+    for test in tests:
+        assert callable(test)
+        test()

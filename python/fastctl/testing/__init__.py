@@ -24,8 +24,8 @@ async with fastctl.testing.FakeCluster(Widget) as cluster:   # an API server in 
 With pytest, the plugin (``fastctl.testing.pytest_plugin``, registered by the package's
 entry point) gives the session fixture ``control_plane``, the per-test ``namespace``, the
 per-test ``fake_cluster``, and ``cluster``, which runs a test on both (a `Cluster`).
-See docs/testing.md and docs/control-plane.md. Importing this package does not import `cryptography`; starting a
-control plane does (``pip install 'fastctl[testing]'``).
+See docs/testing.md and docs/control-plane.md. Importing this package does not import
+`cryptography`; starting a control plane does (``pip install 'fastctl[testing]'``).
 """
 
 import importlib
