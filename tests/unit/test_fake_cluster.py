@@ -16,7 +16,15 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from pydantic import Field
 
-from fastctl import Action, Controller, CustomResource, KubeModel, Resource
+from fastctl import (
+    Action,
+    Controller,
+    CustomResource,
+    KubeModel,
+    LeaderElection,
+    Manager,
+    Resource,
+)
 from fastctl.errors import ApiError
 from fastctl.kube import (
     ObjectEvent,
@@ -585,3 +593,37 @@ def test_the_example_in_the_docs_passes() -> None:
     for test in tests:
         assert callable(test)
         test()
+
+
+@virtual_time
+async def test_a_manager_with_leader_election_runs_on_the_fake() -> None:
+    async with cluster_and_client() as (cluster, client):
+        cluster.create(gadget("a", size="large"))
+        election = LeaderElection("gadgets", namespace="default", identity="me")
+        manager = Manager(client, leader_election=election, metrics_port=None, probe_port=None)
+        manager.add(Controller(client, Gadget, reconcile, context=client).owns(CM))
+        await run_until_quiet(manager, quiet=30)
+        child = cluster.get("v1", "ConfigMap", "a")
+        assert child is not None
+        assert child["data"] == {"size": "large"}
+        lease = cluster.get("coordination.k8s.io/v1", "Lease", "gadgets")
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"] in ("me", "")  # released on the way out
+        assert cluster.requests_of("create", "leases")
+
+
+@virtual_time
+async def test_run_until_quiet_waits_for_a_running_reconcile() -> None:
+    runs: list[int] = []
+
+    async def slow(obj: dict[str, Any], client: ApiClient) -> None:
+        runs.append(len(obj["data"]))
+        if not obj["data"]:
+            await asyncio.sleep(20)  # longer than quiet, and no request meanwhile
+            await patch(client, CM, "c", {"data": {"done": "1"}}, namespace="default")
+
+    async with cluster_and_client() as (cluster, client):
+        cluster.create(configmap("c"))
+        await run_until_quiet(Controller(client, CM, slow, context=client), quiet=5)
+        # The patch's own event started a second reconcile: the run was not stopped mid-way.
+        assert runs == [0, 1]

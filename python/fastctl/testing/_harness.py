@@ -1,12 +1,14 @@
 """Running an operator's controllers in a test: until the cluster is quiet, or one
 reconcile by hand.
 
-`run_until_quiet` starts controllers (or a `Manager`), waits until the process sent no
-request to any API server for `quiet` seconds of the loop's clock (on a `VirtualTimeLoop`
-that wait takes no real time), then stops them gracefully and returns. It counts what
-fastctl's HTTP layer counts for its ``rest_client_*`` metrics, so it works the same on a
-fake cluster and on a real one. A reconcile that works for longer than `quiet` without a
-request, or a requeue due later than that, is not waited for: choose `quiet` above them.
+`run_until_quiet` starts controllers (or a `Manager`) and stops them gracefully once they
+are quiet: for `quiet` seconds of the loop's clock (on a `VirtualTimeLoop` that wait takes
+no real time) no reconcile ended, none is running at the end, and every controller's cache
+has its first list. Requests the runtime makes on its own (a leader's Lease renewals, the
+watches) do not count, so a Manager that leads is quiet too. A requeue or a debounce due
+later than `quiet` is not waited for: choose `quiet` above them. Runnables that are neither
+(no scheduler of their own) are quiet when the process sent no request to any API server
+for `quiet` seconds (what fastctl's HTTP layer counts for its ``rest_client_*`` metrics).
 
 `reconcile_once` calls a controller's reconcile for one object as the controller would
 (the object as the server has it now, the controller's context, a typed model's
@@ -35,11 +37,6 @@ class Runnable(Protocol):
     def shutdown(self) -> None: ...
 
 
-def _sent() -> int:
-    """Requests this process has sent so far, to any API server."""
-    return sum(REQUESTS.counts().values())
-
-
 async def _run(runnable: Any) -> None:
     params = inspect.signature(runnable.run).parameters
     if "handle_signals" in params:
@@ -48,28 +45,66 @@ async def _run(runnable: Any) -> None:
         await runnable.run()
 
 
+def _sent() -> int:
+    """Requests this process has sent so far, to any API server."""
+    return sum(REQUESTS.counts().values())
+
+
+def _controllers(runnables: tuple[Runnable, ...]) -> list[Any]:
+    """The controllers among `runnables` (a Manager's own, for a Manager)."""
+    found: list[Any] = []
+    for runnable in runnables:
+        inner = getattr(runnable, "controllers", None)
+        for ctl in inner if inner is not None else [runnable]:
+            if hasattr(ctl, "scheduler") and hasattr(ctl, "store"):
+                found.append(ctl)
+    return found
+
+
+def _activity(controllers: list[Any]) -> int:
+    """Triggers queued, reconciles started and ended so far, all controllers together (the
+    schedulers' totals); requests sent, without controllers."""
+    if not controllers:
+        return _sent()
+    total = 0
+    for ctl in controllers:
+        stats = ctl.scheduler.stats(now=asyncio.get_running_loop().time())
+        total += stats["adds_total"] + stats["pops_total"] + stats["done_total"]
+    return total
+
+
+def _settled(controllers: list[Any]) -> bool:
+    """Every cache has its first list, no reconcile runs and none is ready to."""
+    for ctl in controllers:
+        stats = ctl.scheduler.stats(now=asyncio.get_running_loop().time())
+        if not ctl.store.is_ready or stats["in_flight"] or stats["depth"]:
+            return False
+    return True
+
+
 async def run_until_quiet(
     *runnables: Runnable,
     quiet: float = 5.0,
     timeout: float | None = 3600.0,
 ) -> None:
-    """Run `runnables` until no request was sent for `quiet` seconds, then stop them and
-    wait for their graceful end. A runnable that fails raises here;
-    `TimeoutError` when the cluster is not quiet within `timeout` seconds."""
+    """Run `runnables` until they are quiet for `quiet` seconds (see the module docstring),
+    then stop them and wait for their graceful end. A runnable that fails raises here;
+    `TimeoutError` when they are not quiet within `timeout` seconds."""
     if not runnables:
         raise ValueError("run_until_quiet needs a Controller or a Manager to run")
     tasks = [asyncio.ensure_future(_run(r)) for r in runnables]
     try:
         async with asyncio.timeout(timeout):
+            controllers = _controllers(runnables)
             while True:
-                seen = _sent()
+                seen = _activity(controllers)
                 done, _ = await asyncio.wait(
                     tasks, timeout=quiet, return_when=asyncio.FIRST_COMPLETED
                 )
                 for task in done:
                     task.result()  # its error, if it failed
-                    raise RuntimeError("a runnable ended before the cluster was quiet")
-                if _sent() == seen:
+                    raise RuntimeError("a runnable ended before it was quiet")
+                if _activity(controllers) == seen and _settled(controllers):
                     break
     finally:
         for runnable in runnables:
