@@ -12,6 +12,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Literal
 
+import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient
 from pydantic import Field
@@ -627,3 +628,22 @@ async def test_run_until_quiet_waits_for_a_running_reconcile() -> None:
         await run_until_quiet(Controller(client, CM, slow, context=client), quiet=5)
         # The patch's own event started a second reconcile: the run was not stopped mid-way.
         assert runs == [0, 1]
+
+
+@virtual_time
+async def test_slow_writes_and_an_outage_for_a_while() -> None:
+    loop = asyncio.get_running_loop()
+    async with cluster_and_client() as (cluster, client):
+        cluster.slow_writes(3)
+        start = loop.time()
+        await create(client, CM, configmap("c"))
+        assert loop.time() - start == 3
+        await get(client, CM, "c", namespace="default")  # reads are not slowed
+        assert loop.time() - start == 3
+        cluster.slow_writes(0)
+        cluster.outage(10)
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await get(client, CM, "c", namespace="default")
+        await asyncio.sleep(10)
+        found = await get(client, CM, "c", namespace="default")
+        assert found["metadata"]["name"] == "c"
