@@ -22,6 +22,7 @@ import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fastctl._clock import monotonic
 from fastctl.kube._objects import get
 from fastctl.kube._request_metrics import REQUESTS
 
@@ -68,7 +69,7 @@ def _activity(controllers: list[Any]) -> int:
         return _sent()
     total = 0
     for ctl in controllers:
-        stats = ctl.scheduler.stats(now=asyncio.get_running_loop().time())
+        stats = ctl.scheduler.stats(now=monotonic())
         total += stats["adds_total"] + stats["pops_total"] + stats["done_total"]
     return total
 
@@ -76,7 +77,7 @@ def _activity(controllers: list[Any]) -> int:
 def _settled(controllers: list[Any]) -> bool:
     """Every cache has its first list, no reconcile runs and none is ready to."""
     for ctl in controllers:
-        stats = ctl.scheduler.stats(now=asyncio.get_running_loop().time())
+        stats = ctl.scheduler.stats(now=monotonic())
         if not ctl.store.is_ready or stats["in_flight"] or stats["depth"]:
             return False
     return True

@@ -9,13 +9,13 @@ leader election and sharding run on it unchanged, on any event loop, and on a
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from fastctl._clock import monotonic
 from fastctl.kube._in_memory import SESSIONS
 from fastctl.testing.fake._kinds import Kind
 from fastctl.testing.fake._server import (
@@ -319,8 +319,7 @@ class FakeCluster:
         if seconds is None:
             self.server.down = True
         else:
-            loop = asyncio.get_running_loop()
-            self.server.down_until = max(self.server.down_until, loop.time() + seconds)
+            self.server.down_until = max(self.server.down_until, monotonic() + seconds)
         self.server.cut_streams()
 
     def recover(self) -> None:

@@ -34,6 +34,7 @@ from urllib.parse import unquote
 import aiohttp
 import orjson
 
+from fastctl._clock import monotonic
 from fastctl.runtime.sharding._slots import fnv1a_64
 from fastctl.testing.fake._kinds import BUILTIN, CRD_KIND, Kind, kinds_of_crd
 from fastctl.testing.fake._patches import (
@@ -218,10 +219,11 @@ class FakeApiServer:
             self._changed = None
 
     def now(self) -> float:
-        try:
-            return asyncio.get_running_loop().time()
-        except RuntimeError:
+        """The runtime's clock (virtual on a `VirtualTimeLoop`); 0 outside an event loop,
+        where a test arranges objects before anything runs."""
+        if asyncio._get_running_loop() is None:
             return 0.0
+        return monotonic()
 
     def add_kind(self, kind: Kind) -> None:
         self.kinds[(kind.group, kind.version, kind.plural)] = kind

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
+from fastctl._clock import monotonic
 from fastctl.kube._watcher import INITIAL_EVENTS_END
 
 __all__ = ["Entry", "Keep", "Response", "StreamSource", "WatchStream", "status_body"]
@@ -142,7 +143,6 @@ class WatchStream:
 
     async def readline(self, max_line_length: int = 0) -> bytes:
         server = self.server
-        loop = asyncio.get_running_loop()
         while True:
             if self.cut:
                 raise aiohttp.ServerDisconnectedError()
@@ -171,8 +171,8 @@ class WatchStream:
                     self.pos += 1
                     continue
                 due = entry.at + server.watch_delay
-                if due > loop.time():  # a slow watch: shown `watch_delay` s after the write
-                    await asyncio.sleep(due - loop.time())
+                if due > monotonic():  # a slow watch: shown `watch_delay` s after the write
+                    await asyncio.sleep(due - monotonic())
                     if self.cut:
                         raise aiohttp.ServerDisconnectedError()
                     continue
@@ -182,7 +182,7 @@ class WatchStream:
                     continue
                 server.stream_shown(self, entry)
                 return self._event(etype, entry.obj)
-            remaining = self.deadline - loop.time()
+            remaining = self.deadline - monotonic()
             if remaining <= 0:
                 return b""  # the server-side timeout: a clean end
             changed = server.changed
