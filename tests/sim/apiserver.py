@@ -25,13 +25,18 @@ answers both from memory, so the real watcher, `Store`, `Controller`, `Manager` 
 - a Lease with optimistic concurrency (409 on a stale resourceVersion), requests from this
   replica that fail for a while (a partition), and a rival replica that takes the lease
   once it has not changed for a lease duration (a correct successor) and holds it a while.
+
+The pieces a fake cluster has too come from `fastctl.testing.fake`: the watch stream read
+line by line (`WatchStream`, told what it showed through `stream_listed` and
+`stream_shown`), the history entries, the responses and Status bodies, JSON merge patches
+and the ``shardSelector`` filter. What is this simulation's own stays here: the record of
+what each change was and what the watches showed, races, the leader Lease and its rival.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,9 +46,10 @@ import orjson
 
 from fastctl.errors import ApiError
 from fastctl.kube._http import error_from_response
-from fastctl.kube._watcher import INITIAL_EVENTS_END
 from fastctl.runtime.leader._rules import micro_time
-from fastctl.runtime.sharding._slots import fnv1a_64
+from fastctl.testing.fake._patches import merge_patch
+from fastctl.testing.fake._server import shard_filter
+from fastctl.testing.fake._wire import Entry, Response, WatchStream, status_body
 
 from .record import Record
 
@@ -54,131 +60,10 @@ KINDS = {"widgets": "Widget", "children": "Child", "pointers": "Pointer"}
 RIVAL = "rival"
 
 
-@dataclass(slots=True)
-class _Entry:
-    """One object event in the server's history, made at `at` (virtual seconds)."""
-
-    rv: int
-    plural: str
-    etype: str  # ADDED, MODIFIED, DELETED
-    obj: dict[str, Any]
-    at: float = 0.0
-
-
 def key_of_obj(obj: Mapping[str, Any]) -> str:
     """``namespace/name``: how the server and the record name an object."""
     meta = obj["metadata"]
     return f"{meta['namespace']}/{meta['name']}"
-
-
-def _status(code: int, reason: str, message: str) -> bytes:
-    return orjson.dumps(
-        {"kind": "Status", "status": "Failure", "code": code, "reason": reason, "message": message}
-    )
-
-
-_SHARD_RANGE = re.compile(
-    r"shardRange\(object\.metadata\.(uid|namespace), '0x([0-9a-f]+)', '0x([0-9a-f]+)'\)"
-)
-
-Keep = Callable[[Mapping[str, Any]], bool]
-
-
-def _shard_filter(selector: str | None) -> Keep | None:
-    """The objects a ``shardSelector`` selects (FNV-1a-64 of the field in one of its
-    ``[start, end)`` ranges), as a server with sharded lists and watches applies it."""
-    if not selector:
-        return None
-    ranges = [(f, int(lo, 16), int(hi, 16)) for f, lo, hi in _SHARD_RANGE.findall(selector)]
-
-    def keep(obj: Mapping[str, Any]) -> bool:
-        meta = obj["metadata"]
-        return any(lo <= fnv1a_64(str(meta.get(f) or "")) < hi for f, lo, hi in ranges)
-
-    return keep
-
-
-class _Stream:
-    """The body of one watch response, read line by line as the watcher does."""
-
-    def __init__(
-        self,
-        server: ApiServer,
-        plural: str,
-        after_rv: int,
-        initial: list[dict[str, Any]] | None,
-        deadline: float,
-        namespace: str | None = None,
-        keep: Keep | None = None,
-    ) -> None:
-        self.server = server
-        self.plural = plural
-        self.namespace = namespace
-        self.keep = keep
-        self.after_rv = after_rv
-        self.initial = list(initial) if initial is not None else None
-        self.bookmark_pending = initial is not None
-        self.deadline = deadline
-        self.pos = 0
-        self.cut = False
-        self.listed: list[dict[str, Any]] = []  # the initial events delivered so far
-
-    def _wanted(self, entry: _Entry) -> bool:
-        if entry.plural != self.plural or entry.rv <= self.after_rv:
-            return False
-        if self.namespace is not None and entry.obj["metadata"]["namespace"] != self.namespace:
-            return False
-        return self.keep is None or self.keep(entry.obj)
-
-    async def readline(self, max_line_length: int = 0) -> bytes:
-        server = self.server
-        loop = asyncio.get_running_loop()
-        while True:
-            if self.cut:
-                raise aiohttp.ServerDisconnectedError()
-            if self.initial:
-                obj = self.initial.pop(0)
-                await asyncio.sleep(server.item_delay)
-                if self.cut:
-                    raise aiohttp.ServerDisconnectedError()
-                self.listed.append(obj)
-                return orjson.dumps({"type": "ADDED", "object": obj}) + b"\n"
-            if self.bookmark_pending:
-                self.bookmark_pending = False
-                server.shown.list_done(self.plural, self.listed)
-                mark = {
-                    "kind": KINDS[self.plural],
-                    "apiVersion": "example.com/v1",
-                    "metadata": {
-                        "resourceVersion": str(self.after_rv),
-                        "annotations": {INITIAL_EVENTS_END: "true"},
-                    },
-                }
-                return orjson.dumps({"type": "BOOKMARK", "object": mark}) + b"\n"
-            history = server.history
-            while self.pos < len(history):
-                entry = history[self.pos]
-                if not self._wanted(entry):
-                    self.pos += 1
-                    continue
-                due = entry.at + server.watch_delay
-                if due > loop.time():  # a slow watch: shown `watch_delay` s after the write
-                    await asyncio.sleep(due - loop.time())
-                    if self.cut:
-                        raise aiohttp.ServerDisconnectedError()
-                    continue
-                self.pos += 1
-                server.shown.event(self.plural, entry.obj, entry.etype == "DELETED")
-                return orjson.dumps({"type": entry.etype, "object": entry.obj}) + b"\n"
-            remaining = self.deadline - loop.time()
-            if remaining <= 0:
-                return b""  # the server-side timeout: a clean end
-            changed = server.changed
-            try:
-                async with asyncio.timeout(remaining):
-                    await changed.wait()
-            except TimeoutError:
-                pass
 
 
 class _Shown:
@@ -229,45 +114,6 @@ def targets(obj: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(f"{meta['namespace']}/{name}" for name in names)
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: objects merge key by key, ``null`` removes a key, any
-    other value replaces."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-class _Response:
-    """What `request` returns: ``status``, ``read()``, ``content`` and a context manager."""
-
-    def __init__(
-        self, server: ApiServer, status: int, data: bytes, stream: _Stream | None = None
-    ) -> None:
-        self._server = server
-        self.status = status
-        self._data = data
-        self.content = stream
-
-    async def read(self) -> bytes:
-        return self._data
-
-    def release(self) -> None:
-        if self.content is not None:
-            self._server.streams.discard(self.content)
-
-    async def __aenter__(self) -> _Response:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
-
 @dataclass
 class ServerConfig:
     """How this server behaves (chosen per schedule)."""
@@ -309,10 +155,10 @@ class ApiServer:
         self.watch_delay = config.watch_delay
         self.rv = 0
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, ns/name)
-        self.history: list[_Entry] = []
+        self.history: list[Entry] = []
         self.compacted: dict[str, int] = dict.fromkeys(KINDS, -1)
         self.down_until = 0.0
-        self.streams: set[_Stream] = set()
+        self.streams: set[WatchStream] = set()
         self.changed = asyncio.Event()
         self.lease = _Lease()
         self.shown = _Shown(record)
@@ -331,6 +177,38 @@ class ApiServer:
     def _notify(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
+
+    def _response(self, status: int, data: bytes, stream: WatchStream | None = None) -> Response:
+        return Response(status, data, stream, self.streams.discard)
+
+    def _stream(
+        self,
+        plural: str,
+        after_rv: int,
+        initial: list[dict[str, Any]] | None,
+        deadline: float,
+        namespace: str | None,
+        keep: Callable[[Mapping[str, Any]], bool] | None,
+    ) -> WatchStream:
+        bookmark = {"kind": KINDS[plural], "apiVersion": "example.com/v1"}
+        return WatchStream(
+            self,
+            plural,
+            after_rv,
+            initial,
+            deadline,
+            namespace=namespace,
+            keep=keep,
+            bookmark=bookmark,
+        )
+
+    def stream_listed(self, stream: WatchStream, items: list[dict[str, Any]]) -> None:
+        """What the watches were shown: a whole initial list."""
+        self.shown.list_done(stream.resource, items)
+
+    def stream_shown(self, stream: WatchStream, entry: Entry) -> None:
+        """What the watches were shown: one event."""
+        self.shown.event(stream.resource, entry.obj, entry.etype == "DELETED")
 
     # -- what the schedule does ---------------------------------------------------------
 
@@ -386,7 +264,7 @@ class ApiServer:
 
     def _store(self, plural: str, key: str, obj: dict[str, Any], etype: str, *, ours: bool) -> None:
         self.objects[(plural, key)] = obj
-        self.history.append(_Entry(self.rv, plural, etype, obj, self.now))
+        self.history.append(Entry(self.rv, plural, etype, obj, self.now))
         self.record.change(plural, key, targets(obj), self.rv, deleted=False, ours=ours)
         self._notify()
 
@@ -400,7 +278,7 @@ class ApiServer:
             return None
         self.rv += 1
         obj = {**old, "metadata": {**old["metadata"], "resourceVersion": str(self.rv)}}
-        self.history.append(_Entry(self.rv, plural, "DELETED", obj, self.now))
+        self.history.append(Entry(self.rv, plural, "DELETED", obj, self.now))
         self.record.change(plural, key, targets(old), self.rv, deleted=True, ours=ours)
         self._notify()
         return obj
@@ -411,7 +289,7 @@ class ApiServer:
         self.races.add(key)
 
     def cut_streams(self, plural: str | None = None) -> None:
-        for stream in [s for s in self.streams if plural in (None, s.plural)]:
+        for stream in [s for s in self.streams if plural in (None, s.resource)]:
             stream.cut = True
             self.streams.discard(stream)
         self._notify()
@@ -464,7 +342,7 @@ class ApiServer:
         content_type: str = "application/json",
         client_timeout: aiohttp.ClientTimeout | None = None,
         accept: str | None = None,
-    ) -> _Response:
+    ) -> Response:
         """`fastctl.kube._http.request`: collection GETs (lists and watches; full objects
         only: `accept` is for metadata-only watches, which the simulation has none of), and
         reads and patches of single objects (what `request_json` and the object API send)."""
@@ -476,29 +354,33 @@ class ApiServer:
                 else:
                     answer = await self._object_request(method, path, body)
             except ApiError as exc:
-                return _Response(self, exc.status, _status(exc.status, exc.reason, exc.message))
-            return _Response(self, 201 if method == "POST" else 200, orjson.dumps(answer))
+                return self._response(exc.status, status_body(exc.status, exc.reason, exc.message))
+            return self._response(201 if method == "POST" else 200, orjson.dumps(answer))
         await asyncio.sleep(self.config.request_latency)
         self.check_up()
         q = {k: v for k, v in (query or {}).items() if v is not None}
         plural = parts[-1]
         namespace = parts[1] if len(parts) == 3 and parts[0] == "namespaces" else None
         if method != "GET" or plural not in KINDS or len(parts) not in (1, 3):
-            return _Response(self, 404, _status(404, "NotFound", f"{method} {path}"))
-        keep = _shard_filter(str(q.get("shardSelector") or "")) if self.config.shards else None
+            return self._response(404, status_body(404, "NotFound", f"{method} {path}"))
+        keep = shard_filter(str(q.get("shardSelector") or "")) if self.config.shards else None
         if q.get("watch"):
             return self._watch(plural, namespace, keep, q)
         return await self._list(plural, namespace, keep, q)
 
     def _snapshot(
-        self, plural: str, rv: int, namespace: str | None = None, keep: Keep | None = None
+        self,
+        plural: str,
+        rv: int,
+        namespace: str | None = None,
+        keep: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> list[dict[str, Any]]:
         """The objects of `plural` as they were at `rv` (replayed from the history)."""
         state: dict[str, dict[str, Any]] = {}
         for entry in self.history:
             if entry.rv > rv:
                 break
-            if entry.plural != plural:
+            if entry.resource != plural:
                 continue
             if namespace is not None and entry.obj["metadata"]["namespace"] != namespace:
                 continue
@@ -510,8 +392,12 @@ class ApiServer:
         return [state[key] for key in sorted(state) if keep is None or keep(state[key])]
 
     async def _list(
-        self, plural: str, namespace: str | None, keep: Keep | None, q: Mapping[str, Any]
-    ) -> _Response:
+        self,
+        plural: str,
+        namespace: str | None,
+        keep: Callable[[Mapping[str, Any]], bool] | None,
+        q: Mapping[str, Any],
+    ) -> Response:
         token = q.get("continue")
         if token:
             snap_rv, offset_s, list_id = str(token).split(":")
@@ -520,7 +406,7 @@ class ApiServer:
             self.check_up()
             if rv <= self.compacted[plural]:
                 self._pages.pop(list_id, None)
-                return _Response(self, 410, _status(410, "Expired", "continue token expired"))
+                return self._response(410, status_body(410, "Expired", "continue token expired"))
         else:
             rv, offset, list_id = self.rv, 0, str(next(self._lists))
         items = self._snapshot(plural, rv, namespace, keep)
@@ -541,24 +427,28 @@ class ApiServer:
         if keep is not None:
             meta["shardInfo"] = {"selector": q.get("shardSelector")}
         doc = {"kind": f"{KINDS[plural]}List", "metadata": meta, "items": page}
-        return _Response(self, 200, orjson.dumps(doc))
+        return self._response(200, orjson.dumps(doc))
 
     def _watch(
-        self, plural: str, namespace: str | None, keep: Keep | None, q: Mapping[str, Any]
-    ) -> _Response:
+        self,
+        plural: str,
+        namespace: str | None,
+        keep: Callable[[Mapping[str, Any]], bool] | None,
+        q: Mapping[str, Any],
+    ) -> Response:
         deadline = self.now + float(q.get("timeoutSeconds") or 290)
         if q.get("sendInitialEvents"):
             if not self.config.streaming:
-                return _Response(self, 400, _status(400, "BadRequest", "no sendInitialEvents"))
+                return self._response(400, status_body(400, "BadRequest", "no sendInitialEvents"))
             initial = self._snapshot(plural, self.rv, namespace, keep)
-            stream = _Stream(self, plural, self.rv, initial, deadline, namespace, keep)
+            stream = self._stream(plural, self.rv, initial, deadline, namespace, keep)
         else:
             since = int(str(q.get("resourceVersion") or "0"))
             if since <= self.compacted[plural]:
-                return _Response(self, 410, _status(410, "Expired", f"too old: {since}"))
-            stream = _Stream(self, plural, since, None, deadline, namespace, keep)
+                return self._response(410, status_body(410, "Expired", f"too old: {since}"))
+            stream = self._stream(plural, since, None, deadline, namespace, keep)
         self.streams.add(stream)
-        return _Response(self, 200, b"", stream)
+        return self._response(200, b"", stream)
 
     # -- single objects: the controllers' writes ------------------------------------------
 
@@ -687,7 +577,9 @@ class ApiServer:
 
     @staticmethod
     def _error(code: int, reason: str, method: str, path: str) -> ApiError:
-        return error_from_response(code, _status(code, reason, reason), method=method, path=path)
+        return error_from_response(
+            code, status_body(code, reason, reason), method=method, path=path
+        )
 
     def _write_lease(self, doc: dict[str, Any]) -> dict[str, Any]:
         self.rv += 1

@@ -260,7 +260,7 @@ async def _simulate(schedule: RywSchedule, record: RywRecord, guard: bool) -> No
                 await task
         record.in_flight_at_end[CTL] = ctl.scheduler.in_flight
         for entry in server.history:
-            if entry.plural == "children" and entry.etype == "DELETED":
+            if entry.resource == "children" and entry.etype == "DELETED":
                 record.deleted_at[str(entry.obj["metadata"]["name"])] = entry.at
     await client.close()
 

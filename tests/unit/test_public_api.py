@@ -76,9 +76,10 @@ PUBLIC: dict[str, frozenset[str]] = {
     ),
     "fastctl.testing": _names(
         """
-        ETCD_VERSION K8S_VERSION Binaries BinariesNotFoundError BuildError ControlPlane
-        ControlPlaneError Deadlock Spin StartupError VirtualTimeLoop build_binaries
-        ensure_binaries find_binaries run_virtual virtual_time
+        ETCD_VERSION K8S_VERSION Binaries BinariesNotFoundError BuildError Cluster
+        ControlPlane ControlPlaneError Deadlock FakeCluster FakeClusterError RecordedRequest
+        Spin StartupError VirtualTimeLoop build_binaries ensure_binaries find_binaries
+        reconcile_once run_until_quiet run_virtual virtual_time
         """
     ),
     "fastctl.testing.model": _names("ModelScheduler"),
@@ -106,7 +107,9 @@ HOMES = (
     "fastctl.runtime.controller",
     "fastctl.runtime.manager",
     "fastctl.testing.binaries",
+    "fastctl.testing.cluster",
     "fastctl.testing.control_plane",
+    "fastctl.testing.fake",
     "fastctl.testing.pytest_plugin",
 )
 """Modules without an underscore that define public names but are not where users import

@@ -28,6 +28,7 @@ COMMANDS: tuple[str, ...] = (
     "fastctl.cli.demo",
     "fastctl.cli.control_plane",
     "fastctl.cli.inspect",
+    "fastctl.cli.init",
 )
 """The modules that provide subcommands, in ``--help`` order."""
 

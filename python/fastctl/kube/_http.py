@@ -30,6 +30,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from fastctl.errors import ApiError, http_phrase
 from fastctl.kube._call_retry import Safety, retry_delay
+from fastctl.kube._in_memory import SESSIONS
 from fastctl.kube._request_metrics import ERROR_CODE, REQUESTS
 from fastctl.kube._throttle import retry_policy_of, throttle
 
@@ -133,7 +134,8 @@ async def request(
         kwargs["proxy_headers"] = rest.proxy_headers
     if rest.server_hostname:
         kwargs["server_hostname"] = rest.server_hostname
-    session: aiohttp.ClientSession = rest.pool_manager
+    # A fake cluster of a test answers from memory (`fastctl.kube._in_memory`).
+    session: aiohttp.ClientSession = SESSIONS.get(config.host) or rest.pool_manager  # type: ignore[assignment]
     await throttle(client, method, config.host)
     started = time.perf_counter()
     try:

@@ -7,6 +7,11 @@ Fixtures:
 - ``namespace`` (function): the name of a fresh namespace, created before the test and
   deleted after it (without a controller-manager a deleted namespace stays ``Terminating``
   with its objects, which is harmless: names are never reused).
+- ``fake_cluster`` (function): a `fastctl.testing.FakeCluster` of the test's own, in memory
+  (no binaries, no ``kube`` marker).
+- ``cluster`` (function, two parameters): a `fastctl.testing.Cluster`, once on a fake
+  cluster (``[fake]``) and once on the session's control plane (``[control-plane]``,
+  marked ``kube``), each with a fresh namespace: one test, run on both.
 
 Every test that uses ``control_plane`` (directly or through ``namespace``) is marked ``kube``,
 so ``-m "not kube"`` deselects the real-API tests. When the binaries are missing and cannot
@@ -34,7 +39,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from fastctl.testing.cluster import Cluster
     from fastctl.testing.control_plane import ControlPlane
+    from fastctl.testing.fake import FakeCluster
 
 _KUBE_MARKER = "kube: needs the real local control plane (etcd + kube-apiserver)"
 
@@ -136,6 +143,33 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
         request.node.warn(
             pytest.PytestWarning(f"deleting namespace {name}: HTTP {status}: {response}")
         )
+
+
+@pytest.fixture
+def fake_cluster() -> Iterator[FakeCluster]:
+    """A fake cluster for this test (its clients are the test's to close)."""
+    from fastctl.testing.fake import FakeCluster
+
+    cluster = FakeCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.forget()
+
+
+@pytest.fixture(params=["fake", pytest.param("control-plane", marks=pytest.mark.kube)])
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The test's `Cluster`: a fake one, then the control plane, each with a namespace."""
+    from fastctl.testing.cluster import Cluster
+
+    if request.param == "fake":
+        fake = request.getfixturevalue("fake_cluster")
+        name = namespace_name(request.node.name)
+        fake.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        yield Cluster(name, fake=fake)
+    else:
+        name = request.getfixturevalue("namespace")
+        yield Cluster(name, control_plane=request.getfixturevalue("control_plane"))
 
 
 @pytest.hookimpl(trylast=True)  # after the runner's own sessionfinish has torn fixtures down
