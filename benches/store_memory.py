@@ -1,11 +1,11 @@
 """Memory per cached object in a `Store`, with and without a transform (no API server).
 
-Each measurement runs in a fresh subprocess: it builds N ConfigMaps as the JSON bytes an
-API server would send, parses each with orjson (as the watcher does), applies the
-transform under test (as the watcher does, identity restored), and feeds the store one
-list (``INIT``, ``INIT_APPLY`` each, ``INIT_DONE``). The JSON bytes are dropped before the
-store is filled, so what grows is the store alone; RSS is read before and after (after a
-full collection) and divided by N.
+Each measurement runs in a fresh subprocess: one object at a time, it builds a ConfigMap
+as the JSON bytes an API server would send, parses them with orjson (as the watcher does),
+applies the transform under test (as the watcher does, identity restored), and feeds it to
+the store as one list (``INIT``, ``INIT_APPLY`` each, ``INIT_DONE``); nothing else is
+kept, so what grows is the store alone. RSS is read before and after (after a full
+collection) and divided by N.
 
 Two shapes of ConfigMap:
 
@@ -134,20 +134,17 @@ def measure(n: int, shape: str, transform_name: str) -> dict[str, Any]:
             drop_managed_fields, drop_annotations()
         ),
     }[transform_name]
-    raw = [orjson.dumps(configmap(i, shape)) for i in range(n)]
-    json_bytes = sum(len(r) for r in raw) / n
+    json_bytes = len(orjson.dumps(configmap(0, shape)))
     store = Store()
     gc.collect()
     before = _rss()
     store.apply(ListFrame(EventKind.INIT))
     for i in range(n):
-        obj = orjson.loads(raw[i])
-        raw[i] = b""
+        obj = orjson.loads(orjson.dumps(configmap(i, shape)))  # as received, then parsed
         if transform is not None:
             obj = apply_transform(transform, obj)
         store.apply(ObjectEvent(EventKind.INIT_APPLY, obj))
     store.apply(ListFrame(EventKind.INIT_DONE))
-    del raw
     gc.collect()
     after = _rss()
     kept = statistics.mean(len(orjson.dumps(o)) for o in list(store.values())[:1000])

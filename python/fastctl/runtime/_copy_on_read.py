@@ -14,6 +14,10 @@ not plain JSON (a store a test filled with other types, a transform that put a t
 falls back to `copy.deepcopy`. Freezing the cached objects instead would cost as much to
 build (a frozen copy of each) and would break every reconcile that passes its object to
 code expecting a dict.
+
+The copy is made here, outside the `Store`, so a store that keeps objects in a compact form
+and builds a fresh dict on each read can take its place without a second copy: its reads
+would be the copies, and this wrapper would then pass them through.
 """
 
 from __future__ import annotations
