@@ -77,6 +77,10 @@ async def running(ctl: Controller) -> AsyncIterator[asyncio.Task[None]]:
             raise
 
 
+def _version(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["resourceVersion"])
+
+
 class Record:
     """What each reconcile saw, and when: (key, data version, start, end)."""
 
@@ -95,7 +99,8 @@ class Record:
         async def reconcile(obj: dict[str, Any], ctx: Any) -> Action | None:
             ref = ObjectRef.from_object(obj)
             key = ref.key
-            if ctl_ref[0].store.get(ref) is not obj:
+            cached = ctl_ref[0].store.get(ref)  # the reconcile got its own copy of it
+            if cached is None or _version(cached) != _version(obj):
                 self.not_latest.append(key)
             self.active[key] += 1
             if self.active[key] > 1:

@@ -141,7 +141,9 @@ def test_the_cache_finds_children_by_controller_owner_and_forgets_deleted_ones()
     store.apply(ObjectEvent(EventKind.APPLY, child("a2", "uid-b")))
     assert cache.owned_by("uid-a") == []
     assert sorted(o["metadata"]["name"] for o in cache.owned_by("uid-b")) == ["a2", "b1"]
-    assert cache.get("b1", "ns") is store[ref("b1")]
+    got = cache.get("b1", "ns")
+    assert got == store[ref("b1")]
+    assert got is not store[ref("b1")]  # a copy, free to change
     assert cache.get("missing", "ns") is None
 
 

@@ -29,7 +29,7 @@ class FakeWatchers:
     once to its `on_error` that it retried a 503, lists nothing, and then waits."""
 
     def __init__(self) -> None:
-        self.opened: list[tuple[str, bool]] = []
+        self.opened: list[tuple[str, bool | None]] = []
         self.clients: list[Any] = []
 
     def __call__(

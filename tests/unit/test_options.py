@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import inspect
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -126,7 +127,11 @@ def test_controller_takes_config_objects() -> None:
     wcfg = WatchConfig(field_selector="metadata.name=a", page_size=10)
     ctl = Controller(client(), WIDGET, reconcile, config=cfg, watch_config=wcfg)
     assert ctl.config is cfg
-    assert ctl.watch_config is wcfg
+    # Used as given, but an unsaid strip_managed_fields is the controller's default: True
+    # (a WatchConfig for a page size used to turn the stripping off).
+    assert ctl.watch_config == replace(wcfg, strip_managed_fields=True)
+    kept = WatchConfig(page_size=10, strip_managed_fields=False)
+    assert Controller(client(), WIDGET, reconcile, watch_config=kept).watch_config is kept
     assert ctl.concurrency == 2
     assert ctl.scheduler.stats() is not None
     # The default scheduler is built from the config's options.

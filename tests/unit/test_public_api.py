@@ -35,11 +35,11 @@ PUBLIC: dict[str, frozenset[str]] = {
         INITIAL_LIST_PRIORITY Action ApiError ApplierConfig Controller CustomResource Discovery
         DiscoveryError ErrorPolicy EventKind FastctlError InvalidObject KubeModel
         KubeconfigError LeaderElection LeaderElector LeadershipLost ListFrame Manager Mapper
-        ObjectEvent ObjectRef Predicate PrinterColumn RateLimit ReadYourWrites Reconcile
-        ReconcileCancelled
-        ReconcileResult ReconcileTimeout Recorder ResolvedResource Resource ResourceNotFound
-        Scheduler SchemaError ServerOptions Sharding Store Trigger ValidationRule WatchConfig
-        WatchError WatchEvent WatchStreamError
+        Namespaces ObjectEvent ObjectRef Predicate PrinterColumn RateLimit ReadYourWrites
+        Reconcile ReconcileCancelled ReconcileResult ReconcileTimeout Recorder
+        ResolvedResource Resource ResourceNotFound Scheduler SchemaError ServerOptions
+        Sharding Store Trigger ValidationRule WatchConfig WatchError WatchEvent
+        WatchStreamError
         all_of annotations_changed any_of applier finalizer generation_changed labels_changed
         load_client reflector watcher
         """
@@ -47,12 +47,14 @@ PUBLIC: dict[str, frozenset[str]] = {
     "fastctl.kube": _names(
         """
         ApiError Backoff Condition CustomResource Discovery DiscoveryError EventKind
-        InvalidObject KubeModel KubeconfigError ListFrame MetadataOnlyUnsupported ObjectEvent
-        ObjectMeta PatchType PrinterColumn RateLimit Recorder ResolvedResource Resource
-        ResourceNotFound RetryPolicy SchemaError Store ValidationRule WatchConfig WatchEvent
-        add_finalizer apply apply_status controller_uid crd create delete finalizer get list
-        load_client owner_reference patch reflector remove_finalizer set_condition
-        set_rate_limit set_retry_policy watcher
+        InvalidObject KubeModel KubeconfigError ListFrame MetadataOnlyUnsupported
+        Namespaces ObjectEvent ObjectMeta PatchType PrinterColumn RateLimit Recorder
+        ResolvedResource Resource ResourceNotFound RetryPolicy SchemaError Store
+        ValidationRule WatchConfig WatchEvent add_finalizer apply apply_status
+        chain_transforms controller_uid crd create delete drop_annotations
+        drop_last_applied drop_managed_fields finalizer get keep_paths list load_client
+        owner_reference patch reflector remove_finalizer set_condition set_rate_limit
+        set_retry_policy watcher
         """
     ),
     "fastctl.runtime": _names(

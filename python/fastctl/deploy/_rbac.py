@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fastctl.kube._namespaces import Namespaces, NamespaceScope
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.runtime._typed import is_model
 from fastctl.runtime.controller import Controller
@@ -51,6 +52,7 @@ __all__ = [
     "BUILTIN_RESOURCES",
     "EVENTS_RULE",
     "LEASE_RULE",
+    "NAMESPACES_RULE",
     "Needs",
     "Permissions",
     "PolicyRule",
@@ -361,6 +363,25 @@ class _Grants:
         return Permissions(tuple(cluster), {ns: tuple(r) for ns, r in namespaced.items()})
 
 
+NAMESPACES_RULE = PolicyRule("", ("namespaces",), ("list", "watch"))
+"""What a watch of a set of namespaces given by patterns or a selector needs: it watches
+the Namespaces (metadata only) to follow the set."""
+
+
+def _grant_scopes(namespace: NamespaceScope, grants: _Grants) -> list[str | None]:
+    """Where a watch of `namespace` is granted: one namespace's Role, a Role in each
+    namespace of a fixed set, or the ClusterRole (all namespaces, and a set given by
+    patterns or a selector: its namespaces are not known when the manifests are written,
+    and a namespace created later must be watchable at once; such a set also needs to
+    list and watch the Namespaces, granted here)."""
+    if isinstance(namespace, Namespaces):
+        if namespace.is_fixed:
+            return list(namespace.names)
+        grants.add_rules(None, [NAMESPACES_RULE])
+        return [None]
+    return [namespace]
+
+
 def derive(
     controllers: Iterable[Controller],
     resolved: Mapping[Resource, ResolvedResource],
@@ -375,23 +396,33 @@ def derive(
     grants = _Grants()
     for ctl in controllers:
         declared = needs_of(ctl)
-        scope = ctl.namespace
+        spec = ctl.spec
+        scopes = _grant_scopes(spec.namespace, grants)
         primary = resolved[ctl.resource]
-        grants.add_resource(
-            scope, primary, ("list", "watch", *declared.verbs_of(ctl, ctl.resource))
-        )
-        if declared.status:
-            grants.add_resource(scope, primary, ("patch",), sub="status")
-        if declared.finalizer:
-            grants.add_resource(scope, primary, ("get", "patch"))
-        for resource in ctl.resources[1:]:
-            verbs = ("list", "watch", *declared.verbs_of(ctl, resource))
-            grants.add_resource(scope, resolved[resource], verbs)
-        # A controller records a Warning Event on a failed reconcile unless told not to
-        # (`ApplierConfig.failure_events`), whatever its reconcile publishes.
-        if declared.events or ctl.config.failure_events:
-            grants.add_rules(scope, [EVENTS_RULE])
-        grants.add_rules(scope, declared.rules)
+        for scope in scopes:
+            grants.add_resource(
+                scope, primary, ("list", "watch", *declared.verbs_of(ctl, ctl.resource))
+            )
+            if declared.status:
+                grants.add_resource(scope, primary, ("patch",), sub="status")
+            if declared.finalizer:
+                grants.add_resource(scope, primary, ("get", "patch"))
+            # A controller records a Warning Event on a failed reconcile unless told not
+            # to (`ApplierConfig.failure_events`), whatever its reconcile publishes.
+            if declared.events or ctl.config.failure_events:
+                grants.add_rules(scope, [EVENTS_RULE])
+            grants.add_rules(scope, declared.rules)
+        for rel in spec.relations:
+            res = resolved[rel.resource]
+            # Watched where the relation watches; written (its extra verbs) where the
+            # reconciles run, the controller's namespaces, and where it watches.
+            writes = declared.verbs_of(ctl, rel.resource)
+            watched = _grant_scopes(rel.namespace_in(spec), grants)
+            for scope in watched:
+                grants.add_resource(scope, res, ("list", "watch", *writes))
+            if writes:
+                for scope in scopes:
+                    grants.add_resource(scope, res, writes)
     if lease_namespace is not None:
         grants.add_rules(lease_namespace, [LEASE_RULE])
     grants.add_rules(extra_namespace, extra)

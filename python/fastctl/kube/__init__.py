@@ -29,6 +29,7 @@ from fastctl.kube._crd_schema import PrinterColumn, ValidationRule
 from fastctl.kube._events import Recorder
 from fastctl.kube._finalizer import add_finalizer, finalizer, remove_finalizer
 from fastctl.kube._list import list_objects as list
+from fastctl.kube._namespaces import Namespaces
 from fastctl.kube._objects import (
     PatchType,
     apply,
@@ -43,6 +44,13 @@ from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.kube._retry import Backoff
 from fastctl.kube._store import Store, controller_uid, reflector
 from fastctl.kube._throttle import set_rate_limit, set_retry_policy
+from fastctl.kube._transforms import (
+    chain_transforms,
+    drop_annotations,
+    drop_last_applied,
+    drop_managed_fields,
+    keep_paths,
+)
 from fastctl.kube._watcher import (
     EventKind,
     ListFrame,
@@ -82,6 +90,7 @@ __all__ = [
     "KubeconfigError",
     "ListFrame",
     "MetadataOnlyUnsupported",
+    "Namespaces",
     "ObjectEvent",
     "ObjectMeta",
     "PatchType",
@@ -100,12 +109,17 @@ __all__ = [
     "add_finalizer",
     "apply",
     "apply_status",
+    "chain_transforms",
     "controller_uid",
     "crd",
     "create",
     "delete",
+    "drop_annotations",
+    "drop_last_applied",
+    "drop_managed_fields",
     "finalizer",
     "get",
+    "keep_paths",
     "list",
     "load_client",
     "owner_reference",

@@ -5,6 +5,11 @@ A `Store` is fed `WatchEvent`s (by `reflector`) and is a read-only
 atomically on `INIT_DONE`, so readers never see half a list; the store is *ready* once the
 first list is in, and stays ready (serving the previous state) during later relists.
 
+A watch of a set of namespaces lists each namespace on its own (`ListFrame.namespace`):
+such a list is buffered and swapped in for its namespace alone, the others untouched, and
+the store is ready once no list is open after the first swap (the set frames its first
+lists so that this is when every namespace of it has been listed once).
+
 Deletions that happened while the watch was down (the watcher relisted after a 410) are
 found here, by comparing the store with the new list: `Store.apply` returns the objects the
 swap removed and `reflector` emits a `DELETE` event for each, after `INIT_DONE`. Doing it
@@ -51,11 +56,12 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
 class Store(Mapping[ObjectRef, Obj]):
     """A cache of parsed objects keyed by `ObjectRef`, fed by `apply` (or `reflector`)."""
 
-    __slots__ = ("_buffer", "_label_index", "_objects", "_owner_index", "_ready")
+    __slots__ = ("_buffers", "_label_index", "_objects", "_owner_index", "_ready")
 
     def __init__(self) -> None:
         self._objects: dict[ObjectRef, Obj] = {}
-        self._buffer: dict[ObjectRef, Obj] | None = None  # a relist in progress
+        self._buffers: dict[str | None, dict[ObjectRef, Obj]] = {}
+        """The (re)lists in progress: the whole state's (None), or one namespace's each."""
         self._owner_index: dict[str, set[ObjectRef]] = {}
         self._label_index: dict[str, dict[str, set[ObjectRef]]] = {}
         self._ready = asyncio.Event()
@@ -129,24 +135,34 @@ class Store(Mapping[ObjectRef, Obj]):
             self._remove(ObjectRef.from_object(event.obj))
         elif event.kind is EventKind.INIT_APPLY:
             obj = event.obj
-            if self._buffer is None:  # tolerate a missing INIT
-                self._buffer = {}
             ref = ObjectRef.from_object(obj)
+            buffers = self._buffers
+            buffer = buffers.get(None)
+            if buffer is None:
+                buffer = buffers.get(ref.namespace) if buffers else None
+                if buffer is None:  # tolerate a missing INIT
+                    buffer = buffers[None if not buffers else ref.namespace] = {}
             held = self._objects.get(ref)
             # An object the relist brings back unchanged (same uid and resourceVersion) is
             # kept as the copy already held: the list's copy is dropped now, so a relist
             # holds the changed objects twice, not the whole store (a relist used to double
             # the heap once, and the process's RSS kept that high-water mark).
-            self._buffer[ref] = held if held is not None and _same_version(held, obj) else obj
+            buffer[ref] = held if held is not None and _same_version(held, obj) else obj
         elif event.kind is EventKind.INIT:
-            self._buffer = {}
+            if event.namespace is None:
+                self._buffers = {None: {}}
+            else:
+                self._buffers[event.namespace] = {}
         else:  # INIT_DONE
-            return self._swap()
+            if event.namespace is None:
+                return self._swap()
+            return self._swap_namespace(event.namespace)
         return _NOTHING
 
     def _swap(self) -> Sequence[Obj]:
-        new = self._buffer if self._buffer is not None else {}
-        self._buffer = None
+        new = self._buffers.pop(None, None)
+        if new is None:
+            new = {}
         old = self._objects
         vanished = [obj for ref, obj in old.items() if ref not in new] if old else []
         self._objects = new
@@ -162,7 +178,29 @@ class Store(Mapping[ObjectRef, Obj]):
                 if value is not None:
                     index.setdefault(value, set()).add(ref)
             self._label_index[key] = index
-        self._ready.set()
+        if not self._buffers:
+            self._ready.set()
+        return vanished
+
+    def _swap_namespace(self, namespace: str) -> Sequence[Obj]:
+        """Swap in the list of one `namespace` of a set: its objects that the list lacks
+        go (and are returned), the listed ones are put; other namespaces are untouched.
+        One pass over the store, as a whole relist makes."""
+        new = self._buffers.pop(namespace, None)
+        if new is None:
+            new = {}
+        vanished = [
+            obj
+            for ref, obj in self._objects.items()
+            if ref.namespace == namespace and ref not in new
+        ]
+        for obj in vanished:
+            self._remove(ObjectRef.from_object(obj))
+        for ref, obj in new.items():
+            if self._objects.get(ref) is not obj:
+                self._put(ref, obj)
+        if not self._buffers:
+            self._ready.set()
         return vanished
 
     def _put(self, ref: ObjectRef, obj: Obj) -> None:

@@ -54,7 +54,7 @@ import asyncio
 import enum
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias
 
 import aiohttp
@@ -69,6 +69,7 @@ from fastctl.kube._http import error_from_response, request, retry_after_header
 from fastctl.kube._kubeconfig_check import invalid_url_error
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import Backoff, resolve_patiently
+from fastctl.kube._transforms import Transform, apply_transform
 from fastctl.kube._wire import typed_list_page, watch_frame
 from fastctl.log import RedactingFilter
 
@@ -144,9 +145,17 @@ class ObjectEvent:
 
 @dataclass(frozen=True, slots=True)
 class ListFrame:
-    """The start (`INIT`) or the end (`INIT_DONE`) of a (re)list: no object."""
+    """The start (`INIT`) or the end (`INIT_DONE`) of a (re)list: no object.
+
+    `namespace` None: the list is the whole state of the watch. A watch of a set of
+    namespaces (`fastctl.kube.Namespaces`) lists each namespace on its own and names it
+    here: the list is the whole state of that namespace only, and the objects of the
+    others stay as they are (``""`` frames the set's own first list, which holds no
+    object: its ``INIT_DONE`` comes once every namespace of the set has started listing,
+    so a store is ready only when they all have)."""
 
     kind: FrameKind
+    namespace: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in _FRAME_KINDS:
@@ -195,18 +204,35 @@ class WatchConfig:
     streaming_list: bool | None = None
     """The streaming initial list (``sendInitialEvents``): True forces it (an error if the
     server refuses), False forbids it (paginated list), ``None`` tries it and falls back."""
-    strip_managed_fields: bool = False
+    strip_managed_fields: bool | None = None
     """Drop ``metadata.managedFields`` from every object, which often halves a cache's
-    memory (reconcilers rarely read it, server-side apply does not need it)."""
+    memory (reconcilers rarely read it, server-side apply does not need it). ``None``:
+    the user's default, which a `Controller` (and `owns`/`watches`) reads as True and a
+    bare `watcher` as False; say True or False to decide."""
     metadata_only: bool = False
     """Ask for ``PartialObjectMetadata``: every object is its ``apiVersion``, ``kind`` and
     ``metadata`` alone (names, labels, annotations, owners, versions), no body."""
+    transform: Transform | None = None
+    """What to keep of each object, applied to every object (listed, watched, deleted)
+    before it is yielded, after `strip_managed_fields` (the built-ins:
+    `drop_managed_fields`, `drop_last_applied`, `drop_annotations`, `keep_paths`,
+    `chain_transforms`). The object's identity (apiVersion, kind, name, namespace, uid,
+    resourceVersion) is put back after it."""
 
     def __post_init__(self) -> None:
         if self.page_size < 0:
             raise ValueError(f"page_size must be >= 0, got {self.page_size}")
         if self.timeout_seconds <= 0 or self.read_timeout <= 0:
             raise ValueError("timeout_seconds and read_timeout must be > 0")
+        if self.transform is not None and not callable(self.transform):
+            raise TypeError(f"transform must be callable, got {type(self.transform).__name__}")
+
+    def with_default_stripping(self) -> WatchConfig:
+        """This config with an unsaid `strip_managed_fields` read as True (a controller's
+        caches drop managedFields unless told otherwise)."""
+        if self.strip_managed_fields is None:
+            return replace(self, strip_managed_fields=True)
+        return self
 
 
 async def watcher(
@@ -465,6 +491,18 @@ class _Watcher:
         obj["apiVersion"] = self.resource.api_version
         obj["kind"] = self.resource.kind
 
+    def _kept(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """What the watch keeps of `obj`: without managedFields if so configured, then
+        through the transform (its identity put back)."""
+        config = self.config
+        if config.strip_managed_fields:
+            meta = obj.get("metadata")
+            if isinstance(meta, dict):
+                meta.pop("managedFields", None)
+        if config.transform is not None:
+            return apply_transform(config.transform, obj)
+        return obj
+
     async def _get(self, query: dict[str, str | int | bool | None]) -> aiohttp.ClientResponse:
         """GET the collection; no total timeout (lists can be long, watches are), but a
         read timeout so a silent connection is noticed. Metadata only, a list and a watch
@@ -522,11 +560,9 @@ class _Watcher:
                     self._check_metadata(obj, "PartialObjectMetadata")
                 obj.setdefault("apiVersion", api_version)
                 obj.setdefault("kind", kind)
-                if self.config.strip_managed_fields:
-                    obj.get("metadata", {}).pop("managedFields", None)
                 if self.sensitive:
                     remember(obj)
-                yield ObjectEvent(EventKind.INIT_APPLY, obj)
+                yield ObjectEvent(EventKind.INIT_APPLY, self._kept(obj))
             cont = meta.get("continue") or None
             if cont is None:
                 rv = str(meta.get("resourceVersion") or "")
@@ -659,10 +695,9 @@ class _Watcher:
             if rv:
                 state.advanced(str(rv))
             return None
-        if self.config.strip_managed_fields:
-            meta.pop("managedFields", None)
         if self.config.metadata_only:
             self._check_metadata(obj, "PartialObjectMetadata")
+        obj = self._kept(obj)
         if state.needs_list:
             if etype != "ADDED":
                 raise _StreamingListUnsupported(f"{etype} event before initial-events-end")

@@ -172,7 +172,7 @@ class EventFilter:
     __slots__ = (
         "_controller",
         "_kind",
-        "_listing",
+        "_listings",
         "_on_error",
         "_own_writes",
         "_passing",
@@ -199,7 +199,8 @@ class EventFilter:
         self._slim = reads_metadata_only(predicate)
         # per UID: the last object seen, or only its metadata when `_slim`
         self._state: dict[str, Mapping[str, Any]] = {}
-        self._listing: dict[str, Mapping[str, Any]] | None = None
+        # the (re)lists in progress: the whole watch's (None), or one namespace's each
+        self._listings: dict[str | None, dict[str, Mapping[str, Any]]] = {}
         self._passing: set[ObjectRef] = set()
         self._reported: set[str] = set()
 
@@ -207,19 +208,29 @@ class EventFilter:
         """How many objects the filter remembers (for tests: it must not grow)."""
         return len(self._state) + len(self._reported)
 
-    def take_listed(self) -> set[ObjectRef]:
-        """The objects of the list just completed that passed (once: the set is released)."""
-        passing, self._passing = self._passing, set()
+    def take_listed(self, namespace: str | None = None) -> set[ObjectRef]:
+        """The objects of the list just completed that passed (once: the set is released);
+        of one `namespace`, after the list of a namespace of a set."""
+        if namespace is None:
+            passing, self._passing = self._passing, set()
+            return passing
+        passing = {ref for ref in self._passing if ref.namespace == namespace}
+        self._passing -= passing
         return passing
 
     def admits(self, event: WatchEvent) -> bool:
         """Whether `event` may trigger (``INIT``/``INIT_DONE`` frame a list: see above)."""
         if event.kind is EventKind.INIT:
-            self._listing = {}
-            self._passing = set()
+            ns = event.namespace
+            if ns is None:
+                self._listings = {None: {}}
+                self._passing = set()
+            else:
+                self._listings[ns] = {}
+                self._passing = {ref for ref in self._passing if ref.namespace != ns}
             return True
         if event.kind is EventKind.INIT_DONE:
-            self._swap()
+            self._swap(event.namespace)
             return True
         obj = event.obj
         uid = uid_of(obj)
@@ -227,10 +238,8 @@ class EventFilter:
             self._forget(uid)
             return True
         if event.kind is EventKind.INIT_APPLY:
-            if self._listing is None:  # tolerate a missing INIT, as the store does
-                self._listing = {}
             passes = self._verdict(uid, self._state.get(uid), obj)
-            self._listing[uid] = self._kept(obj)
+            self._listing_of(obj)[uid] = self._kept(obj)
             if passes:
                 self._passing.add(ObjectRef.from_object(obj))
             return passes
@@ -275,12 +284,34 @@ class EventFilter:
             exc,
         )
 
-    def _swap(self) -> None:
-        new = self._listing if self._listing is not None else {}
-        self._listing = None
-        for uid in self._state.keys() - new.keys():
-            self._forget(uid)
-        self._state = dict(new)
+    def _swap(self, namespace: str | None) -> None:
+        new = self._listings.pop(namespace, None)
+        if new is None:
+            new = {}
+        if namespace is None:
+            for uid in self._state.keys() - new.keys():
+                self._forget(uid)
+            self._state = dict(new)
+            return
+        # One namespace of a set: its objects are replaced, the others' kept.
+        slim = self._slim
+        for uid, kept in list(self._state.items()):
+            meta = kept if slim else _meta(kept)
+            if meta.get("namespace") == namespace and uid not in new:
+                self._forget(uid)
+        self._state.update(new)
+
+    def _listing_of(self, obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        """The list in progress `obj` belongs to: the whole watch's, or its namespace's (a
+        missing INIT tolerated, as the store does)."""
+        listings = self._listings
+        listing = listings.get(None)
+        if listing is None:
+            ns = _meta(obj).get("namespace")
+            listing = listings.get(ns) if listings else None
+            if listing is None:
+                listing = listings[None if not listings else ns] = {}
+        return listing
 
     def _forget(self, uid: str) -> None:
         self._state.pop(uid, None)

@@ -48,13 +48,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastctl._clock import monotonic
+from fastctl.kube._namespaces import NamespaceScope
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._watcher import WatchEvent
 from fastctl.kube._writes import WriteObserver, observed
 from fastctl.log import RedactingFilter
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._own_writes import OwnWrites
-from fastctl.runtime._written import Caches, WrittenObjects, Wrote
+from fastctl.runtime._written import Caches, CacheScope, WrittenObjects, Wrote
 from fastctl.types import ObjectRef, Reconcile
 
 __all__ = ["DEFAULT_MAX_WAIT", "CacheFence", "ReadYourWrites"]
@@ -173,13 +174,14 @@ class CacheFence:
     def __init__(
         self,
         caches: Caches,
-        namespace: str | None,
+        namespace: NamespaceScope,
         options: ReadYourWrites,
         counters: ReconcileCounters,
         *,
         clock: Callable[[], float] = monotonic,
+        scopes: Mapping[tuple[str, str], CacheScope] | None = None,
     ) -> None:
-        self.written = WrittenObjects(caches, namespace, self._shown)
+        self.written = WrittenObjects(caches, namespace, self._shown, scopes)
         self._max_wait = options.max_wait
         self._counters = counters
         self._clock = clock

@@ -8,7 +8,8 @@ one reconciled with its old state, with nothing to re-trigger it after the swap.
 triggers nothing until it is complete:
 
 - `primary_triggers`: ``APPLY`` triggers its object at once; ``INIT_DONE`` (the store has
-  swapped) triggers every object of the store at `INITIAL_LIST_PRIORITY`. It needs no
+  swapped) triggers every object of the store (of the namespace listed, for a namespace
+  of a set) at `INITIAL_LIST_PRIORITY`. It needs no
   memory of its own: after the swap the store *is* the list. Objects that vanished get no
   trigger (there is nothing left to reconcile; finalizers keep an object, as an ``APPLY``
   with a ``deletionTimestamp``, until its controller lets it go).
@@ -64,9 +65,11 @@ def primary_triggers(
         return (ObjectRef.from_object(event.obj),)
     if event.kind is EventKind.INIT_DONE:
         # A snapshot of the refs: the caller awaits between triggers, the store moves on.
-        refs = list(store)
+        # The list of one namespace of a set triggers that namespace's objects.
+        ns = event.namespace
+        refs = list(store) if ns is None else [ref for ref in store if ref.namespace == ns]
         if event_filter is not None:
-            passing = event_filter.take_listed()
+            passing = event_filter.take_listed(ns)
             refs = [ref for ref in refs if ref in passing]
         return (Trigger(ref, priority=INITIAL_LIST_PRIORITY, reason="list") for ref in refs)
     return ()
@@ -81,7 +84,7 @@ class RelatedTriggers:
         "_filter",
         "_held",
         "_kind",
-        "_listing",
+        "_listings",
         "_mapper",
         "_reason",
         "_sources",
@@ -105,7 +108,8 @@ class RelatedTriggers:
         self._controller = controller
         self._kind = kind
         self._targets: dict[ObjectRef, tuple[ObjectRef, ...]] = {}
-        self._listing: dict[ObjectRef, tuple[ObjectRef, ...]] | None = None
+        self._listings: dict[str | None, dict[ObjectRef, tuple[ObjectRef, ...]]] = {}
+        """The (re)lists in progress: the whole watch's (None), or one namespace's each."""
         self._sources: dict[ObjectRef, set[ObjectRef]] | None = {} if index else None
 
     def sources_of(self, target: ObjectRef) -> tuple[ObjectRef, ...]:
@@ -141,18 +145,21 @@ class RelatedTriggers:
     def on_event(self, event: WatchEvent) -> list[Trigger]:
         admitted = self._filter is None or self._filter.admits(event)
         if event.kind is EventKind.INIT:
-            self._listing = {}
-            self._held = set()
+            if event.namespace is None:
+                self._listings = {None: {}}
+                self._held = set()
+            else:
+                self._listings[event.namespace] = {}
+                self._held = {ref for ref in self._held if ref.namespace != event.namespace}
         elif event.kind is EventKind.INIT_DONE:
-            return self._swap()
+            return self._swap(event.namespace)
         elif event.kind is EventKind.INIT_APPLY:
             obj = event.obj
-            if self._listing is None:  # tolerate a missing INIT, as the store does
-                self._listing = {}
+            ref = ObjectRef.from_object(obj)
+            listing = self._listing_of(ref)
             targets = self._map(obj)
             if targets:
-                ref = ObjectRef.from_object(obj)
-                self._listing[ref] = targets
+                listing[ref] = targets
                 if not admitted:
                     self._held.add(ref)
         elif event.kind is EventKind.APPLY:
@@ -172,21 +179,46 @@ class RelatedTriggers:
             return self._triggers(_union(before, self._map(obj)), 0, ref)
         return []
 
-    def _swap(self) -> list[Trigger]:
-        new = self._listing if self._listing is not None else {}
-        self._listing = None
-        old, self._targets = self._targets, new
-        if self._sources is not None:
-            self._sources = {}
+    def _listing_of(self, ref: ObjectRef) -> dict[ObjectRef, tuple[ObjectRef, ...]]:
+        """The list in progress `ref` belongs to: the whole watch's, or its namespace's (a
+        missing INIT tolerated, as the store does)."""
+        listings = self._listings
+        listing = listings.get(None)
+        if listing is None:
+            listing = listings.get(ref.namespace) if listings else None
+            if listing is None:
+                listing = listings[None if not listings else ref.namespace] = {}
+        return listing
+
+    def _swap(self, namespace: str | None) -> list[Trigger]:
+        new = self._listings.pop(namespace, None)
+        if new is None:
+            new = {}
+        if namespace is None:
+            old, self._targets = self._targets, new
+            if self._sources is not None:
+                self._sources = {}
+                for ref, targets in new.items():
+                    for target in targets:
+                        self._sources.setdefault(target, set()).add(ref)
+        else:
+            # One namespace of a set: only its objects are replaced (and re-indexed).
+            old = {ref: t for ref, t in self._targets.items() if ref.namespace == namespace}
+            for ref, targets in old.items():
+                del self._targets[ref]
+                self._retarget(ref, targets, _NONE)
             for ref, targets in new.items():
-                for target in targets:
-                    self._sources.setdefault(target, set()).add(ref)
+                self._retarget(ref, _NONE, targets)
         # Changes, at live priority: a vanished related object (a child to recreate), and
         # the primaries a listed one was added to or taken from while the watch was down
         # (a move: both sides, as a live update triggers both, unless the filter holds the
         # change back, as it would have held back the live update).
         changed: dict[ObjectRef, None] = {}
-        held, self._held = self._held, set()
+        if namespace is None:
+            held, self._held = self._held, set()
+        else:
+            held = {ref for ref in self._held if ref.namespace == namespace}
+            self._held -= held
         for ref, targets in old.items():
             now = new.get(ref)
             if now is None:

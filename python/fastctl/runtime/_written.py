@@ -36,12 +36,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fastctl.kube._namespaces import NamespaceScope, covers
 from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._selectors import LabelSelector
 from fastctl.kube._watcher import EventKind, ListFrame, WatchEvent
 from fastctl.kube._writes import version_of
 from fastctl.types import ObjectRef
 
-__all__ = ["WrittenObjects", "Wrote"]
+__all__ = ["CacheScope", "WrittenObjects", "Wrote"]
 
 _SEEN = 16
 """Versions remembered per followed object: the writes of a few reconciles and the other
@@ -78,35 +80,60 @@ Caches = Mapping[tuple[str, str], Mapping[ObjectRef, Mapping[str, Any]]]
 """The caches a reconcile reads, by the (group, kind) of their objects."""
 
 
+@dataclass(frozen=True, slots=True)
+class CacheScope:
+    """What one cache watches, as far as a write's outcome can tell: its namespace (or
+    set), and its label selector. A write outside it never shows in the cache: it is not
+    waited for."""
+
+    namespace: NamespaceScope = None
+    labels: LabelSelector | None = None
+
+
 class WrittenObjects:
     """The followed objects of one controller run: of the kinds in `caches`, in `namespace`
-    (``None``: all). `on_shown(keys)` hears, after an event of a followed object, the keys
-    whose fences name it."""
+    (``None``: all), or in each kind's own `scopes` entry. `on_shown(keys)` hears, after an
+    event of a followed object, the keys whose fences name it."""
 
     def __init__(
         self,
         caches: Caches,
-        namespace: str | None,
+        namespace: NamespaceScope,
         on_shown: Callable[[set[str]], None],
+        scopes: Mapping[tuple[str, str], CacheScope] | None = None,
     ) -> None:
         self._caches = caches
         self.kinds = frozenset(caches)
         """The (group, kind) of the objects followed."""
         self._namespace = namespace
+        self._scopes = scopes or {}
         self._on_shown = on_shown
         self._targets: dict[Key, _Target] = {}
         self._creating: dict[tuple[str, str], int] = {}  # unnamed creates in flight per kind
         self._created: dict[tuple[str, str], set[str]] = {}  # UIDs shown meanwhile
-        self._listing: dict[tuple[str, str], list[tuple[_Target, bool, str, str]]] = {}
+        self._listing: dict[tuple[str, str], list[tuple[_Target, bool, str, str, str]]] = {}
 
     def __len__(self) -> int:
         """How many objects are followed (for tests: bounded by the recent writes)."""
         return len(self._targets)
 
     def _in_scope(self, resource: ResolvedResource | Resource, namespace: str | None) -> bool:
-        if (resource.group, resource.kind) not in self.kinds:
+        kind = (resource.group, resource.kind)
+        if kind not in self.kinds:
             return False
-        return self._namespace is None or namespace in (None, self._namespace)
+        scope = self._scopes.get(kind)
+        return covers(self._namespace if scope is None else scope.namespace, namespace)
+
+    def _labels_in_scope(self, kind: tuple[str, str], answer: Mapping[str, Any] | None) -> bool:
+        """Whether the object a write answered with is inside its cache's label selector
+        (an answer without labels, such as a delete's Status, is given the benefit)."""
+        scope = self._scopes.get(kind)
+        if scope is None or scope.labels is None or answer is None:
+            return True
+        meta = answer.get("metadata")
+        if not isinstance(meta, Mapping) or answer.get("kind") == "Status":
+            return True
+        return scope.labels.matches(meta.get("labels"))
 
     # -- the writes -------------------------------------------------------------------------
 
@@ -161,9 +188,10 @@ class WrittenObjects:
         if name and target is not None:
             target.refs -= 1  # the write's own reference; a record takes one again
         uid = _uid_of(answer) if answer is not None else ""
-        if answer is None or not target_name or not (uid or deleted):
+        outside = not self._labels_in_scope(kind, answer)
+        if answer is None or not target_name or not (uid or deleted) or outside:
             self._drop_if_unused(key, target)
-            return None  # failed (nothing changed), or not an object
+            return None  # failed (nothing changed), not an object, or never cached
         if target is None:
             target = self._targets[key] = _Target()
         if uid and uid in shown:
@@ -212,9 +240,12 @@ class WrittenObjects:
         if not self._targets and not self._creating:
             return
         if isinstance(event, ListFrame):
+            if event.namespace is not None:  # one namespace of a set: its items only
+                self._listing_done(kind, event)
+                return
             listed = self._listing.pop(kind, None)
             if event.kind is EventKind.INIT_DONE and listed:  # the store swapped it in now
-                for target, gone, uid, version in listed:
+                for target, gone, uid, version, _ in listed:
                     self._apply(target, gone, uid, version)
             return
         meta = event.obj.get("metadata")
@@ -228,9 +259,23 @@ class WrittenObjects:
             return
         uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
         if event.kind is EventKind.INIT_APPLY:  # applied when the list is complete
-            self._listing.setdefault(kind, []).append((found, False, uid, version))
+            ns = str(meta.get("namespace") or "")
+            self._listing.setdefault(kind, []).append((found, False, uid, version, ns))
             return
         self._apply(found, gone, uid, version)
+
+    def _listing_done(self, kind: tuple[str, str], frame: ListFrame) -> None:
+        """A frame of one namespace's list: at its ``INIT`` its earlier items are dropped,
+        at its ``INIT_DONE`` the store swapped them in, so they count now."""
+        listed = self._listing.get(kind)
+        if not listed:
+            return
+        ns = frame.namespace
+        mine = [item for item in listed if item[4] == ns]
+        self._listing[kind] = [item for item in listed if item[4] != ns]
+        if frame.kind is EventKind.INIT_DONE:
+            for target, gone, uid, version, _ in mine:
+                self._apply(target, gone, uid, version)
 
     def _apply(self, target: _Target, gone: bool, uid: str, version: str) -> None:
         if gone:

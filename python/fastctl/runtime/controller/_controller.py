@@ -28,7 +28,7 @@ resource and each reconcile gets a validated instance (`fastctl.runtime._typed`)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +39,11 @@ from fastctl._clock import monotonic
 from fastctl._options import pick
 from fastctl._reasons import ReasonLog
 from fastctl.kube._events import Recorder
+from fastctl.kube._namespaces import Namespaces, NamespaceScope, namespace_scope
 from fastctl.kube._resource import Resource
+from fastctl.kube._selectors import LabelSelector
 from fastctl.kube._store import Store
+from fastctl.kube._transforms import Transform
 from fastctl.kube._watcher import WatchConfig
 from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._filters import Predicate, check_predicate
@@ -51,7 +54,7 @@ from fastctl.runtime._signals import stop_on_signals
 from fastctl.runtime._typed import is_model, typed_reconcile
 from fastctl.runtime.controller._environment import Environment
 from fastctl.runtime.controller._run import ControllerRun
-from fastctl.runtime.controller._spec import ControllerSpec, Relation
+from fastctl.runtime.controller._spec import INHERIT, ControllerSpec, Relation, _Inherit
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.types import ErrorPolicy, Mapper, ObjectRef, Reconcile, ReconcileResult
 
@@ -63,8 +66,8 @@ __all__ = ["Controller"]
 
 _DEFAULT_CONFIG = ApplierConfig()
 _READ_YOUR_WRITES = ReadYourWrites()
-_DEFAULT_WATCH_CONFIG = WatchConfig(strip_managed_fields=True)
-"""A controller's cache drops managedFields unless told otherwise (see `Controller`)."""
+_DEFAULT_WATCH_CONFIG = WatchConfig()
+"""A controller's caches drop managedFields unless told otherwise (see `Controller`)."""
 
 
 class Controller:
@@ -101,7 +104,7 @@ class Controller:
         concurrency: int = DEFAULT_CONCURRENCY,
         debounce: float = 0.0,
         timeout: float | None = None,
-        namespace: str | None = None,
+        namespace: str | Iterable[str] | Namespaces | None = None,
         label_selector: str | None = None,
         name: str | None = None,
         scheduler: SchedulerLike | None = None,
@@ -118,9 +121,14 @@ class Controller:
         (how the primary resource is listed and watched; related resources are watched
         without its selectors). The common ones are also keywords: `concurrency`,
         `debounce` and `timeout` of `config`, `label_selector` of `watch_config`; pass
-        either those keywords or the object, not both. Without `watch_config` the cache
-        drops ``metadata.managedFields``; a `watch_config` given is used as it is (its
-        `strip_managed_fields` defaults to False, as for a bare `watcher`).
+        either those keywords or the object, not both. The caches drop
+        ``metadata.managedFields`` unless `watch_config` says
+        ``strip_managed_fields=False``; `WatchConfig.transform` shapes each primary
+        object before it is cached (`fastctl.kube.drop_managed_fields`, `keep_paths`, ...).
+        `namespace`: one namespace (None: all), or a set: a list of names, shell-style
+        patterns (``"team-*"``), or a `Namespaces` (names, patterns, a label selector on
+        the Namespaces), re-evaluated as namespaces come and go; each namespace of a set is
+        watched on its own, with every guarantee of a one-namespace watch.
         `scheduler` replaces the default one built from `config` (for metrics or the model).
         `recorder` publishes the Warning Events of failed reconciles (None: one of the
         controller's own, reporting as ``fastctl/<name>``).
@@ -163,11 +171,11 @@ class Controller:
         )
         self.watch_config = pick(
             watch_config,
-            WatchConfig(label_selector=label_selector, strip_managed_fields=True),
+            WatchConfig(label_selector=label_selector),
             _DEFAULT_WATCH_CONFIG,
             name="watch_config",
-        )
-        self.namespace = namespace
+        ).with_default_stripping()
+        self.namespace: NamespaceScope = namespace_scope(namespace, "Controller")
         self._name = name or f"{resource.kind.lower()}"
         self.scheduler: SchedulerLike = (
             scheduler if scheduler is not None else self.config.new_scheduler()
@@ -193,20 +201,34 @@ class Controller:
         cache: bool = False,
         metadata_only: bool = False,
         event_filter: Predicate | None = None,
+        namespace: str | Iterable[str] | Namespaces | _Inherit | None = INHERIT,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        transform: Transform | None = None,
     ) -> Controller:
         """Also watch `resource`; a change to an object with a controller owner reference to
         a primary object triggers that owner (e.g. the ConfigMaps a Widget renders).
 
         `cache` keeps the objects for the reconcile to read (``ctl.cache(resource)``, a
         `RelatedCache`: ``owned_by(obj)``) instead of GETting them; off by default, since
-        it holds every object of the resource in the namespace, not only the owned ones.
+        it holds every object of the resource in the relation's scope, not only the owned
+        ones: narrow the scope with `label_selector` (e.g. the label the reconcile puts on
+        what it creates), `field_selector` and `namespace` (default: the controller's; a
+        name, None for all, or a set as for the controller), and drop what the reconcile
+        never reads with `transform` (`fastctl.kube.keep_paths`, `drop_last_applied`,
+        ...). Only what the scope holds triggers and is cached: a child outside it is
+        invisible to the controller.
         `metadata_only` watches ``PartialObjectMetadata``: the cache (and the triggers)
         see only each object's metadata, a fraction of the memory and of the bytes.
         `event_filter` decides which changes of those objects trigger."""
         self._check_related(resource)
         predicate = check_predicate(event_filter, "owns")
         rel = Relation(resource, None, f"owned {resource.kind} changed", event_filter=predicate)
-        self._add(rel, cache, metadata_only)
+        self._add(
+            _scoped(rel, "owns", namespace, label_selector, field_selector, transform),
+            cache,
+            metadata_only,
+        )
         return self
 
     def watches(
@@ -217,19 +239,28 @@ class Controller:
         cache: bool = False,
         metadata_only: bool = False,
         event_filter: Predicate | None = None,
+        namespace: str | Iterable[str] | Namespaces | _Inherit | None = INHERIT,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        transform: Transform | None = None,
     ) -> Controller:
         """Also watch `resource`; each change triggers the primary objects `mapper` returns,
         and those it returned for the object's previous state (a removed reference
-        re-triggers its old target; a delete, the last targets). `cache` and
-        `metadata_only` as for `owns`; the cache's ``mapped_to(obj)`` gives the objects
-        the mapper last mapped to a primary object. `event_filter` decides which changes
-        of those objects trigger."""
+        re-triggers its old target; a delete, the last targets). `cache`,
+        `metadata_only`, the scope (`namespace`, `label_selector`, `field_selector`) and
+        `transform` as for `owns`; the cache's ``mapped_to(obj)`` gives the objects the
+        mapper last mapped to a primary object. `event_filter` decides which changes of
+        those objects trigger."""
         self._check_related(resource)
         if not callable(mapper):
             raise TypeError(f"mapper must be callable, got {type(mapper).__name__}")
         predicate = check_predicate(event_filter, "watches")
         rel = Relation(resource, mapper, f"watched {resource.kind} changed", event_filter=predicate)
-        self._add(rel, cache, metadata_only)
+        self._add(
+            _scoped(rel, "watches", namespace, label_selector, field_selector, transform),
+            cache,
+            metadata_only,
+        )
         return self
 
     def _check_related(self, resource: object) -> None:
@@ -456,3 +487,29 @@ class Controller:
                 yield result
         finally:
             self._run = None
+
+
+def _scoped(
+    rel: Relation,
+    where: str,
+    namespace: object,
+    label_selector: str | None,
+    field_selector: str | None,
+    transform: Transform | None,
+) -> Relation:
+    """`rel` with the scope and transform `owns`/`watches` were given, checked."""
+    for name, selector in (("label_selector", label_selector), ("field_selector", field_selector)):
+        if selector is not None and not isinstance(selector, str):
+            raise TypeError(f"{where}: {name} must be a string, got {type(selector).__name__}")
+    if label_selector:
+        LabelSelector.parse(label_selector)  # malformed: an error now, not at the first list
+    if transform is not None and not callable(transform):
+        raise TypeError(f"{where}: transform must be callable, got {type(transform).__name__}")
+    scope = namespace if isinstance(namespace, _Inherit) else namespace_scope(namespace, where)
+    return replace(
+        rel,
+        namespace=scope,
+        label_selector=label_selector or None,
+        field_selector=field_selector or None,
+        transform=transform,
+    )

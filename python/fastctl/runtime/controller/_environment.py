@@ -17,6 +17,8 @@ from typing import Protocol
 
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl.kube._namespace_watch import namespace_set_watcher
+from fastctl.kube._namespaces import Namespaces
 from fastctl.kube._store import Store
 from fastctl.kube._watcher import WatchEvent, watcher
 from fastctl.runtime.controller._spec import WatchUse
@@ -52,11 +54,16 @@ class OwnWatch:
     store: Store | None = None
 
     def events(self, on_error: OnError) -> AsyncIterator[WatchEvent]:
+        use = self.use
+        if isinstance(use.namespace, Namespaces):
+            return namespace_set_watcher(
+                self.client, use.resource, use.namespace, config=use.config, on_error=on_error
+            )
         return watcher(
             self.client,
-            self.use.resource,
-            namespace=self.use.namespace,
-            config=self.use.config,
+            use.resource,
+            namespace=use.namespace,
+            config=use.config,
             on_error=on_error,
         )
 

@@ -18,8 +18,10 @@ from fastctl._applier import SchedulerLike, _Driver
 from fastctl._channel import Channel, ChannelClosed
 from fastctl._reasons import ReasonLog
 from fastctl.kube._events import Recorder
+from fastctl.kube._namespaces import Namespaces
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import resolve_patiently
+from fastctl.kube._selectors import LabelSelector
 from fastctl.kube._store import Store, reflector
 from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent, watcher
 from fastctl.log import RedactingFilter
@@ -30,6 +32,7 @@ from fastctl.runtime._own_writes import OwnWrites
 from fastctl.runtime._read_your_writes import CacheFence
 from fastctl.runtime._settled_events import settled
 from fastctl.runtime._triggers import RelatedTriggers, primary_triggers
+from fastctl.runtime._written import CacheScope
 from fastctl.runtime.controller._environment import Environment, ShardAssignment
 from fastctl.runtime.controller._spec import ControllerSpec, Relation, WatchUse
 from fastctl.runtime.controller._wrappers import reconcile_view, store_view
@@ -115,7 +118,11 @@ class ControllerRun:
                 self.own_writes = OwnWrites(spec.resources)
             if spec.read_your_writes.enabled:
                 self.fence = CacheFence(
-                    self._caches(), spec.namespace, spec.read_your_writes, self.counters
+                    self._caches(),
+                    spec.namespace,
+                    spec.read_your_writes,
+                    self.counters,
+                    scopes=self._cache_scopes(),
                 )
             shard = env.shard.gate if env.shard is not None else None
             if shard is not None:
@@ -183,11 +190,29 @@ class ControllerRun:
         caches[(self.spec.resource.group, self.spec.resource.kind)] = self.store
         return caches
 
+    def _cache_scopes(self) -> dict[tuple[str, str], CacheScope]:
+        """What each cached related resource watches (its namespace and label selector),
+        so that a write the cache will never show is not waited for."""
+        spec = self.spec
+        return {
+            (r.resource.group, r.resource.kind): CacheScope(
+                r.namespace_in(spec),
+                LabelSelector.parse(r.label_selector) if r.label_selector else None,
+            )
+            for r in spec.relations
+            if r.cache is not None
+        }
+
     async def _resolve_resources(self) -> None:
         """Resolve the primary and related resources, patiently: an API server that is not
         up yet is waited for (the controller is not ready meanwhile); an unknown kind still
         fails here, clearly, after a few lookups (`resolve_patiently`)."""
         client = self.env.client
+        if self.env.shard is not None and isinstance(self.spec.namespace, Namespaces):
+            raise ValueError(
+                f"controller {self.spec.name}: a sharded controller watches one namespace "
+                f"or all, not {self.spec.namespace}"
+            )
         self.resolved = await resolve_patiently(
             client, self.spec.resource, on_error=self.on_watch_error
         )
@@ -217,7 +242,7 @@ class ControllerRun:
             return watcher(
                 self.env.client,
                 self.resolved or spec.resource,
-                namespace=spec.namespace,
+                namespace=spec.namespace if isinstance(spec.namespace, str) else None,
                 config=spec.watch_config,
                 on_error=self.on_watch_error,
                 shard_selector=selector,

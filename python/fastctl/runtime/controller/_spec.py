@@ -15,14 +15,16 @@ from typing import Any
 
 from fastctl._applier import ApplierConfig
 from fastctl.kube._events import Recorder
+from fastctl.kube._namespaces import NamespaceScope
 from fastctl.kube._resource import Resource
+from fastctl.kube._transforms import Transform
 from fastctl.kube._watcher import WatchConfig
 from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._filters import Predicate
 from fastctl.runtime._read_your_writes import ReadYourWrites
 from fastctl.types import ErrorPolicy, Mapper, Reconcile
 
-__all__ = ["PRIMARY", "ControllerSpec", "Relation", "WatchUse"]
+__all__ = ["INHERIT", "PRIMARY", "ControllerSpec", "Relation", "WatchUse"]
 
 _READ_YOUR_WRITES = ReadYourWrites()
 
@@ -30,9 +32,28 @@ PRIMARY = None
 """The use of the primary watch (relation i's use is i)."""
 
 
+class _Inherit:
+    """The relation watches the controller's namespace (the default of `owns`/`watches`)."""
+
+    _instance: _Inherit | None = None
+
+    def __new__(cls) -> _Inherit:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "INHERIT"
+
+
+INHERIT = _Inherit()
+"""A relation's namespace when it names none: the controller's."""
+
+
 @dataclass(frozen=True, slots=True)
 class Relation:
-    """A related resource and how its objects map to primary objects."""
+    """A related resource, how its objects map to primary objects, and which of them are
+    watched: its own namespace (`INHERIT`: the controller's), selectors and transform."""
 
     resource: Resource
     mapper: Mapper | None  # None: follow controller owner references to the primary
@@ -40,6 +61,14 @@ class Relation:
     cache: RelatedCache | None = None  # cache=True: the objects, for the reconcile
     metadata_only: bool = False
     event_filter: Predicate | None = None
+    namespace: NamespaceScope | _Inherit = INHERIT
+    label_selector: str | None = None
+    field_selector: str | None = None
+    transform: Transform | None = None
+
+    def namespace_in(self, spec: ControllerSpec) -> NamespaceScope:
+        """Where this relation watches, in the controller `spec`."""
+        return spec.namespace if isinstance(self.namespace, _Inherit) else self.namespace
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +78,7 @@ class WatchUse:
 
     use: int | None
     resource: Resource
-    namespace: str | None
+    namespace: NamespaceScope
     config: WatchConfig
 
 
@@ -64,7 +93,7 @@ class ControllerSpec:
     error_policy: ErrorPolicy | None
     config: ApplierConfig
     watch_config: WatchConfig
-    namespace: str | None
+    namespace: NamespaceScope
     relations: tuple[Relation, ...]
     resync_sources: tuple[AsyncIterable[Any], ...]
     event_filter: Predicate | None
@@ -81,14 +110,22 @@ class ControllerSpec:
     def caches(self) -> list[RelatedCache]:
         return [rel.cache for rel in self.relations if rel.cache is not None]
 
-    def watch_config_for(self, resource: Resource) -> WatchConfig:
-        """The primary resource is watched with `watch_config`; related ones without its
-        selectors (they select primary objects, not the objects related to them)."""
-        if resource == self.resource:
-            return self.watch_config
-        metadata_only = any(r.metadata_only for r in self.relations if r.resource == resource)
+    def watch_config_for(self, relation: Relation | Resource) -> WatchConfig:
+        """The primary resource is watched with `watch_config`; a related one with the
+        primary's list and watch options but its own selectors and transform (the
+        primary's select and shape primary objects, not the objects related to them).
+        Given a `Resource`: the primary's config, or that of its first relation."""
+        if isinstance(relation, Resource):
+            if relation == self.resource:
+                return self.watch_config
+            found = next((r for r in self.relations if r.resource == relation), None)
+            relation = found if found is not None else Relation(relation, None, "")
         return replace(
-            self.watch_config, label_selector=None, field_selector=None, metadata_only=metadata_only
+            self.watch_config,
+            label_selector=relation.label_selector,
+            field_selector=relation.field_selector,
+            metadata_only=relation.metadata_only,
+            transform=relation.transform,
         )
 
     def watch_uses(self) -> list[WatchUse]:
@@ -96,6 +133,6 @@ class ControllerSpec:
         uses = [WatchUse(PRIMARY, self.resource, self.namespace, self.watch_config)]
         for i, rel in enumerate(self.relations):
             uses.append(
-                WatchUse(i, rel.resource, self.namespace, self.watch_config_for(rel.resource))
+                WatchUse(i, rel.resource, rel.namespace_in(self), self.watch_config_for(rel))
             )
         return uses

@@ -2,7 +2,9 @@
 
 A run wraps the user's reconcile and the primary cache for what its environment asks:
 
-- the reconcile: its writes observed (for the read-your-writes fence, which also tells the
+- the reconcile: given its own copy of the cached object (`fastctl.runtime._copy_on_read`:
+  a reconcile may change what it got, the cache stays as the API server sent it), its
+  writes observed (for the read-your-writes fence, which also tells the
   own-writes registry; or for own-write echoes alone, ``ignore_own_writes`` with the fence
   off), then counted per shard slot (sharded, for drains);
 - the store: filtered to the served slots (sharded), and not ready until the leader gate
@@ -20,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from fastctl.kube._store import Store
+from fastctl.runtime._copy_on_read import copied
 from fastctl.runtime._own_writes import OwnWrites
 from fastctl.runtime._read_your_writes import CacheFence
 from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
@@ -35,9 +38,10 @@ def reconcile_view(
     fence: CacheFence | None = None,
     shard: ShardGate | None,
 ) -> Reconcile:
-    """`reconcile`, its writes observed and tracked per slot, as the run needs. One
-    observer per call: the fence's, which tells the own-writes registry too, or the
-    registry itself."""
+    """`reconcile`, given its own copy of the object, its writes observed and tracked per
+    slot, as the run needs. One observer per call: the fence's, which tells the own-writes
+    registry too, or the registry itself."""
+    reconcile = copied(reconcile)
     if fence is not None:
         reconcile = fence.observing(reconcile, own_writes)
     elif own_writes is not None:

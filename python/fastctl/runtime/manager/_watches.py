@@ -1,12 +1,16 @@
 """Which watches a Manager's controllers share.
 
 Two controllers share a watch (one watcher, one cache: `SharedWatch`) only when each would
-have opened exactly that watch itself: the same client, resource, namespace and watch
-options (`WatchConfig`). The client is part of the key because a Manager may run
-controllers on several clusters, one client each: the same kind with the same options on
-two clusters is two watches. A client is compared by identity (two clients of one cluster
-may carry different credentials, so they do not share either). A sharded primary watch
-lists only this replica's slots and is never shared.
+have opened exactly that watch itself: the same client, resource, namespace (or set of
+namespaces) and watch options (`WatchConfig`: its label and field selectors and its
+transform among them), so two relations with different scopes never share a cache (one
+would see the other's objects) and equal scopes still do. A transform is compared as a
+value: the built-in transforms (`fastctl.kube.keep_paths`, ...) are equal when built
+alike, a function of one's own only to itself. The client is part of the key because a
+Manager may run controllers on several clusters, one client each: the same kind with the
+same options on two clusters is two watches. A client is compared by identity (two
+clients of one cluster may carry different credentials, so they do not share either). A
+sharded primary watch lists only this replica's slots and is never shared.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl.kube._namespace_watch import namespace_set_watcher
+from fastctl.kube._namespaces import Namespaces, NamespaceScope
 from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import WatchConfig, WatchEvent, watcher
 from fastctl.runtime._shared_watch import SharedWatch, Subscription
@@ -32,7 +38,7 @@ class WatchKey:
 
     client_id: int
     resource: Resource
-    namespace: str | None
+    namespace: NamespaceScope
     config: WatchConfig
 
 
@@ -77,6 +83,14 @@ def _shared_watch(client: ApiClient, use: WatchUse) -> SharedWatch:
     every subscriber (each controller counts them in its own metrics)."""
 
     def events() -> AsyncIterator[WatchEvent]:
+        if isinstance(use.namespace, Namespaces):
+            return namespace_set_watcher(
+                client,
+                use.resource,
+                use.namespace,
+                config=use.config,
+                on_error=watch.report_error,
+            )
         return watcher(
             client,
             use.resource,
