@@ -49,6 +49,7 @@ from fastctl._reasons import ReasonLog
 
 if TYPE_CHECKING:
     from fastctl._core import SchedulerStats
+    from fastctl._otel import ControllerTracing, RunSpan
 from fastctl._threads import ThreadCall
 from fastctl.errors import ReconcileCancelled, ReconcileTimeout
 from fastctl.log import RedactingFilter, current_object
@@ -221,6 +222,7 @@ class _Driver:
         scheduler: SchedulerLike | None,
         reasons: ReasonLog | None = None,
         gate: StartGate | None = None,
+        tracing: ControllerTracing | None = None,
     ) -> None:
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
@@ -268,6 +270,8 @@ class _Driver:
         """Why each key is queued (`fastctl._reasons`), when the caller keeps it."""
         self.gate = gate
         """What may hold a key back at its start (`StartGate`), when the caller has one."""
+        self.tracing = tracing
+        """The spans of this run's reconciles (`fastctl._otel`), while tracing is on."""
 
     # -- waking -----------------------------------------------------------------------------
 
@@ -309,6 +313,7 @@ class _Driver:
         add, now = self.scheduler.add, self.now
         group_of, store = self.group_of, self.store
         note = self.reasons.queued if self.reasons is not None else None
+        trace = self.tracing.queued if self.tracing is not None else None
         try:
             async for item in self.triggers:
                 if group_of is not None and isinstance(item, ObjectRef | Trigger):
@@ -335,6 +340,8 @@ class _Driver:
                         "triggers must yield fastctl.ObjectRef or fastctl.Trigger, "
                         f"got {type(item).__name__}: {item!r:.100}"
                     )
+                if trace is not None:  # its link joins the key's next run
+                    trace(item)
                 self.wake()
         except asyncio.CancelledError:
             raise
@@ -356,6 +363,7 @@ class _Driver:
         scheduler = self.scheduler
         store = self.store
         reasons = self.reasons
+        tracing = self.tracing
         while True:
             if self.concurrency:
                 free = self.concurrency - len(self.running)
@@ -381,6 +389,8 @@ class _Driver:
                     gone.append(key)
                     if reasons is not None:
                         reasons.dropped(key)
+                    if tracing is not None:
+                        tracing.dropped(key)
                     if gate is not None:
                         gate.release(key)
                     continue
@@ -389,8 +399,9 @@ class _Driver:
                     if wait is not None:
                         self.put_back(key, wait, now)
                         continue
+                run = tracing.start(key, scheduler) if tracing is not None else None
                 self.running[key] = self.loop.create_task(
-                    self.run_one(key, ref, obj), name=f"fastctl-reconcile:{key}"
+                    self.run_one(key, ref, obj, run), name=f"fastctl-reconcile:{key}"
                 )
                 if reasons is not None:
                     reasons.started(key)
@@ -413,15 +424,18 @@ class _Driver:
         self.scheduler.add(key, priority=_WAKE_PRIORITY, now=self.now())
         self.wake()
 
-    async def run_one(self, key: str, ref: ObjectRef, obj: Any) -> None:
+    async def run_one(self, key: str, ref: ObjectRef, obj: Any, run: RunSpan | None = None) -> None:
         """Run one reconcile to its end and apply its outcome to the scheduler at once (so
         its requeue or backoff holds even if the result is never consumed); never raises
         (cancellation by the driver excepted, which it handles itself).
 
         Every ending releases the slot: a return, an `Exception`, any other
         `BaseException`, a cancellation from inside. `KeyboardInterrupt` and `SystemExit`
-        release it and are then raised by the iterator: they ask the process to stop."""
+        release it and are then raised by the iterator: they ask the process to stop.
+        `run` is its span, while tracing is on."""
         current_object.set(ref)
+        if run is not None:
+            run.enter()
         started = self.now()
         returned: Any = None
         error: BaseException | None = None
@@ -434,6 +448,8 @@ class _Driver:
                 )
         except asyncio.CancelledError:
             if self.cancelling or key in self.orphans:
+                if run is not None:
+                    run.cancelled()
                 raise  # the applier is being cancelled: the driver cleans up
             _uncancel()
             error = ReconcileCancelled(key)
@@ -443,10 +459,21 @@ class _Driver:
         if error is not None and not isinstance(error, KeyboardInterrupt | SystemExit):
             self.log_failure(error, key)
             if self.error_policy is not None:  # in the slot: a coroutine policy may await
-                decided = await self.ask_error_policy(obj, error, key)
+                try:
+                    decided = await self.ask_error_policy(obj, error, key)
+                except BaseException:  # the applier is cancelled meanwhile
+                    if run is not None:
+                        run.cancelled()
+                    raise
         del self.running[key]
         ended = self.now()
         result = self.finish(key, ref, obj, returned, error, ended - started, ended, decided)
+        if run is not None:
+            action = result.action if result is not None else None
+            again = action is not None and (
+                action.requeue_after is not None or (error is not None and action is _BACKOFF)
+            )
+            run.end(error, action, ended, again=again)
         if result is not None:
             self.completed.append(result)
         self.wake()
@@ -622,6 +649,8 @@ class _Driver:
         self.loop = asyncio.get_running_loop()
         self.now = loop_clock(self.loop)
         self.thread = threading.get_ident()
+        if self.tracing is not None:
+            self.tracing.bind(self.now)
         self.ingest_task = self.loop.create_task(self.ingest(), name="fastctl-applier-ingest")
         if not self.store_ready:
             self.ready_task = self.loop.create_task(

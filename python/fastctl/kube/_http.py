@@ -21,6 +21,7 @@ import aiohttp
 import orjson
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl._tracing import request_span
 from fastctl.errors import ApiError, http_phrase
 from fastctl.kube._request_metrics import ERROR_CODE, REQUESTS
 
@@ -61,7 +62,8 @@ async def request(
     `accept` replaces the ``Accept`` header (a metadata-only watch asks for
     ``PartialObjectMetadata`` this way); by default it is ``application/json``.
     Every request is counted, with its code and the time its headers took
-    (`fastctl.kube._request_metrics`: the ``rest_client_*`` metrics).
+    (`fastctl.kube._request_metrics`: the ``rest_client_*`` metrics), and, while tracing is
+    on, made a span beneath the reconcile or webhook call that sends it (`fastctl._tracing`).
     """
     config = client.configuration
     if not config.host:
@@ -93,13 +95,16 @@ async def request(
     if rest.server_hostname:
         kwargs["server_hostname"] = rest.server_hostname
     session: aiohttp.ClientSession = rest.pool_manager
+    span = request_span(method, path)  # a child span of the reconcile, while tracing is on
     started = time.perf_counter()
     try:
         response = await session.request(method, config.host + path, **kwargs)
-    except BaseException:  # no answer: refused, timed out, or cancelled while waiting
+    except BaseException as exc:  # no answer: refused, timed out, or cancelled while waiting
         REQUESTS.record(method, config.host, ERROR_CODE, time.perf_counter() - started)
+        span.failed(exc)
         raise
     REQUESTS.record(method, config.host, response.status, time.perf_counter() - started)
+    span.answered(response.status)
     return response
 
 

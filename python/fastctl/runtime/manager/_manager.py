@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
+from fastctl import _tracing
 from fastctl._options import pick
 from fastctl._threads import live_threads
 from fastctl.errors import LeadershipLost
@@ -102,8 +103,16 @@ class Manager:
         servers: ServerOptions | None = None,
         drain_timeout: float = 30.0,
         registry: CollectorRegistry | None = None,
+        tracing: bool | Any = False,
     ) -> None:
         self.client = client
+        self.tracing = tracing
+        """OpenTelemetry tracing while `run` runs (docs/tracing.md): True exports by OTLP
+        as the standard ``OTEL_*`` variables say; an OpenTelemetry ``TracerProvider``
+        sends the spans to it; False (the default) traces nothing. Needs the ``otel``
+        extra; ``OTEL_SDK_DISABLED=true`` keeps it off."""
+        if tracing is not False and tracing is not None and not _tracing.available():
+            raise _tracing.TracingUnavailable(_tracing.EXTRA_HINT)
         self.leader_election = leader_election
         self.sharding = sharding
         self.servers: ServerOptions = pick(
@@ -261,9 +270,20 @@ class Manager:
         return envs
 
     async def run(self) -> None:
-        """Run every controller until `shutdown()`, SIGTERM or SIGINT."""
+        """Run every controller until `shutdown()`, SIGTERM or SIGINT; traced while it runs
+        when `tracing` says so (the spans still buffered are exported when it ends)."""
         if not self.controllers and not self.runnables:
             raise ValueError("Manager has no controllers: add one with manager.add(...)")
+        traced = False
+        if self.tracing is not False and self.tracing is not None:
+            traced = _tracing.enable(None if self.tracing is True else self.tracing)
+        try:
+            await self._run()
+        finally:
+            if traced:
+                _tracing.disable()
+
+    async def _run(self) -> None:
         self._running = True
         loop = asyncio.get_running_loop()
         shared = share_watches(self.controllers, sharded=self._sharded)
