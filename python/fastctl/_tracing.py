@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 __all__ = [
     "EXTRA_HINT",
     "NO_SPAN",
-    "TracingUnavailable",
     "active",
     "available",
     "disable",
@@ -47,10 +46,6 @@ log = logging.getLogger("fastctl.tracing")
 EXTRA_HINT = "tracing needs the otel extra: pip install 'fastctl[otel]'"
 
 _active: Tracing | None = None
-
-
-class TracingUnavailable(ImportError):
-    """Tracing was asked for, and the OpenTelemetry SDK (the ``otel`` extra) is missing."""
 
 
 class _NoSpan:
@@ -110,14 +105,14 @@ def enable(provider: Any = None) -> bool:
     """Turn tracing on for this process: spans go to `provider` (an OpenTelemetry
     ``TracerProvider``), or, with None, to one built from the standard ``OTEL_*``
     variables that exports by OTLP (`fastctl._otel.provider_from_environment`). Returns
-    False, and leaves tracing off, when ``OTEL_SDK_DISABLED=true``. Raises
-    `TracingUnavailable` when the ``otel`` extra is not installed."""
+    False, and leaves tracing off, when ``OTEL_SDK_DISABLED=true``. Raises `ImportError`
+    when the ``otel`` extra is not installed."""
     global _active
     if sdk_disabled():
         log.info("tracing stays off: OTEL_SDK_DISABLED=true")
         return False
     if not available():
-        raise TracingUnavailable(EXTRA_HINT)
+        raise ImportError(EXTRA_HINT)
     from fastctl._otel import Tracing
 
     previous = _active

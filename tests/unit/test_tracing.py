@@ -25,6 +25,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
@@ -39,6 +40,7 @@ from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._watcher import EventKind, ObjectEvent
 from fastctl.log import JsonFormatter, ObjectContextFilter
 from fastctl.runtime.controller import Controller
+from fastctl.webhook import AdmissionRequest, Allow, Webhooks, WebhookServer
 
 from .test_controller_relist import CHILD, DONE, INIT, NS, WIDGET, Sources, listing, running, until
 
@@ -321,3 +323,43 @@ def test_otel_sdk_disabled_keeps_tracing_off(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert not _tracing.enable(TracerProvider())
     assert not _tracing.is_enabled()
+
+
+async def test_a_webhook_call_is_a_span_in_the_api_servers_trace(
+    spans: InMemorySpanExporter, api: ApiClient
+) -> None:
+    """The API server's ``traceparent`` makes the webhook's span its child; the requests the
+    handler makes are the webhook span's children."""
+    hooks = Webhooks()
+
+    @hooks.validating(CHILD, name="cm.validate.test.dev")
+    async def check(request: AdmissionRequest) -> Allow:
+        with contextlib.suppress(ApiError):
+            await get(api, CONFIGMAPS, "policy", namespace=NS)
+        return Allow()
+
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": "CREATE", "object": child("c", "a", "1")},
+    }
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    headers = {"traceparent": f"00-{trace_id}-{parent_id}-01"}
+    async with (
+        WebhookServer(hooks, None, port=0, host="127.0.0.1") as server,
+        aiohttp.ClientSession() as session,
+        session.post(
+            server.url + "/validate/cm.validate.test.dev",
+            data=orjson.dumps(review),
+            headers=headers,
+        ) as resp,
+    ):
+        assert resp.status == 200
+    (call,) = named(spans, "webhook ")
+    assert call.parent is not None
+    assert format(call.context.trace_id, "032x") == trace_id
+    assert format(call.parent.span_id, "016x") == parent_id
+    assert attr(call, "http.response.status_code") == 200
+    (request,) = named(spans, "get ")
+    assert request.parent is not None
+    assert request.parent.span_id == call.context.span_id

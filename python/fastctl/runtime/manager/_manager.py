@@ -112,7 +112,7 @@ class Manager:
         sends the spans to it; False (the default) traces nothing. Needs the ``otel``
         extra; ``OTEL_SDK_DISABLED=true`` keeps it off."""
         if tracing is not False and tracing is not None and not _tracing.available():
-            raise _tracing.TracingUnavailable(_tracing.EXTRA_HINT)
+            raise ImportError(_tracing.EXTRA_HINT)
         self.leader_election = leader_election
         self.sharding = sharding
         self.servers: ServerOptions = pick(
