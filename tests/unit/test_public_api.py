@@ -93,6 +93,7 @@ PUBLIC: dict[str, frozenset[str]] = {
     "fastctl.log": _names(
         "JsonFormatter ObjectContextFilter RedactingFilter current_object mark_sensitive redact"
     ),
+    "fastctl.tracing": _names("disable enable is_enabled"),
 }
 """The 1.0 API: each public namespace and its ``__all__``, in full (docs/contract.md, "The
 public names"). From 1.0 on, names may be added here (and on that page); removing or
