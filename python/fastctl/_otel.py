@@ -270,6 +270,15 @@ class WebhookSpan:
         self._span.end()
 
 
+_LINKED = ("fastctl.trigger.reason", "fastctl.watch.kind", "k8s.resource_version")
+"""What a link repeats of its watch span: enough to say why without opening the span (each
+attribute is copied and checked by the SDK, per link and per span: they are kept few)."""
+
+
+def _link_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {name: attrs[name] for name in _LINKED if name in attrs}
+
+
 @dataclass(frozen=True, slots=True)
 class LinkedTrigger(Trigger):
     """A trigger that carries the link to the watch event that caused it (made only while
@@ -305,9 +314,7 @@ class ControllerTracing:
 
     # -- watch events -----------------------------------------------------------------------
 
-    def _event_span(
-        self, kind: str, reason: str, event: WatchEvent, count: int | None = None
-    ) -> tuple[Span, dict[str, Any]]:
+    def _event_span(self, kind: str, reason: str, event: WatchEvent) -> tuple[Span, dict[str, Any]]:
         """The span of one watch event (ended by the caller), and the attributes its links
         carry."""
         attrs: dict[str, Any] = {
@@ -325,10 +332,7 @@ class ControllerTracing:
                 attrs["k8s.resource_version"] = str(version)
         else:
             attrs["fastctl.watch.event"] = "RELIST"
-        span = self.tracer.start_span(f"watch {kind}", attributes=attrs)
-        if count is not None:
-            span.set_attribute("fastctl.watch.triggers", count)
-        return span, attrs
+        return self.tracer.start_span(f"watch {kind}", attributes=attrs), attrs
 
     def linked(
         self, kind: str, reason: str, event: WatchEvent, triggers: Iterable[ObjectRef | Trigger]
@@ -342,7 +346,7 @@ class ControllerTracing:
             for item in triggers:
                 if span is None:
                     span, attrs = self._event_span(kind, reason, event)
-                    link = Link(span.get_span_context(), {**attrs})
+                    link = Link(span.get_span_context(), _link_attributes(attrs))
                 count += 1
                 if isinstance(item, Trigger):
                     yield LinkedTrigger(item.ref, item.priority, item.reason, link)
@@ -350,7 +354,8 @@ class ControllerTracing:
                     yield LinkedTrigger(item, 0, "", link)
         finally:
             if span is not None:
-                span.set_attribute("fastctl.watch.triggers", count)
+                if reason == Reason.RELIST:  # one event, many runs: how many
+                    span.set_attribute("fastctl.watch.triggers", count)
                 span.end()
 
     def primary(
