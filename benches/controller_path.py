@@ -65,7 +65,7 @@ class _HideOpenTelemetry:
 def _tracing(mode: str) -> Any:
     """Set tracing up as `mode` says; returns what flushes its spans (or None)."""
     if mode == "missing":
-        sys.meta_path.insert(0, _HideOpenTelemetry())  # type: ignore[arg-type]
+        sys.meta_path.insert(0, _HideOpenTelemetry())
         return None
     if mode == "off":
         return None
