@@ -19,6 +19,7 @@ part of the development install, and a test that vanished with it would hide a b
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -363,3 +364,42 @@ async def test_a_webhook_call_is_a_span_in_the_api_servers_trace(
     (request,) = named(spans, "get ")
     assert request.parent is not None
     assert request.parent.span_id == call.context.span_id
+
+
+async def test_a_requeue_and_a_timeout_are_outcomes_and_their_next_runs_link_back(
+    spans: InMemorySpanExporter, api: ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run 1 asks for a requeue, run 2 overruns its timeout, run 3 is done: the outcomes
+    say so, run 2 is linked to run 1 (``requeue``) and run 3 to run 2 (``error_retry``)."""
+    sources = Sources(False, monkeypatch)
+    runs = 0
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> Action | None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            return Action.requeue(0.001)
+        if runs == 2:
+            await asyncio.Event().wait()  # past the timeout
+        return None
+
+    scheduler = Scheduler(backoff_base=0.001, backoff_max=0.004)
+    ctl = Controller(api, WIDGET, reconcile, name="widgets", scheduler=scheduler, timeout=0.01)
+    sources.feeds[WIDGET].push(*listing(widget("a", "1")))
+    async with running(ctl):
+        await until(lambda: len(reconciles_of(spans, "default/a")) == 3, "three runs")
+
+    first, second, third = sorted(
+        reconciles_of(spans, "default/a"), key=lambda s: s.start_time or 0
+    )
+    assert [attr(s, "fastctl.reconcile.outcome") for s in (first, second, third)] == [
+        "requeue",
+        "timeout",
+        "done",
+    ]
+    assert attr(first, "fastctl.reconcile.requeue_after") == 0.001
+    assert link_reasons(second) == ["requeue"]
+    assert second.links[0].context.span_id == first.context.span_id
+    assert attr(second, "error.type") == "ReconcileTimeout"
+    assert link_reasons(third) == ["error_retry"]
+    assert third.links[0].context.span_id == second.context.span_id
