@@ -281,7 +281,9 @@ class Manager:
             await self._run()
         finally:
             if traced:
-                _tracing.disable()
+                # In a thread: the last spans are exported now, by a blocking HTTP call,
+                # and the loop must go on meanwhile (its tasks, an endpoint it serves).
+                await asyncio.to_thread(_tracing.disable)
 
     async def _run(self) -> None:
         self._running = True
