@@ -12,6 +12,11 @@ anything else (the event caused by that very patch) is a no-op.
   so without a proxy variable this mode is ``fastctl``.
 - ``fastctl-filtered``: fastctl with ``event_filter=generation_changed``: the echo of the
   operator's own status patch (same generation) triggers no reconcile.
+- ``fastctl-no-otel``: ``fastctl`` with the ``otel`` extra hidden (any import of
+  OpenTelemetry fails): tracing off, as without the extra.
+- ``fastctl-traced``: ``fastctl`` with tracing on (`fastctl.tracing.enable`), every span
+  made and handed to a batch processor whose exporter drops it: the span work, not the
+  encoding and sending of an OTLP export.
 - ``kopf``: ``@kopf.on.create`` + ``@kopf.on.update``, with kopf's bookkeeping kept in the
   status (`StatusProgressStorage`, `StatusDiffBaseStorage`), so each change costs kopf one
   status patch, as it costs fastctl; Events posting and cluster scanning off.
@@ -50,6 +55,8 @@ WIDGET_MODES = (
     "fastctl-model",
     "fastctl-no-trust-env",
     "fastctl-filtered",
+    "fastctl-no-otel",
+    "fastctl-traced",
     "kopf",
     "kopf-default",
     "kopf-event",
@@ -98,7 +105,40 @@ def _controller(
     )
 
 
+class _HideOpenTelemetry:
+    """A finder that refuses every ``opentelemetry`` module: the extra not installed."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.split(".")[0] == "opentelemetry":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def _trace_to_nowhere() -> None:
+    """Tracing on, every span made and dropped by its exporter (``fastctl-traced``)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    import fastctl.tracing
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    assert fastctl.tracing.enable(provider)
+
+
 async def run_fastctl_widgets(args: argparse.Namespace, model: bool) -> None:
+    if args.mode == "fastctl-no-otel":
+        sys.meta_path.insert(0, _HideOpenTelemetry())
+    if args.mode == "fastctl-traced":
+        _trace_to_nowhere()
     from fastctl import Resource
     from fastctl.kube._client import load_client
     from fastctl.kube._objects import patch

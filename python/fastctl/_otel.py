@@ -289,8 +289,9 @@ class LinkedTrigger(Trigger):
 
 @dataclass(slots=True)
 class _Pending:
-    """What a key's next run is for: its links, the highest priority merged, when the
-    first of its triggers came (on the applier's clock)."""
+    """What a key's next run is for: its links (the first `MAX_LINKS`; the others
+    counted), and when the first of its triggers came or its retry was due (on the
+    applier's clock)."""
 
     links: list[Link]
     since: float
