@@ -13,7 +13,9 @@ The controller runs on in-memory watch feeds (as in test_controller_relist) and 
   its backoff, each retry linked to the attempt before it (``error_retry``);
 - a trace id and span id in the log records of a reconcile.
 
-The OpenTelemetry packages are imported, not skipped when missing: the ``otel`` extra is
+Every wait is for the spans themselves (an export wakes it), never for a time; the
+timeout marker only bounds a test that would hang. The OpenTelemetry packages are imported,
+not skipped when missing: the ``otel`` extra is
 part of the development install, and a test that vanished with it would hide a broken one.
 """
 
@@ -23,7 +25,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -31,7 +33,7 @@ import orjson
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from fastctl import Action, Scheduler, _tracing
@@ -44,6 +46,8 @@ from fastctl.runtime.controller import Controller
 from fastctl.webhook import AdmissionRequest, Allow, Webhooks, WebhookServer
 
 from .test_controller_relist import CHILD, DONE, INIT, NS, WIDGET, Sources, listing, running, until
+
+pytestmark = pytest.mark.timeout(60)
 
 CONFIGMAPS = ResolvedResource("", "v1", "ConfigMap", "configmaps", True)
 
@@ -110,10 +114,30 @@ async def api() -> AsyncIterator[ApiClient]:
     await real.close()
 
 
+class Spans(InMemorySpanExporter):
+    """The in-memory exporter, and a wait for the spans a test expects: woken by each export
+    (the simple processor exports as a span ends, on the loop's thread), so a wait depends
+    on no clock, however slow the machine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended = asyncio.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = super().export(spans)
+        self.ended.set()
+        return result
+
+    async def until(self, check: Callable[[], bool]) -> None:
+        while not check():
+            self.ended.clear()
+            await self.ended.wait()
+
+
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
+def spans() -> Iterator[Spans]:
     """Tracing on, into memory, for the test."""
-    exporter = InMemorySpanExporter()
+    exporter = Spans()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     assert _tracing.enable(provider)
@@ -139,7 +163,7 @@ def link_reasons(span: ReadableSpan) -> list[Any]:
 
 
 async def test_a_change_to_an_owned_child_links_its_owners_reconcile_to_the_event(
-    spans: InMemorySpanExporter, api: ApiClient, monkeypatch: pytest.MonkeyPatch
+    spans: Spans, api: ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sources = Sources(False, monkeypatch)
 
@@ -154,12 +178,12 @@ async def test_a_change_to_an_owned_child_links_its_owners_reconcile_to_the_even
     sources.feeds[WIDGET].push(*listing(widget("a", "10")))
     sources.feeds[CHILD].push(*listing(child("a-config", "a", "11")))
     async with running(ctl):
-        await until(lambda: len(reconciles_of(spans, "default/a")) >= 1, "the first reconcile")
+        await spans.until(lambda: len(reconciles_of(spans, "default/a")) >= 1)
         await until(lambda: ctl.scheduler.in_flight == 0, "the first reconcile's end")
         spans.clear()
         changed = child("a-config", "a", "42")
         sources.feeds[CHILD].push(ObjectEvent(EventKind.APPLY, changed))
-        await until(lambda: len(reconciles_of(spans, "default/a")) == 1, "the child's reconcile")
+        await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 1)
 
     (run,) = reconciles_of(spans, "default/a")
     (event,) = named(spans, "watch ConfigMap")
@@ -191,7 +215,7 @@ async def test_a_change_to_an_owned_child_links_its_owners_reconcile_to_the_even
 
 
 async def test_a_relist_links_the_reconciles_it_triggers_with_the_relist_reason(
-    spans: InMemorySpanExporter, api: ApiClient, monkeypatch: pytest.MonkeyPatch
+    spans: Spans, api: ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sources = Sources(False, monkeypatch)
 
@@ -202,12 +226,12 @@ async def test_a_relist_links_the_reconciles_it_triggers_with_the_relist_reason(
     feed = sources.feeds[WIDGET]
     feed.push(*listing(widget("a", "1"), widget("b", "2")))
     async with running(ctl):
-        await until(lambda: len(named(spans, "reconcile ")) == 2, "the first list")
+        await spans.until(lambda: len(named(spans, "reconcile ")) == 2)
         await until(lambda: ctl.scheduler.in_flight == 0, "the first reconciles' end")
         spans.clear()
         feed.push(INIT, ObjectEvent(EventKind.INIT_APPLY, widget("a", "3")))
         feed.push(ObjectEvent(EventKind.INIT_APPLY, widget("b", "2")), DONE)
-        await until(lambda: len(named(spans, "reconcile ")) == 2, "the relist's reconciles")
+        await spans.until(lambda: len(named(spans, "reconcile ")) == 2)
 
     (relist,) = named(spans, "watch Widget")
     assert attr(relist, "fastctl.trigger.reason") == "relist"
@@ -222,7 +246,7 @@ async def test_a_relist_links_the_reconciles_it_triggers_with_the_relist_reason(
 
 
 async def test_a_failing_reconcile_gives_an_error_span_per_attempt_with_its_backoff(
-    spans: InMemorySpanExporter, api: ApiClient, monkeypatch: pytest.MonkeyPatch
+    spans: Spans, api: ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sources = Sources(False, monkeypatch)
     failures = 3
@@ -238,7 +262,7 @@ async def test_a_failing_reconcile_gives_an_error_span_per_attempt_with_its_back
     ctl = Controller(api, WIDGET, reconcile, name="widgets", scheduler=scheduler)
     sources.feeds[WIDGET].push(*listing(widget("a", "1")))
     async with running(ctl):
-        await until(lambda: len(reconciles_of(spans, "default/a")) == 4, "three retries")
+        await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 4)
 
     runs = sorted(reconciles_of(spans, "default/a"), key=lambda s: s.start_time or 0)
     assert [attr(s, "fastctl.reconcile.attempt") for s in runs] == [1, 2, 3, 4]
@@ -264,7 +288,7 @@ async def test_a_failing_reconcile_gives_an_error_span_per_attempt_with_its_back
 
 
 async def test_log_records_of_a_reconcile_carry_its_trace_and_span_ids(
-    spans: InMemorySpanExporter, api: ApiClient, monkeypatch: pytest.MonkeyPatch
+    spans: Spans, api: ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sources = Sources(False, monkeypatch)
     lines: list[str] = []
@@ -287,7 +311,7 @@ async def test_log_records_of_a_reconcile_carry_its_trace_and_span_ids(
     sources.feeds[WIDGET].push(*listing(widget("a", "1")))
     try:
         async with running(ctl):
-            await until(lambda: len(named(spans, "reconcile ")) == 1, "the reconcile")
+            await spans.until(lambda: len(named(spans, "reconcile ")) == 1)
         logger.info("outside")
     finally:
         logger.removeHandler(handler)
@@ -327,7 +351,7 @@ def test_otel_sdk_disabled_keeps_tracing_off(monkeypatch: pytest.MonkeyPatch) ->
 
 
 async def test_a_webhook_call_is_a_span_in_the_api_servers_trace(
-    spans: InMemorySpanExporter, api: ApiClient
+    spans: Spans, api: ApiClient
 ) -> None:
     """The API server's ``traceparent`` makes the webhook's span its child; the requests the
     handler makes are the webhook span's children."""
@@ -367,7 +391,7 @@ async def test_a_webhook_call_is_a_span_in_the_api_servers_trace(
 
 
 async def test_a_requeue_and_a_timeout_are_outcomes_and_their_next_runs_link_back(
-    spans: InMemorySpanExporter, api: ApiClient, monkeypatch: pytest.MonkeyPatch
+    spans: Spans, api: ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Run 1 asks for a requeue, run 2 overruns its timeout, run 3 is done: the outcomes
     say so, run 2 is linked to run 1 (``requeue``) and run 3 to run 2 (``error_retry``)."""
@@ -387,7 +411,7 @@ async def test_a_requeue_and_a_timeout_are_outcomes_and_their_next_runs_link_bac
     ctl = Controller(api, WIDGET, reconcile, name="widgets", scheduler=scheduler, timeout=0.01)
     sources.feeds[WIDGET].push(*listing(widget("a", "1")))
     async with running(ctl):
-        await until(lambda: len(reconciles_of(spans, "default/a")) == 3, "three runs")
+        await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 3)
 
     first, second, third = sorted(
         reconciles_of(spans, "default/a"), key=lambda s: s.start_time or 0
