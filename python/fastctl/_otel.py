@@ -38,6 +38,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
+from fastctl._clock import monotonic
 from fastctl._reasons import error_text
 from fastctl._redact import scrub
 from fastctl.errors import ReconcileCancelled, ReconcileTimeout
@@ -306,7 +307,7 @@ class ControllerTracing:
         self.tracer = tracer
         self.name = name
         self.kind = kind
-        self.clock: Callable[[], float] = time.monotonic
+        self.clock: Callable[[], float] = monotonic
         """The applier's clock (`bind` sets it): queue waits and retry delays read it."""
         self._pending: dict[str, _Pending] = {}
 

@@ -87,6 +87,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("testing/binaries.py", "time.strftime"): (1, "a log line's timestamp"),
     ("testing/_process.py", "time.monotonic"): (2, "waits for a real process to exit"),
     ("kube/_http.py", "time.perf_counter"): (3, "a real request's latency, for /metrics"),
+    ("_otel.py", "time.time_ns"): (1, "a span event's time: OTLP times are wall clock"),
 }
 """Every direct clock reading in the package outside `fastctl._clock`, each justified (the
 module docstring of `fastctl._clock` says which stay on the wall clock, and why)."""
