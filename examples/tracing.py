@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource as OtelResource
@@ -48,7 +48,11 @@ class PrintSpans(SpanExporter):
         for span in spans:
             attrs = dict(span.attributes or {})
             ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
-            about = attrs.get("fastctl.object") or attrs.get("fastctl.watch.object") or ""
+            about = (
+                attrs.get("fastctl.object")
+                or attrs.get("fastctl.watch.object")
+                or attrs.get("fastctl.trigger.reason", "")
+            )
             line = f"{span.name:28} {about!s:32} {ms:7.2f} ms"
             if span.name.startswith("reconcile"):
                 line += (
@@ -66,6 +70,10 @@ class PrintSpans(SpanExporter):
                 line = "  └─ " + line + f"  code={attrs.get('http.response.status_code')}"
             print(line, flush=True)
         return SpanExportResult.SUCCESS
+
+
+def is_source(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    return (new["metadata"].get("labels") or {}).get(LABEL) == "source"
 
 
 def copy_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -97,13 +105,10 @@ async def main() -> None:
         await apply(client, CONFIGMAP, copy_of(obj), field_manager="tracing-example")
         copied.set()
 
+    # The sources are picked by an event filter, not a label selector: the copies are
+    # ConfigMaps too, and the owned watch (one watch of ConfigMaps) must see them.
     ctl = Controller(
-        client,
-        CONFIGMAP,
-        reconcile,
-        namespace=NAMESPACE,
-        label_selector=f"{LABEL}=source",
-        name="copier",
+        client, CONFIGMAP, reconcile, namespace=NAMESPACE, event_filter=is_source, name="copier"
     ).owns(CONFIGMAP)
     manager = Manager(client, tracing=provider, metrics_port=None, probe_port=None)
     manager.add(ctl)
