@@ -120,9 +120,18 @@ async def main() -> None:
         await delete(client, CONFIGMAP, name, namespace=NAMESPACE)
     await create(client, CONFIGMAP, source)
     running = asyncio.create_task(manager.run())
-    try:
-        await copied.wait()
+
+    async def next_copy() -> None:
+        """Wait for the operator's next copy (or for the operator to stop: an error)."""
+        waiting = asyncio.create_task(copied.wait())
+        await asyncio.wait({waiting, running}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if running.done():
+            raise RuntimeError(f"the operator stopped: {running.exception()!r}")
         copied.clear()
+
+    try:
+        await next_copy()
         print("-- editing greeting-copy by hand; the operator puts it back", flush=True)
         await patch(
             client, CONFIGMAP, "greeting-copy", {"data": {"text": "bye"}}, namespace=NAMESPACE
@@ -130,8 +139,7 @@ async def main() -> None:
         while (await get(client, CONFIGMAP, "greeting-copy", namespace=NAMESPACE))["data"][
             "text"
         ] != "hello":
-            await copied.wait()
-            copied.clear()
+            await next_copy()
     finally:
         manager.shutdown()
         await running
