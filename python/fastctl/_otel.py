@@ -41,8 +41,8 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from fastctl._clock import monotonic
 from fastctl._reasons import error_text
 from fastctl._redact import scrub
+from fastctl._version import version
 from fastctl.errors import ReconcileCancelled, ReconcileTimeout
-from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
 from fastctl.types import Action, ObjectRef, Trigger
 
 __all__ = [
@@ -101,22 +101,13 @@ def provider_from_environment() -> TracerProvider:
     return provider
 
 
-def _version() -> str:
-    try:
-        from fastctl import __version__
-
-        return __version__
-    except ImportError:  # pragma: no cover - a half-imported package
-        return "unknown"
-
-
 class Tracing:
     """The process's tracing: the tracer, and the spans of requests and webhook calls."""
 
     def __init__(self, provider: Any = None) -> None:
         self._owned = provider is None
         self.provider = provider if provider is not None else provider_from_environment()
-        self.tracer = self.provider.get_tracer("fastctl", _version())
+        self.tracer = self.provider.get_tracer("fastctl", version())
 
     def close(self) -> None:
         """Flush and shut down the provider this object built (a given one is the
@@ -316,7 +307,7 @@ class ControllerTracing:
 
     # -- watch events -----------------------------------------------------------------------
 
-    def _event_span(self, kind: str, reason: str, event: WatchEvent) -> tuple[Span, dict[str, Any]]:
+    def _event_span(self, kind: str, reason: str, event: Any) -> tuple[Span, dict[str, Any]]:
         """The span of one watch event (ended by the caller), and the attributes its links
         carry."""
         attrs: dict[str, Any] = {
@@ -324,11 +315,12 @@ class ControllerTracing:
             "fastctl.trigger.reason": reason,
             "fastctl.watch.kind": kind,
         }
-        if isinstance(event, ObjectEvent):
-            meta = event.obj.get("metadata") or {}
+        obj = getattr(event, "obj", None)  # an ObjectEvent; a list's end (ListFrame) has none
+        if obj is not None:
+            meta = obj.get("metadata") or {}
             ns, name = meta.get("namespace"), meta.get("name", "")
             attrs["fastctl.watch.object"] = f"{ns}/{name}" if ns else str(name)
-            attrs["fastctl.watch.event"] = "DELETED" if event.kind is EventKind.DELETE else "APPLY"
+            attrs["fastctl.watch.event"] = "DELETED" if event.kind.name == "DELETE" else "APPLY"
             version = meta.get("resourceVersion")
             if version:
                 attrs["k8s.resource_version"] = str(version)
@@ -337,7 +329,7 @@ class ControllerTracing:
         return self.tracer.start_span(f"watch {kind}", attributes=attrs), attrs
 
     def linked(
-        self, kind: str, reason: str, event: WatchEvent, triggers: Iterable[ObjectRef | Trigger]
+        self, kind: str, reason: str, event: Any, triggers: Iterable[ObjectRef | Trigger]
     ) -> Iterator[ObjectRef | Trigger]:
         """`triggers` (those of one watch event), each carrying a link to the event's span.
         The span is made at the first trigger: an event that triggers nothing has none."""
@@ -361,15 +353,17 @@ class ControllerTracing:
                 span.end()
 
     def primary(
-        self, event: WatchEvent, triggers: Iterable[ObjectRef | Trigger]
+        self, event: Any, triggers: Iterable[ObjectRef | Trigger]
     ) -> Iterable[ObjectRef | Trigger]:
-        reason = Reason.RELIST if event.kind is EventKind.INIT_DONE else Reason.OWN_CHANGE
+        """The triggers of a primary watch event (a `fastctl.kube` WatchEvent: read by
+        its fields, since this engine-level module does not import the Kubernetes layer)."""
+        reason = Reason.RELIST if event.kind.name == "INIT_DONE" else Reason.OWN_CHANGE
         return self.linked(self.kind, reason, event, triggers)
 
     def related(
-        self, kind: str, owned: bool, event: WatchEvent, triggers: Iterable[Trigger]
+        self, kind: str, owned: bool, event: Any, triggers: Iterable[Trigger]
     ) -> Iterable[ObjectRef | Trigger]:
-        if event.kind is EventKind.INIT_DONE:
+        if event.kind.name == "INIT_DONE":
             reason = Reason.RELIST
         else:
             reason = Reason.OWNED_CHILD if owned else Reason.MAPPED_OBJECT

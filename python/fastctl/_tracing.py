@@ -32,12 +32,14 @@ __all__ = [
     "NO_SPAN",
     "active",
     "available",
+    "checked",
     "disable",
     "enable",
     "is_enabled",
     "log_ids",
     "request_span",
     "sdk_disabled",
+    "switch_on",
     "webhook_span",
 ]
 
@@ -120,6 +122,21 @@ def enable(provider: Any = None) -> bool:
     if previous is not None:
         previous.close()
     return True
+
+
+def checked(setting: Any) -> Any:
+    """`setting` (a Manager's ``tracing=``: True, a provider, or False/None), refused at
+    once when it asks for tracing and the ``otel`` extra is missing."""
+    if setting is not False and setting is not None and not available():
+        raise ImportError(EXTRA_HINT)
+    return setting
+
+
+def switch_on(setting: Any) -> bool:
+    """Turn tracing on as a Manager's `setting` says; whether this call did."""
+    if setting is False or setting is None:
+        return False
+    return enable(None if setting is True else setting)
 
 
 def disable() -> None:

@@ -14,10 +14,10 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from fastctl import _tracing
 from fastctl._applier import SchedulerLike, _Driver
 from fastctl._channel import Channel, ChannelClosed
 from fastctl._reasons import ReasonLog
+from fastctl._tracing import active as tracing_active
 from fastctl.kube._events import Recorder
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import resolve_patiently
@@ -106,7 +106,7 @@ class ControllerRun:
         try:
             if self._stopping:
                 return  # stopped before it started: not even discovery
-            tracing = _tracing.active()
+            tracing = tracing_active()
             if tracing is not None:
                 self.tracing = tracing.controller(spec.name, spec.resource.kind)
             loop = asyncio.get_running_loop()

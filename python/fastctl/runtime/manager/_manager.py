@@ -46,7 +46,6 @@ from typing import Any, Protocol
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
-from fastctl import _tracing
 from fastctl._options import pick
 from fastctl._threads import live_threads
 from fastctl.errors import LeadershipLost
@@ -106,13 +105,7 @@ class Manager:
         tracing: bool | Any = False,
     ) -> None:
         self.client = client
-        self.tracing = tracing
-        """OpenTelemetry tracing while `run` runs (docs/tracing.md): True exports by OTLP
-        as the standard ``OTEL_*`` variables say; an OpenTelemetry ``TracerProvider``
-        sends the spans to it; False (the default) traces nothing. Needs the ``otel``
-        extra; ``OTEL_SDK_DISABLED=true`` keeps it off."""
-        if tracing is not False and tracing is not None and not _tracing.available():
-            raise ImportError(_tracing.EXTRA_HINT)
+        self.tracing = tracing  # while `run` runs: True, a TracerProvider, False (tracing.md)
         self.leader_election = leader_election
         self.sharding = sharding
         self.servers: ServerOptions = pick(
@@ -129,7 +122,7 @@ class Manager:
         self.runnables: list[Runnable] = []
         self._unsharded: set[str] = set()  # names of the leader-elected ones, when sharding
         self._gates: dict[str, ShardGate] = {}
-        self._running_servers = Servers(self.servers)  # made again by `run`
+        self._running_servers = Servers(self.servers, tracing=tracing)  # made again by run
         self._member_client: ApiClient | None = None
         self._elector_client: ApiClient | None = None
         self._settled = False
@@ -270,22 +263,9 @@ class Manager:
         return envs
 
     async def run(self) -> None:
-        """Run every controller until `shutdown()`, SIGTERM or SIGINT; traced while it runs
-        when `tracing` says so (the spans still buffered are exported when it ends)."""
+        """Run every controller until `shutdown()`, SIGTERM or SIGINT."""
         if not self.controllers and not self.runnables:
             raise ValueError("Manager has no controllers: add one with manager.add(...)")
-        traced = False
-        if self.tracing is not False and self.tracing is not None:
-            traced = _tracing.enable(None if self.tracing is True else self.tracing)
-        try:
-            await self._run()
-        finally:
-            if traced:
-                # In a thread: the last spans are exported now, by a blocking HTTP call,
-                # and the loop must go on meanwhile (its tasks, an endpoint it serves).
-                await asyncio.to_thread(_tracing.disable)
-
-    async def _run(self) -> None:
         self._running = True
         loop = asyncio.get_running_loop()
         shared = share_watches(self.controllers, sharded=self._sharded)
@@ -297,7 +277,7 @@ class Manager:
             self._member_client = ApiClient(self.client.configuration)
             self.member = ShardMember(self._member_client, self.sharding, drainer=self._drain_slots)
         envs = self._environments(shared.sources)  # type: ignore[arg-type]
-        self._running_servers = Servers(self.servers)
+        self._running_servers = Servers(self.servers, tracing=self.tracing)
         tasks = Tasks()
         drain_gracefully = True
         lost_in_drain = False
