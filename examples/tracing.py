@@ -102,6 +102,8 @@ async def main() -> None:
     copied = asyncio.Event()
 
     async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        if not is_source(obj, obj):
+            return  # a copy, or another ConfigMap (an event filter passes creations)
         await apply(client, CONFIGMAP, copy_of(obj), field_manager="tracing-example")
         copied.set()
 
