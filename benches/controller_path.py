@@ -7,7 +7,14 @@ scheduler -> reconcile task -> done), the part a runtime restructuring can chang
 It runs against whichever fastctl is imported (``PYTHONPATH=<tree>/python``), so two source
 trees can be compared in one run with ``benches/compare_trees.py``. Prints one JSON line.
 
-    .venv/bin/python benches/controller_path.py [OBJECTS] [EVENTS]
+    .venv/bin/python benches/controller_path.py [OBJECTS] [EVENTS] [TRACING]
+
+`TRACING` (``benches/tracing_cost.py`` runs the three in alternating rounds): ``off``, the
+default (tracing off, whether or not the ``otel`` extra is installed); ``missing`` (the
+extra hidden, as if not installed: any import of it fails); ``on`` (tracing on, every span
+made and handed to a batch processor whose exporter drops it: the span work without the
+network; the processor's thread is flushed before the CPU time is read, so its work is
+counted).
 """
 
 from __future__ import annotations
@@ -46,6 +53,43 @@ def _event(kind: EventKind, obj: dict[str, Any] | None = None) -> Any:
     return _watcher.ListFrame(kind) if obj is None else _watcher.ObjectEvent(kind, obj)  # type: ignore[arg-type]
 
 
+class _HideOpenTelemetry:
+    """A finder that refuses every ``opentelemetry`` module: the extra not installed."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.split(".")[0] == "opentelemetry":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def _tracing(mode: str) -> Any:
+    """Set tracing up as `mode` says; returns what flushes its spans (or None)."""
+    if mode == "missing":
+        sys.meta_path.insert(0, _HideOpenTelemetry())
+        return None
+    if mode == "off":
+        return None
+    if mode != "on":
+        raise SystemExit(f"TRACING is off, missing or on, not {mode!r}")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    import fastctl.tracing
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    assert fastctl.tracing.enable(provider)
+    return provider.force_flush
+
+
 def _obj(i: int, version: int) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -61,7 +105,7 @@ def _obj(i: int, version: int) -> dict[str, Any]:
     }
 
 
-async def _measure(objects: int, events: int) -> dict[str, float]:
+async def _measure(objects: int, events: int, flush: Any = None) -> dict[str, float]:
     drained = asyncio.Event()
 
     async def feed() -> AsyncIterator[Any]:
@@ -102,6 +146,8 @@ async def _measure(objects: int, events: int) -> dict[str, float]:
     await drained.wait()
     while len(ctl.scheduler) or ctl.scheduler.in_flight:  # noqa: ASYNC110 - no idle event
         await asyncio.sleep(0.001)
+    if flush is not None:
+        flush()
     cpu = time.process_time() - start
     gc.enable()
     ctl.shutdown()
@@ -116,8 +162,12 @@ async def _measure(objects: int, events: int) -> dict[str, float]:
 def main() -> None:
     objects = int(sys.argv[1]) if len(sys.argv) > 1 else 2_000
     events = int(sys.argv[2]) if len(sys.argv) > 2 else 40_000
-    result = asyncio.run(_measure(objects, events))
+    mode = sys.argv[3] if len(sys.argv) > 3 else "off"
+    flush = _tracing(mode)
+    result: dict[str, Any] = asyncio.run(_measure(objects, events, flush))
     result["fastctl"] = fastctl.__file__
+    result["tracing"] = mode
+    result["opentelemetry_imported"] = any(m.startswith("opentelemetry") for m in sys.modules)
     print(json.dumps(result))
 
 

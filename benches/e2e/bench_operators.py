@@ -14,6 +14,11 @@ anything else (the event caused by that very patch) is a no-op.
   operator's own status patch (same generation) triggers no reconcile.
 - ``fastctl-no-ryw``: fastctl with its read-your-writes guard off
   (``read_your_writes=ReadYourWrites(enabled=False)``), to measure what the guard costs.
+- ``fastctl-no-otel``: ``fastctl`` with the ``otel`` extra hidden (any import of
+  OpenTelemetry fails): tracing off, as without the extra.
+- ``fastctl-traced``: ``fastctl`` with tracing on (`fastctl.tracing.enable`), every span
+  made and handed to a batch processor whose exporter drops it: the span work, not the
+  encoding and sending of an OTLP export.
 - ``kopf``: ``@kopf.on.create`` + ``@kopf.on.update``, with kopf's bookkeeping kept in the
   status (`StatusProgressStorage`, `StatusDiffBaseStorage`), so each change costs kopf one
   status patch, as it costs fastctl; Events posting and cluster scanning off.
@@ -53,6 +58,8 @@ WIDGET_MODES = (
     "fastctl-no-trust-env",
     "fastctl-filtered",
     "fastctl-no-ryw",
+    "fastctl-no-otel",
+    "fastctl-traced",
     "kopf",
     "kopf-default",
     "kopf-event",
@@ -102,7 +109,40 @@ def _controller(
     )
 
 
+class _HideOpenTelemetry:
+    """A finder that refuses every ``opentelemetry`` module: the extra not installed."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.split(".")[0] == "opentelemetry":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def _trace_to_nowhere() -> None:
+    """Tracing on, every span made and dropped by its exporter (``fastctl-traced``)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    import fastctl.tracing
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Drop()))
+    assert fastctl.tracing.enable(provider)
+
+
 async def run_fastctl_widgets(args: argparse.Namespace, model: bool) -> None:
+    if args.mode == "fastctl-no-otel":
+        sys.meta_path.insert(0, _HideOpenTelemetry())
+    if args.mode == "fastctl-traced":
+        _trace_to_nowhere()
     from fastctl import Resource
     from fastctl.kube._client import load_client
     from fastctl.kube._objects import patch

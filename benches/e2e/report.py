@@ -15,6 +15,8 @@ LABELS = {
     "fastctl-no-trust-env": "fastctl, experiment: aiohttp trust_env off",
     "fastctl-filtered": "fastctl, event_filter=generation_changed",
     "fastctl-no-ryw": "fastctl, read-your-writes guard off",
+    "fastctl-no-otel": "fastctl, otel extra not installed",
+    "fastctl-traced": "fastctl, tracing on (spans dropped by the exporter)",
     "kopf": "kopf (on.create/update, status storage)",
     "kopf-default": "kopf (on.create/update, default storage)",
     "kopf-event": "kopf (on.event)",

@@ -173,8 +173,12 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         nargs="+",
-        # kopf-limited stalls (see docs); fastctl-no-ryw is for the guard's cost, run on its own
-        default=[m for m in WIDGET_MODES if m not in ("kopf-limited", "fastctl-no-ryw")],
+        # kopf-limited stalls (see docs); the guard's and tracing's modes are runs of their own
+        default=[
+            m
+            for m in WIDGET_MODES
+            if m not in ("kopf-limited", "fastctl-no-ryw", "fastctl-no-otel", "fastctl-traced")
+        ],
         help="modes for counts up to 1,000 (see bench_operators.py)",
     )
     parser.add_argument(

@@ -51,6 +51,7 @@ from fastctl._requeue_limit import RequeueLimiter
 
 if TYPE_CHECKING:
     from fastctl._core import SchedulerStats
+    from fastctl._otel import ControllerTracing, RunSpan
 from fastctl._threads import ThreadCall
 from fastctl.errors import ReconcileCancelled, ReconcileTimeout
 from fastctl.log import RedactingFilter, current_object
@@ -246,6 +247,7 @@ class _Driver:
         reasons: ReasonLog | None = None,
         gate: StartGate | None = None,
         on_requeue_held: Callable[[float], None] | None = None,
+        tracing: ControllerTracing | None = None,
     ) -> None:
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
@@ -299,6 +301,8 @@ class _Driver:
             else RequeueLimiter(config.requeue_limit, on_requeue_held)
         )
         """The bound on reconciles started again without a change (`requeue_limit`)."""
+        self.tracing = tracing
+        """The spans of this run's reconciles (`fastctl._otel`), while tracing is on."""
 
     # -- waking -----------------------------------------------------------------------------
 
@@ -342,6 +346,7 @@ class _Driver:
         note = self.reasons.queued if self.reasons is not None else None
         changed = self.requeues.changed if self.requeues is not None else None
         running = self.running
+        trace = self.tracing.queued if self.tracing is not None else None
         try:
             async for item in self.triggers:
                 if group_of is not None and isinstance(item, ObjectRef | Trigger):
@@ -374,6 +379,8 @@ class _Driver:
                     )
                 if changed is not None:
                     changed(key, running)
+                if trace is not None:  # its link joins the key's next run
+                    trace(item)
                 self.wake()
         except asyncio.CancelledError:
             raise
@@ -395,6 +402,7 @@ class _Driver:
         scheduler = self.scheduler
         store = self.store
         reasons = self.reasons
+        tracing = self.tracing
         while True:
             if self.concurrency:
                 free = self.concurrency - len(self.running)
@@ -420,6 +428,8 @@ class _Driver:
                     gone.append(key)
                     if reasons is not None:
                         reasons.dropped(key)
+                    if tracing is not None:
+                        tracing.dropped(key)
                     if gate is not None:
                         gate.release(key)
                     if requeues is not None:
@@ -435,8 +445,9 @@ class _Driver:
                     if wait is not None:
                         self.put_back(key, wait, now)
                         continue
+                run = tracing.start(key, scheduler) if tracing is not None else None
                 self.running[key] = self.loop.create_task(
-                    self.run_one(key, ref, obj), name=f"fastctl-reconcile:{key}"
+                    self.run_one(key, ref, obj, run), name=f"fastctl-reconcile:{key}"
                 )
                 if reasons is not None:
                     reasons.started(key)
@@ -459,15 +470,18 @@ class _Driver:
         self.scheduler.add(key, priority=_WAKE_PRIORITY, now=self.now())
         self.wake()
 
-    async def run_one(self, key: str, ref: ObjectRef, obj: Any) -> None:
+    async def run_one(self, key: str, ref: ObjectRef, obj: Any, run: RunSpan | None = None) -> None:
         """Run one reconcile to its end and apply its outcome to the scheduler at once (so
         its requeue or backoff holds even if the result is never consumed); never raises
         (cancellation by the driver excepted, which it handles itself).
 
         Every ending releases the slot: a return, an `Exception`, any other
         `BaseException`, a cancellation from inside. `KeyboardInterrupt` and `SystemExit`
-        release it and are then raised by the iterator: they ask the process to stop."""
+        release it and are then raised by the iterator: they ask the process to stop.
+        `run` is its span, while tracing is on."""
         current_object.set(ref)
+        if run is not None:
+            run.enter()
         started = self.now()
         returned: Any = None
         error: BaseException | None = None
@@ -480,6 +494,8 @@ class _Driver:
                 )
         except asyncio.CancelledError:
             if self.cancelling or key in self.orphans:
+                if run is not None:
+                    run.cancelled()
                 raise  # the applier is being cancelled: the driver cleans up
             _uncancel()
             error = ReconcileCancelled(key)
@@ -489,10 +505,21 @@ class _Driver:
         if error is not None and not isinstance(error, KeyboardInterrupt | SystemExit):
             self.log_failure(error, key)
             if self.error_policy is not None:  # in the slot: a coroutine policy may await
-                decided = await self.ask_error_policy(obj, error, key)
+                try:
+                    decided = await self.ask_error_policy(obj, error, key)
+                except BaseException:  # the applier is cancelled meanwhile
+                    if run is not None:
+                        run.cancelled()
+                    raise
         del self.running[key]
         ended = self.now()
         result = self.finish(key, ref, obj, returned, error, ended - started, ended, decided)
+        if run is not None:
+            action = result.action if result is not None else None
+            again = action is not None and (
+                action.requeue_after is not None or (error is not None and action is _BACKOFF)
+            )
+            run.end(error, action, ended, again=again)
         if result is not None:
             self.completed.append(result)
         self.wake()
@@ -675,6 +702,8 @@ class _Driver:
         self.loop = asyncio.get_running_loop()
         self.now = loop_clock(self.loop)
         self.thread = threading.get_ident()
+        if self.tracing is not None:
+            self.tracing.bind(self.now)
         self.ingest_task = self.loop.create_task(self.ingest(), name="fastctl-applier-ingest")
         if not self.store_ready:
             self.ready_task = self.loop.create_task(

@@ -20,6 +20,7 @@ from contextvars import ContextVar
 import orjson
 
 from fastctl._redact import active, mark_sensitive, redact, scrub
+from fastctl._tracing import log_ids
 from fastctl.types import ObjectRef
 
 __all__ = [
@@ -37,18 +38,26 @@ current_object: ContextVar[ObjectRef | None] = ContextVar("fastctl_current_objec
 
 class ObjectContextFilter(logging.Filter):
     """Adds ``fastctl_object`` (the key of the object being reconciled, or ``"-"``) to every
-    record, so formatters can print it: ``%(fastctl_object)s``."""
+    record, so formatters can print it: ``%(fastctl_object)s``; and ``trace_id`` and
+    ``span_id`` (hex; ``"-"`` while tracing is off or outside any span), so that a line
+    logged in a reconcile leads to its trace (docs/tracing.md)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         ref = current_object.get()
         record.fastctl_object = ref.key if ref is not None else "-"
+        ids = log_ids()
+        record.trace_id, record.span_id = ids if ids is not None else _NO_IDS
         return True
+
+
+_NO_IDS = ("-", "-")
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line (``time``, ``level``, ``logger``, ``object``, ``message``,
-    and ``exception`` when there is one), for log pipelines that parse fields. Use it with
-    `ObjectContextFilter` so ``object`` names the object being reconciled."""
+    ``trace_id`` and ``span_id`` in a traced span, and ``exception`` when there is one),
+    for log pipelines that parse fields. Use it with `ObjectContextFilter` so ``object``
+    names the object being reconciled (and the ids are known)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
@@ -58,6 +67,10 @@ class JsonFormatter(logging.Formatter):
             "object": getattr(record, "fastctl_object", "-"),
             "message": record.getMessage(),
         }
+        trace_id = getattr(record, "trace_id", "-")
+        if trace_id != "-":
+            entry["trace_id"] = trace_id
+            entry["span_id"] = getattr(record, "span_id", "-")
         if record.exc_info or record.exc_text:
             entry["exception"] = record.exc_text or self.formatException(
                 record.exc_info  # type: ignore[arg-type]

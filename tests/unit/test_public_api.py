@@ -98,6 +98,7 @@ PUBLIC: dict[str, frozenset[str]] = {
     "fastctl.log": _names(
         "JsonFormatter ObjectContextFilter RedactingFilter current_object mark_sensitive redact"
     ),
+    "fastctl.tracing": _names("disable enable is_enabled"),
 }
 """The 1.0 API: each public namespace and its ``__all__``, in full (docs/contract.md, "The
 public names"). From 1.0 on, names may be added here (and on that page); removing or
@@ -358,15 +359,29 @@ def _current_text(doc: Path) -> str:
     return text[:start] + (text[end:] if end >= 0 else "")
 
 
+def _span_attributes() -> set[str]:
+    """The ``fastctl.…`` span attribute names the tracing module writes (its string
+    constants), so docs/tracing.md may name them."""
+    tree = ast.parse((PACKAGE / "_otel.py").read_text())
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.fullmatch(r"fastctl(?:\.\w+)+", node.value)
+    }
+
+
 def test_the_docs_name_only_what_exists() -> None:
     """Every dotted ``fastctl.…`` name in README.md and docs/ is a module or an object (or a
-    logger): a module that moves, or a name that goes, fails here until the docs follow.
-    The "Changes before 1.0" table of docs/contract.md names the old spellings: left out."""
-    loggers = _logger_names()
+    logger, or a span attribute): a module that moves, or a name that goes, fails here
+    until the docs follow. The "Changes before 1.0" table of docs/contract.md names the old
+    spellings: left out."""
+    known = _logger_names() | _span_attributes()
     stale = set()
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for name in re.findall(r"(?<![\w./-])fastctl(?:\.\w+)+", _current_text(doc)):
-            if name not in loggers and not _resolves(name):
+            if name not in known and not _resolves(name):
                 stale.add(f"{doc.relative_to(ROOT)}: {name}")
     assert not stale, sorted(stale)
 

@@ -263,6 +263,24 @@ def _log_format(ran: list[Manager], capsys: Any, kubeconfig: Path) -> None:
     assert isinstance(logging.getLogger().handlers[0].formatter, JsonFormatter)
 
 
+@case("--tracing")
+def _tracing(ran: list[Manager], capsys: Any, kubeconfig: Path) -> None:
+    from fastctl import _tracing
+
+    for target in (MAKE, CONTROLLERS):
+        ran.clear()
+        assert run(ran, target, "--kubeconfig", str(kubeconfig), "--tracing").tracing is True
+    formatter = logging.getLogger().handlers[0].formatter
+    assert formatter is not None
+    assert "trace_id=%(trace_id)s" in str(formatter._fmt)
+    ran.clear()
+    assert run(ran, MAKE, "--kubeconfig", str(kubeconfig)).tracing is False
+    with pytest.MonkeyPatch.context() as patch:  # the otel extra not installed
+        patch.setattr(_tracing, "available", lambda: False)
+        err = refused(capsys, "--tracing", MAKE, "--kubeconfig", str(kubeconfig), "--tracing")
+    assert "fastctl[otel]" in err
+
+
 @case("--webhook-cert-dir")
 def _webhook_cert_dir(ran: list[Manager], capsys: Any, kubeconfig: Path) -> None:
     from fastctl._tls import ServingCertificate

@@ -14,6 +14,8 @@ error naming it. None is dropped in silence.
   Manager built with its own ``rate_limit`` they are refused.
 - ``--unsharded`` chooses controllers the CLI adds; a Manager built by the target chooses
   with ``add(controller, sharded=False)``, so there it is refused.
+- ``--tracing`` turns the Manager's tracing on (exporting by OTLP, as the ``OTEL_*``
+  variables say); a Manager that sends its spans to a provider of its own keeps it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def configure(manager: Any, args: argparse.Namespace, *, built_by: str | None) -
     """Apply the flags to `manager` (see the module docstring). `built_by` names the target
     that built the Manager, or is None when the CLI made it."""
     _servers(manager, args)
+    if getattr(args, "tracing", False) and manager.tracing in (False, None):
+        manager.tracing = True
     if args.drain_timeout is not None:
         if not args.drain_timeout >= 0:  # NaN too
             raise CliError(f"--drain-timeout {args.drain_timeout}: seconds, 0 or more")

@@ -141,6 +141,12 @@ def register(subcommands: Subcommands) -> None:
     webhooks.add_argument(
         "--no-webhooks", action="store_true", help="do not serve the module's WEBHOOKS"
     )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="OpenTelemetry spans per reconcile, exported by OTLP as the OTEL_* variables "
+        "say (needs fastctl[otel]; default: off)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     parser.add_argument(
         "--log-format", choices=("text", "json"), default="text", help="text or JSON lines"
@@ -148,8 +154,10 @@ def register(subcommands: Subcommands) -> None:
     parser.set_defaults(handler=handle)
 
 
-def configure_logging(level: str, fmt: str = "text") -> None:
-    """Structured one-line logs naming the object being reconciled, Secrets redacted."""
+def configure_logging(level: str, fmt: str = "text", *, tracing: bool = False) -> None:
+    """Structured one-line logs naming the object being reconciled, Secrets redacted; with
+    `tracing`, the text lines name the trace and span too (JSON lines always do in a
+    span)."""
     from fastctl.log import JsonFormatter, ObjectContextFilter, RedactingFilter
 
     numeric = logging.getLevelName(level.upper())
@@ -162,7 +170,9 @@ def configure_logging(level: str, fmt: str = "text") -> None:
         JsonFormatter()
         if fmt == "json"
         else logging.Formatter(
-            "%(asctime)s %(levelname)s %(name)s object=%(fastctl_object)s %(message)s"
+            "%(asctime)s %(levelname)s %(name)s object=%(fastctl_object)s "
+            + ("trace_id=%(trace_id)s span_id=%(span_id)s " if tracing else "")
+            + "%(message)s"
         )
     )
     root = logging.getLogger()
@@ -179,7 +189,12 @@ def handle(args: argparse.Namespace) -> int:
             "--leader-elect with --shard-group: name the leader-elected controllers with "
             "--unsharded CONTROLLER (the others are sharded)"
         )
-    configure_logging(args.log_level, args.log_format)
+    if args.tracing:
+        from fastctl._tracing import EXTRA_HINT, available
+
+        if not available():
+            raise CliError(f"--tracing: {EXTRA_HINT}")
+    configure_logging(args.log_level, args.log_format, tracing=args.tracing)
     target = load(args.target)
     for flag in ("metrics_port", "probe_port", "webhook_port"):
         port = getattr(args, flag)

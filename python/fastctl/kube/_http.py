@@ -28,6 +28,7 @@ import aiohttp
 import orjson
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl._tracing import request_span
 from fastctl.errors import ApiError, http_phrase
 from fastctl.kube._call_retry import Safety, retry_delay
 from fastctl.kube._in_memory import SESSIONS
@@ -102,8 +103,9 @@ async def request(
     `accept` replaces the ``Accept`` header (a metadata-only watch asks for
     ``PartialObjectMetadata`` this way); by default it is ``application/json``.
     Every request is counted, with its code and the time its headers took
-    (`fastctl.kube._request_metrics`: the ``rest_client_*`` metrics). A client with a rate
-    limit (`fastctl.kube.set_rate_limit`) waits for it first.
+    (`fastctl.kube._request_metrics`: the ``rest_client_*`` metrics), and, while tracing is
+    on, made a span beneath the reconcile or webhook call that sends it (`fastctl._tracing`).
+    A client with a rate limit (`fastctl.kube.set_rate_limit`) waits for it first.
     """
     config = client.configuration
     if not config.host:
@@ -137,13 +139,16 @@ async def request(
     # A fake cluster of a test answers from memory (`fastctl.kube._in_memory`).
     session: aiohttp.ClientSession = SESSIONS.get(config.host) or rest.pool_manager  # type: ignore[assignment]
     await throttle(client, method, config.host)
+    span = request_span(method, path)  # a child span of the reconcile, while tracing is on
     started = time.perf_counter()
     try:
         response = await session.request(method, config.host + path, **kwargs)
-    except BaseException:  # no answer: refused, timed out, or cancelled while waiting
+    except BaseException as exc:  # no answer: refused, timed out, or cancelled while waiting
         REQUESTS.record(method, config.host, ERROR_CODE, time.perf_counter() - started)
+        span.failed(exc)
         raise
     REQUESTS.record(method, config.host, response.status, time.perf_counter() - started)
+    span.answered(response.status)
     return response
 
 

@@ -8,7 +8,9 @@ it guarantees the API server:
   review it can parse (a failing handler is a denial, see `fastctl.webhook.AdmissionWebhook`),
   and a one-line text error otherwise: 400 for a body that is not a review, 404 for an
   unknown path, 413 for a body over `max_body_bytes`, 504 past `request_timeout`;
-- metrics under controller-runtime's names (`WebhookMetrics`, `fastctl.webhook._metrics`).
+- metrics under controller-runtime's names (`WebhookMetrics`, `fastctl.webhook._metrics`);
+- while tracing is on (docs/tracing.md), a span per call, continuing the API server's trace
+  when its request carries one.
 
 TLS is required by the API server; `certificate` gives it, and is reloaded on change when
 it comes from files (`ServingCertificate.watch`). ``certificate=None`` serves plain HTTP,
@@ -30,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from fastctl._clock import monotonic
 from fastctl._tls import ServingCertificate
+from fastctl._tracing import webhook_span
 from fastctl.webhook._admission import AdmissionWebhook
 from fastctl.webhook._metrics import WebhookMetrics
 from fastctl.webhook._registry import Webhooks
@@ -155,7 +158,9 @@ class WebhookServer:
         started = monotonic()
         self.metrics.in_flight.labels(path).inc()
         try:
-            response = await self._answer(request, self._routes[path])
+            with webhook_span(path, request.headers) as span:  # while tracing is on
+                response = await self._answer(request, self._routes[path])
+                span.answered(response.status)
         finally:
             self.metrics.in_flight.labels(path).dec()
         self.metrics.latency.labels(path).observe(monotonic() - started)

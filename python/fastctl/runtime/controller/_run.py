@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from fastctl._applier import SchedulerLike, _Driver
 from fastctl._channel import Channel, ChannelClosed
 from fastctl._reasons import ReasonLog
+from fastctl._tracing import active as tracing_active
 from fastctl.kube._events import Recorder
 from fastctl.kube._namespaces import Namespaces
 from fastctl.kube._resource import ResolvedResource, Resource
@@ -39,6 +40,9 @@ from fastctl.runtime.controller._wrappers import reconcile_view, store_view
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._watch import sharded_events
 from fastctl.types import ObjectRef, ReconcileResult, Trigger
+
+if TYPE_CHECKING:
+    from fastctl._otel import ControllerTracing
 
 __all__ = ["ControllerRun"]
 
@@ -81,6 +85,8 @@ class ControllerRun:
         self._resolving: asyncio.Task[None] | None = None
         self._stopping = False
         self._driver: _Driver | None = None
+        self.tracing: ControllerTracing | None = None
+        """The spans of this run (watch events, reconciles), while tracing is on."""
 
     def stop(self) -> None:
         """No new reconciles; running ones finish; `results()` ends."""
@@ -103,6 +109,9 @@ class ControllerRun:
         try:
             if self._stopping:
                 return  # stopped before it started: not even discovery
+            tracing = tracing_active()
+            if tracing is not None:
+                self.tracing = tracing.controller(spec.name, spec.resource.kind)
             loop = asyncio.get_running_loop()
             self._resolving = loop.create_task(self._resolve_resources())
             try:
@@ -158,6 +167,7 @@ class ControllerRun:
                 self.reasons if hasattr(type(self.scheduler), "__contains__") else None,
                 gate=self.fence,
                 on_requeue_held=self.counters.requeue_held,
+                tracing=self.tracing,
             )
             self._driver = driver
             async for result in driver.results():
@@ -271,11 +281,15 @@ class ControllerRun:
         if self.own_writes is not None:
             events = settled(self.own_writes, spec.resource, events)
         saw = self.fence.saw(spec.resource) if self.fence is not None else None
+        tracing = self.tracing
         try:
             async for event in events:
                 if saw is not None:  # before its triggers: a woken key sees this event
                     saw(event)
-                for trigger in primary_triggers(event, self.store, event_filter):
+                triggers = primary_triggers(event, self.store, event_filter)
+                if tracing is not None:  # each trigger carries a link to its event
+                    triggers = tracing.primary(event, triggers)
+                for trigger in triggers:
                     await self.triggers.put(trigger)
         except ChannelClosed:
             return
@@ -300,11 +314,16 @@ class ControllerRun:
         shard = self.env.shard
         fence = self.fence if rel.cache is not None else None  # only what is read cached
         saw = fence.saw(rel.resource) if fence is not None else None
+        tracing = self.tracing
         try:
             async for event in events:
                 if saw is not None:
                     saw(event)
-                for trigger in related.on_event(event):
+                made = related.on_event(event)
+                triggers: Iterable[ObjectRef | Trigger] = made
+                if tracing is not None and made:  # each carries a link to its event
+                    triggers = tracing.related(rel.resource.kind, rel.mapper is None, event, made)
+                for trigger in triggers:
                     if shard is not None and not self._related_served(
                         shard.gate, rel, event, trigger
                     ):

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
@@ -106,9 +106,11 @@ class Manager:
         drain_timeout: float = 30.0,
         registry: CollectorRegistry | None = None,
         rate_limit: RateLimit | None = None,
+        tracing: bool | Any = False,
     ) -> None:
         self.client = client
         self.rate_limit = rate_limit  # set on the clients by `run` (`limit_clients`)
+        self.tracing = tracing  # while `run` runs: True, a TracerProvider, False (tracing.md)
         self.leader_election = leader_election
         self.sharding = sharding
         self.servers: ServerOptions = pick(
@@ -125,7 +127,7 @@ class Manager:
         self.runnables: list[Runnable] = []
         self._unsharded: set[str] = set()  # names of the leader-elected ones, when sharding
         self._gates: dict[str, ShardGate] = {}
-        self._running_servers = Servers(self.servers)  # made again by `run`
+        self._running_servers = Servers(self.servers, tracing=tracing)  # made again by run
         self._member_client: ApiClient | None = None
         self._elector_client: ApiClient | None = None
         self._settled = False
@@ -281,7 +283,7 @@ class Manager:
             self._member_client = ApiClient(self.client.configuration)
             self.member = ShardMember(self._member_client, self.sharding, drainer=self._drain_slots)
         envs = self._environments(shared.sources)  # type: ignore[arg-type]
-        self._running_servers = Servers(self.servers)
+        self._running_servers = Servers(self.servers, tracing=self.tracing)
         tasks = Tasks()
         drain_gracefully = True
         lost_in_drain = False

@@ -1,4 +1,5 @@
-"""The HTTP servers of a Manager: probes, metrics, and the debug queue.
+"""The HTTP servers of a Manager: probes, metrics, and the debug queue; and, since it lives
+exactly as long, the process's tracing export when the Manager's `tracing` asks for it.
 
 - ``/healthz`` and ``/readyz`` in plain HTTP on their own `probe_port` (8081), so a liveness
   probe never depends on the metrics' TLS or on the API server answering reviews;
@@ -10,7 +11,11 @@
 - ``/debug/queue`` (every controller's queue, and why each object is queued, as JSON for
   ``fastctl inspect``) on `debug_queue_port` when given (off by default), bound to
   `debug_queue_host` (``127.0.0.1``) and answering loopback clients only unless that host
-  is not a loopback address (`fastctl.runtime._debug_queue`).
+  is not a loopback address (`fastctl.runtime._debug_queue`);
+- tracing (docs/tracing.md): on from the servers' start, before the runnables and the
+  controllers, until their stop, after them; the spans still buffered are exported then,
+  from a thread (a blocking HTTP call: the loop goes on meanwhile, and with it an endpoint
+  it may serve). Asked for without the ``otel`` extra, it fails at construction.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from fastctl._tls import ServingCertificate
+from fastctl._tracing import checked, switch_on
+from fastctl._tracing import disable as stop_tracing
 from fastctl.runtime._debug_queue import DebugQueueServer, Inspectable, is_loopback
 from fastctl.runtime._health import HealthServer
 from fastctl.runtime._metrics_auth import MetricsAuthorizer
@@ -64,8 +72,10 @@ class ServerOptions:
 class Servers:
     """The running servers of one Manager run (see the module docstring)."""
 
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(self, options: ServerOptions, *, tracing: Any = False) -> None:
         self.options = options
+        self.tracing = checked(tracing)
+        self._traced = False
         self.health: HealthServer | None = None
         self.metrics: HealthServer | None = None
         self.debug_queue: DebugQueueServer | None = None
@@ -80,7 +90,9 @@ class Servers:
         ready: Callable[[], tuple[bool, str]],
         controllers: Callable[[], Sequence[Inspectable]],
     ) -> None:
-        """Start the probe server, the debug queue, then the metrics server."""
+        """Turn tracing on if asked; start the probe server, the debug queue, then the
+        metrics server."""
+        self._traced = switch_on(self.tracing)
         o = self.options
         if o.probe_port is not None:
             self.health = HealthServer(
@@ -128,6 +140,9 @@ class Servers:
         for server in (self.metrics, self.health, self.debug_queue):
             if server is not None:
                 await server.stop()
+        if self._traced:
+            self._traced = False
+            await asyncio.to_thread(stop_tracing)  # exports what is still buffered
 
 
 def _self_signed() -> ServingCertificate:

@@ -1,0 +1,529 @@
+"""Spans on OpenTelemetry: imported only once tracing is on (`fastctl._tracing.enable`).
+
+What a trace of a controller holds (docs/tracing.md says what each attribute means):
+
+- a ``watch <Kind>`` span for each watch event that triggered reconciles (the change of a
+  primary object, of an owned child, of a mapped object, or a completed relist), with the
+  object and its ``resourceVersion``; it is short and has no parent: it stands for the
+  event;
+- a ``reconcile <controller>`` span per reconcile, *linked* to every watch event merged
+  into its run and, for a requeue or an error retry, to the run before it; the link's
+  attributes carry the reason, so the links alone answer "why did this run". The scheduler
+  merges triggers, so one run may have many links, and one watch event (a relist) links
+  to many runs: links, not parents, are how OpenTelemetry says that;
+- beneath it, a client span per API request the reconcile makes through fastctl, and for
+  a webhook call the server answers, a server span (continuing the API server's trace when
+  its request carries one).
+
+A link to a watch event travels with the trigger itself (`LinkedTrigger`), so it joins
+exactly the run the scheduler merges the trigger into: the run that starts next, or the
+follow-up of a run in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.propagate import extract
+from opentelemetry.sdk.resources import Resource as OtelResource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+
+from fastctl._clock import monotonic
+from fastctl._reasons import error_text
+from fastctl._redact import scrub
+from fastctl._version import version
+from fastctl.errors import ReconcileCancelled, ReconcileTimeout
+from fastctl.types import Action, ObjectRef, Trigger
+
+__all__ = [
+    "MAX_LINKS",
+    "ControllerTracing",
+    "LinkedTrigger",
+    "Reason",
+    "RunSpan",
+    "Tracing",
+    "provider_from_environment",
+]
+
+log = logging.getLogger("fastctl.tracing")
+
+MAX_LINKS = 32
+"""Links kept per run: the first ones merged (a relist of a thousand children of one owner
+would otherwise put a thousand links on one span); the others are counted in
+``fastctl.reconcile.links_dropped``."""
+
+_DEFAULT_SERVICE = "fastctl"
+
+
+class Reason:
+    """Why a run was triggered: the ``fastctl.trigger.reason`` of a watch span and a link."""
+
+    OWN_CHANGE = "own_change"
+    OWNED_CHILD = "owned_child"
+    MAPPED_OBJECT = "mapped_object"
+    RELIST = "relist"
+    RESYNC = "reconcile_all_on"
+    REQUEUE = "requeue"
+    ERROR_RETRY = "error_retry"
+
+
+def provider_from_environment() -> TracerProvider:
+    """A provider configured by the standard variables: ``OTEL_SERVICE_NAME`` and
+    ``OTEL_RESOURCE_ATTRIBUTES`` (service name ``fastctl`` when neither names one),
+    ``OTEL_TRACES_EXPORTER`` (``otlp``, the default; ``console``; ``none``), and the OTLP
+    exporter's own (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``..._TRACES_ENDPOINT``,
+    ``..._HEADERS``, ``..._TIMEOUT``...), read by the exporter itself. Spans are exported
+    in batches (``OTEL_BSP_*``), off the event loop."""
+    resource = OtelResource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(OtelResource({"service.name": _DEFAULT_SERVICE}))
+    provider = TracerProvider(resource=resource)
+    exporters = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
+    for name in (e.strip() for e in exporters.split(",")):
+        if name == "otlp":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        elif name == "console":
+            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+        elif name != "none":
+            log.warning("OTEL_TRACES_EXPORTER=%s: unknown exporter, ignored", name)
+    return provider
+
+
+class Tracing:
+    """The process's tracing: the tracer, and the spans of requests and webhook calls."""
+
+    def __init__(self, provider: Any = None) -> None:
+        self._owned = provider is None
+        self.provider = provider if provider is not None else provider_from_environment()
+        self.tracer = self.provider.get_tracer("fastctl", version())
+
+    def close(self) -> None:
+        """Flush and shut down the provider this object built (a given one is the
+        caller's)."""
+        if self._owned:
+            self.provider.shutdown()
+
+    def controller(self, name: str, kind: str) -> ControllerTracing:
+        return ControllerTracing(self.tracer, name, kind)
+
+    def request(self, method: str, path: str) -> RequestSpan | _Untraced:
+        """A client span for one API request, beneath the current span; a request made
+        outside any span (a watch, a Lease renewal) gets none: it answers no reconcile."""
+        if not trace.get_current_span().get_span_context().is_valid:
+            return _UNTRACED
+        return RequestSpan(self.tracer, method, path)
+
+    def webhook(self, path: str, headers: Mapping[str, str]) -> WebhookSpan:
+        return WebhookSpan(self.tracer, path, headers)
+
+    def ids(self) -> tuple[str, str] | None:
+        context = trace.get_current_span().get_span_context()
+        if not context.is_valid:
+            return None
+        return trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id)
+
+
+class _Untraced:
+    """A request outside any span: nothing to record."""
+
+    __slots__ = ()
+
+    def answered(self, code: int) -> None:
+        pass
+
+    def failed(self, error: BaseException) -> None:
+        pass
+
+    def retried(self) -> None:
+        pass
+
+
+_UNTRACED = _Untraced()
+
+
+def _k8s_request(method: str, path: str) -> dict[str, str]:
+    """The Kubernetes terms of a request path: resource, namespace, name, subresource, and
+    the verb (``/apis/g/v/namespaces/ns/widgets/w/status`` patched: ``patch`` of
+    ``widgets``, ``status``)."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    if parts[0] == "api":
+        rest = parts[2:]
+    elif parts[0] == "apis":
+        rest = parts[3:]
+    else:
+        return {}
+    attrs: dict[str, str] = {}
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        attrs["k8s.namespace.name"] = rest[1]
+        rest = rest[2:]
+    if not rest:
+        return attrs
+    attrs["fastctl.request.resource"] = rest[0]
+    if len(rest) > 1:
+        attrs["fastctl.request.name"] = rest[1]
+    if len(rest) > 2:
+        attrs["fastctl.request.subresource"] = rest[2]
+    named = len(rest) > 1
+    verb = {
+        "GET": "get" if named else "list",
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if named else "deletecollection",
+    }.get(method, method.lower())
+    attrs["fastctl.request.verb"] = verb
+    return attrs
+
+
+class RequestSpan:
+    """``<verb> <resource>``: one API request (`fastctl.kube._http.request`), from its
+    sending to its answer's headers (what the ``rest_client_*`` metrics time too)."""
+
+    __slots__ = ("_resends", "_span")
+
+    def __init__(self, tracer: trace.Tracer, method: str, path: str) -> None:
+        attrs: dict[str, Any] = {"http.request.method": method, "url.path": path}
+        attrs.update(_k8s_request(method, path))
+        verb = attrs.get("fastctl.request.verb", method)
+        name = f"{verb} {attrs.get('fastctl.request.resource', path)}"
+        self._span = tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs)
+        self._resends = 0
+
+    def answered(self, code: int) -> None:
+        span = self._span
+        span.set_attribute("http.response.status_code", code)
+        if code >= 400:
+            span.set_attribute("error.type", str(code))
+            span.set_status(Status(StatusCode.ERROR, str(code)))
+        span.end()
+
+    def failed(self, error: BaseException) -> None:
+        span = self._span
+        span.set_attribute("error.type", type(error).__name__)
+        span.set_status(Status(StatusCode.ERROR, scrub(str(error))[:300] or type(error).__name__))
+        span.end()
+
+    def retried(self) -> None:
+        self._resends += 1
+        self._span.set_attribute("http.request.resend_count", self._resends)
+
+
+class WebhookSpan:
+    """``webhook <path>``: one call the webhook server answers, a child of the API
+    server's span when its request carries a ``traceparent``."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, tracer: trace.Tracer, path: str, headers: Mapping[str, str]) -> None:
+        parent = extract(headers)
+        self._span = tracer.start_span(
+            f"webhook {path}",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": "POST", "url.path": path},
+        )
+        self._token: object | None = None
+
+    def __enter__(self) -> WebhookSpan:
+        # Current while the handler runs: the requests it makes are its children.
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        return self
+
+    def answered(self, code: int) -> None:
+        self._span.set_attribute("http.response.status_code", code)
+        if code >= 500:
+            self._span.set_status(Status(StatusCode.ERROR, str(code)))
+
+    def retried(self) -> None:
+        pass
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+        if exc is not None:
+            self._span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        self._span.end()
+
+
+_LINKED = ("fastctl.trigger.reason", "fastctl.watch.kind", "k8s.resource_version")
+"""What a link repeats of its watch span: enough to say why without opening the span (each
+attribute is copied and checked by the SDK, per link and per span: they are kept few)."""
+
+
+def _link_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {name: attrs[name] for name in _LINKED if name in attrs}
+
+
+@dataclass(frozen=True, slots=True)
+class LinkedTrigger(Trigger):
+    """A trigger that carries the link to the watch event that caused it (made only while
+    tracing is on; the applier treats it as the `Trigger` it is)."""
+
+    link: Link | None = None
+
+
+@dataclass(slots=True)
+class _Pending:
+    """What a key's next run is for: its links (the first `MAX_LINKS`; the others
+    counted), and when the first of its triggers came or its retry was due (on the
+    applier's clock)."""
+
+    links: list[Link]
+    since: float
+    dropped: int = 0
+
+
+class ControllerTracing:
+    """The spans of one controller run: watch events, and a reconcile span per run with its
+    links. Everything is called from the event loop's thread."""
+
+    def __init__(self, tracer: trace.Tracer, name: str, kind: str) -> None:
+        self.tracer = tracer
+        self.name = name
+        self.kind = kind
+        self.clock: Callable[[], float] = monotonic
+        """The applier's clock (`bind` sets it): queue waits and retry delays read it."""
+        self._pending: dict[str, _Pending] = {}
+
+    def bind(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+
+    # -- watch events -----------------------------------------------------------------------
+
+    def _event_span(self, kind: str, reason: str, event: Any) -> tuple[Span, dict[str, Any]]:
+        """The span of one watch event (ended by the caller), and the attributes its links
+        carry."""
+        attrs: dict[str, Any] = {
+            "fastctl.controller": self.name,
+            "fastctl.trigger.reason": reason,
+            "fastctl.watch.kind": kind,
+        }
+        obj = getattr(event, "obj", None)  # an ObjectEvent; a list's end (ListFrame) has none
+        if obj is not None:
+            meta = obj.get("metadata") or {}
+            ns, name = meta.get("namespace"), meta.get("name", "")
+            attrs["fastctl.watch.object"] = f"{ns}/{name}" if ns else str(name)
+            attrs["fastctl.watch.event"] = "DELETED" if event.kind.name == "DELETE" else "APPLY"
+            version = meta.get("resourceVersion")
+            if version:
+                attrs["k8s.resource_version"] = str(version)
+        else:
+            attrs["fastctl.watch.event"] = "RELIST"
+        return self.tracer.start_span(f"watch {kind}", attributes=attrs), attrs
+
+    def linked(
+        self, kind: str, reason: str, event: Any, triggers: Iterable[ObjectRef | Trigger]
+    ) -> Iterator[ObjectRef | Trigger]:
+        """`triggers` (those of one watch event), each carrying a link to the event's span.
+        The span is made at the first trigger: an event that triggers nothing has none."""
+        span: Span | None = None
+        link: Link | None = None
+        count = 0
+        try:
+            for item in triggers:
+                if span is None:
+                    span, attrs = self._event_span(kind, reason, event)
+                    link = Link(span.get_span_context(), _link_attributes(attrs))
+                count += 1
+                if isinstance(item, Trigger):
+                    yield LinkedTrigger(item.ref, item.priority, item.reason, link)
+                else:
+                    yield LinkedTrigger(item, 0, "", link)
+        finally:
+            if span is not None:
+                if reason == Reason.RELIST:  # one event, many runs: how many
+                    span.set_attribute("fastctl.watch.triggers", count)
+                span.end()
+
+    def primary(
+        self, event: Any, triggers: Iterable[ObjectRef | Trigger]
+    ) -> Iterable[ObjectRef | Trigger]:
+        """The triggers of a primary watch event (a `fastctl.kube` WatchEvent: read by
+        its fields, since this engine-level module does not import the Kubernetes layer)."""
+        reason = Reason.RELIST if event.kind.name == "INIT_DONE" else Reason.OWN_CHANGE
+        return self.linked(self.kind, reason, event, triggers)
+
+    def related(
+        self, kind: str, owned: bool, event: Any, triggers: Iterable[Trigger]
+    ) -> Iterable[ObjectRef | Trigger]:
+        if event.kind.name == "INIT_DONE":
+            reason = Reason.RELIST
+        else:
+            reason = Reason.OWNED_CHILD if owned else Reason.MAPPED_OBJECT
+        return self.linked(kind, reason, event, triggers)
+
+    # -- the applier's hooks ----------------------------------------------------------------
+
+    def queued(self, item: object) -> None:
+        """A trigger reached the scheduler: its link joins the key's next run."""
+        if isinstance(item, Trigger):
+            key = item.ref.key
+            link = item.link if isinstance(item, LinkedTrigger) else None
+        elif isinstance(item, ObjectRef):
+            key, link = item.key, None
+        else:
+            return
+        self._add(key, link, self.clock())
+
+    def _add(self, key: str, link: Link | None, since: float) -> None:
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = _Pending([], since)
+        if link is None:
+            return
+        if len(pending.links) < MAX_LINKS:
+            pending.links.append(link)
+        else:
+            pending.dropped += 1
+
+    def dropped(self, key: str) -> None:
+        """`key` leaves without a run (its object is gone)."""
+        self._pending.pop(key, None)
+
+    def start(self, key: str, scheduler: Any) -> RunSpan:
+        """The span of `key`'s run (just popped), starting now, with the links merged into
+        it; the scheduler says its attempt, priority and fair group."""
+        now = self.clock()
+        pending = self._pending.pop(key, None)
+        attrs: dict[str, Any] = {
+            "fastctl.controller": self.name,
+            "fastctl.object": key,
+            "fastctl.watch.kind": self.kind,
+        }
+        inspect = getattr(scheduler, "inspect", None)
+        record = inspect(key, now=now) if inspect is not None else None
+        if record is not None:
+            attrs["fastctl.reconcile.attempt"] = record["failures"] + 1
+            attrs["fastctl.reconcile.priority"] = record["priority"]
+            if record["group"] is not None:
+                attrs["fastctl.reconcile.fair_group"] = record["group"]
+        links: list[Link] = []
+        wait = 0.0
+        if pending is not None:
+            links = pending.links
+            wait = max(0.0, now - pending.since)
+            attrs["fastctl.reconcile.queue_wait"] = wait
+            if pending.dropped:
+                attrs["fastctl.reconcile.links_dropped"] = pending.dropped
+        attrs["fastctl.reconcile.triggers"] = len(links)
+        span = self.tracer.start_span(
+            f"reconcile {self.name}", kind=SpanKind.INTERNAL, links=links, attributes=attrs
+        )
+        if pending is not None:
+            span.add_event("queued", timestamp=time.time_ns() - int(wait * 1e9))
+        return RunSpan(self, key, span, scheduler)
+
+
+class RunSpan:
+    """One reconcile's span: current in its task while it runs (`enter`), ended with its
+    outcome (`end`, `cancelled`)."""
+
+    __slots__ = ("_ended", "_owner", "_scheduler", "_token", "key", "span")
+
+    def __init__(self, owner: ControllerTracing, key: str, span: Span, scheduler: Any) -> None:
+        self._owner = owner
+        self.key = key
+        self.span = span
+        self._scheduler = scheduler
+        self._token: object | None = None
+        self._ended = False
+
+    def enter(self) -> None:
+        """Make the span current in the reconcile's task (and so in its thread, which runs
+        in a copy of the task's context): the requests it makes are its children."""
+        self._token = otel_context.attach(trace.set_span_in_context(self.span))
+
+    def _leave(self) -> None:
+        if self._token is not None:
+            token, self._token = self._token, None
+            # In another context (cannot be: `enter` ran in this task) it would only log.
+            otel_context.detach(token)  # type: ignore[arg-type]
+
+    def cancelled(self) -> None:
+        """The applier cancelled the run (a shutdown past its drain, a lost lease)."""
+        self._leave()
+        if self._ended:
+            return
+        self._ended = True
+        self.span.set_attribute("fastctl.reconcile.outcome", "cancelled")
+        self.span.set_status(Status(StatusCode.ERROR, "cancelled"))
+        self.span.end()
+
+    def end(
+        self, error: BaseException | None, action: Action | None, ended: float, *, again: bool
+    ) -> None:
+        """The run ended (the scheduler has been told): its outcome, and when the scheduler
+        runs it `again` by itself (a requeue, an error retry), the link its next run gets to
+        this one."""
+        self._leave()
+        if self._ended:
+            return
+        self._ended = True
+        span, key = self.span, self.key
+        requeue_after = action.requeue_after if action is not None else None
+        if error is None:
+            outcome = "done" if requeue_after is None else "requeue"
+        elif isinstance(error, ReconcileTimeout):
+            outcome = "timeout"
+        elif isinstance(error, ReconcileCancelled):
+            outcome = "cancelled"
+        else:
+            outcome = "error"
+        span.set_attribute("fastctl.reconcile.outcome", outcome)
+        if requeue_after is not None:
+            span.set_attribute("fastctl.reconcile.requeue_after", requeue_after)
+        if error is not None:
+            text = error_text(error)
+            span.set_attribute("error.type", type(error).__name__)
+            span.add_event(
+                "exception",
+                {"exception.type": type(error).__name__, "exception.message": text},
+            )
+            span.set_status(Status(StatusCode.ERROR, text[:1024]))
+        due = self._due(ended) if again else None
+        if due is not None:
+            reason = Reason.REQUEUE if error is None else Reason.ERROR_RETRY
+            if error is not None:
+                span.set_attribute("fastctl.reconcile.retry_in", max(0.0, due - ended))
+            self._owner._add(
+                key,
+                Link(
+                    span.get_span_context(),
+                    {
+                        "fastctl.trigger.reason": reason,
+                        "fastctl.reconcile.outcome": outcome,
+                    },
+                ),
+                due,
+            )
+        span.end()
+
+    def _due(self, now: float) -> float | None:
+        """When the scheduler runs the key again: its ready time when it waits (a requeue,
+        a backoff), `now` when it is ready (a trigger came meanwhile), None when it does
+        not hold the key."""
+        inspect = getattr(self._scheduler, "inspect", None)
+        if inspect is None:
+            return None
+        record = inspect(self.key, now=now)
+        if record is None:
+            return None
+        ready_at = record["ready_at"] if record["state"] == "waiting" else None
+        return float(ready_at) if ready_at is not None else now
