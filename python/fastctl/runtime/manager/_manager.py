@@ -59,11 +59,12 @@ from fastctl.runtime._process_metrics import register_process_metrics
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._signals import stop_on_signals
 from fastctl.runtime.controller import Controller
-from fastctl.runtime.controller._environment import Environment, ShardAssignment
+from fastctl.runtime.controller._environment import Environment
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 from fastctl.runtime.manager._collectors import LeaderCollector
 from fastctl.runtime.manager._drain import cancel, describe
 from fastctl.runtime.manager._drain import drain as _drain
+from fastctl.runtime.manager._environments import build_environments
 from fastctl.runtime.manager._roles import Role, Tasks
 from fastctl.runtime.manager._servers import ServerOptions, Servers
 from fastctl.runtime.manager._watches import share_watches
@@ -247,26 +248,6 @@ class Manager:
         self._abort.set()
         self._stop.set()
 
-    def _environments(self, shared: dict[str, dict[int | None, object]]) -> dict[str, Environment]:
-        """The environment of each controller: its shared watches, and the leader gate or
-        the shard assignment that applies to it."""
-        envs: dict[str, Environment] = {}
-        for ctl in self.controllers:
-            assignment = None
-            if self._sharded(ctl):
-                assert self.member is not None
-                assert self.sharding is not None
-                gate = ShardGate(self.member, self.sharding.key, self.sharding.slots)
-                self._gates[ctl.name] = gate
-                assignment = ShardAssignment(gate, self.member)
-            envs[ctl.name] = Environment(
-                ctl.client,
-                sources=shared.get(ctl.name, {}),  # type: ignore[arg-type]
-                leader_gate=self._leading if self._elected(ctl) else None,
-                shard=assignment,
-            )
-        return envs
-
     async def run(self) -> None:
         """Run every controller until `shutdown()`, SIGTERM or SIGINT."""
         if not self.controllers and not self.runnables:
@@ -282,7 +263,16 @@ class Manager:
             # Its own client, like the elector's: renewals never wait for a connection.
             self._member_client = ApiClient(self.client.configuration)
             self.member = ShardMember(self._member_client, self.sharding, drainer=self._drain_slots)
-        envs = self._environments(shared.sources)  # type: ignore[arg-type]
+        envs = build_environments(
+            self.controllers,
+            shared.sources,
+            sharded=self._sharded,
+            elected=self._elected,
+            leading=self._leading,
+            member=self.member,
+            sharding=self.sharding,
+            gates=self._gates,
+        )
         self._running_servers = Servers(self.servers, tracing=self.tracing)
         tasks = Tasks()
         drain_gracefully = True
