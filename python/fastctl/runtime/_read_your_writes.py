@@ -119,14 +119,19 @@ class _Writes:
     applied at once; a plain reconcile's thread hands it over (`CacheFence.call`). Decided
     once per reconcile, in the thread it runs in, rather than on every call."""
 
-    __slots__ = ("direct", "fence", "key", "own", "wrote")
+    __slots__ = ("direct", "fence", "obj", "own", "wrote")
 
-    def __init__(self, fence: CacheFence, key: str, own: OwnWrites | None) -> None:
+    def __init__(self, fence: CacheFence, obj: Any, own: OwnWrites | None) -> None:
         self.fence = fence
-        self.key = key
+        self.obj = obj  # whose key is needed only if the reconcile wrote (`key`)
         self.own = own
         self.wrote: list[Wrote] = []
         self.direct = fence._loop is None or threading.get_ident() == fence._thread
+
+    @property
+    def key(self) -> str:
+        """The reconciled object's scheduler key."""
+        return _key_of(self.obj)
 
     def started(self, resource: ResolvedResource, namespace: str | None, name: str) -> str | None:
         known = self.own.started(resource, namespace, name) if self.own is not None else None
@@ -241,7 +246,7 @@ class CacheFence:
         told to `own`, the own-writes registry, when the controller keeps one)."""
 
         def begin(obj: Any) -> WriteObserver:
-            return _Writes(self, _key_of(obj), own)
+            return _Writes(self, obj, own)
 
         def end(observer: WriteObserver) -> None:
             assert isinstance(observer, _Writes)
@@ -266,15 +271,15 @@ class CacheFence:
         now = self._clock()
         if now >= self._next_sweep:
             self._expire(now)
-        written = self.written
+        written, key = self.written, writes.key
         if all(map(written.shown, wrote)):  # caught up already (its echo came first)
-            written.release(writes.key, wrote)
+            written.release(key, wrote)
             return
-        old = self._fences.pop(writes.key, None)
+        old = self._fences.pop(key, None)
         if old is not None:  # a fence no start consumed: superseded
-            written.release(writes.key, old.wrote)
-        self._fences[writes.key] = _Fence(wrote, now + self._max_wait)
-        written.attach(writes.key, wrote)
+            written.release(key, old.wrote)
+        self._fences[key] = _Fence(wrote, now + self._max_wait)
+        written.attach(key, wrote)
 
     def _shown(self, keys: AbstractSet[str]) -> None:
         """An event of an object these keys' fences name: wake those now caught up."""
