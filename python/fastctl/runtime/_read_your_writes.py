@@ -261,11 +261,7 @@ class CacheFence:
         """The reconcile ended: its writes are its object's fence (nothing to wait for if
         it wrote nothing, or the cache has caught up already)."""
         wrote = writes.wrote
-        if not wrote:  # the common case of a no-op: only the sweep, if there is a fence
-            if self._fences:
-                now = self._clock()
-                if now >= self._next_sweep:
-                    self._expire(now)
+        if not wrote:  # the common case of a no-op (the sweep is left to the next start)
             return
         writes.wrote = []
         now = self._clock()
@@ -296,6 +292,8 @@ class CacheFence:
     def hold(self, key: str, now: float) -> float | None:
         """The reconcile of `key` is about to start: ``None`` to let it, or how many
         seconds at most it waits (until its fence is caught up, then it is woken)."""
+        if now >= self._next_sweep:
+            self._expire(now)
         fence = self._fences.get(key)
         if fence is None:
             if self._held:
@@ -349,7 +347,8 @@ class CacheFence:
         return all(map(self.written.shown, wrote))  # no generator: usually one write
 
     def _expire(self, now: float) -> None:
-        """Forget the fences of objects not reconciled again long after their deadline."""
+        """Forget the fences of objects not reconciled again long after their deadline: at
+        a start or a fence, once the oldest may be due (`_next_sweep`)."""
         fences = self._fences
         while fences:
             key, fence = next(iter(fences.items()))
