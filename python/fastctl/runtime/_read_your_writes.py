@@ -251,7 +251,8 @@ class CacheFence:
         def end(observer: WriteObserver) -> None:
             assert isinstance(observer, _Writes)
             if observer.direct:
-                self.fenced(observer)
+                if observer.wrote:
+                    self.fenced(observer)
             else:
                 self.call(self.fenced, observer)
 

@@ -282,8 +282,10 @@ class WrittenObjects:
             target.deleted = {*target.deleted, uid, ""}
         else:
             target.uids.add(uid)
-            target.versions.append(version)
-            del target.versions[:-_SEEN]
+            versions = target.versions
+            versions.append(version)
+            if len(versions) > _SEEN:
+                del versions[0]
         if target.waiters:
             self._on_shown(target.waiters)
 
