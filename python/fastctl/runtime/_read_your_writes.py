@@ -293,8 +293,12 @@ class CacheFence:
     def hold(self, key: str, now: float) -> float | None:
         """The reconcile of `key` is about to start: ``None`` to let it, or how many
         seconds at most it waits (until its fence is caught up, then it is woken)."""
-        if now >= self._next_sweep:
+        wait = self._hold(key, now)
+        if now >= self._next_sweep:  # after this key's own, which an expiry counts
             self._expire(now)
+        return wait
+
+    def _hold(self, key: str, now: float) -> float | None:
         fence = self._fences.get(key)
         if fence is None:
             if self._held:
