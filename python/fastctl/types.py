@@ -68,6 +68,15 @@ class ObjectRef:
         return ref
 
     @classmethod
+    def _trusted(cls, name: str, namespace: str | None) -> ObjectRef:
+        """The reference without validation, for a name and namespace that came from a
+        served object or request (on the hot path of every write a reconcile makes)."""
+        ref = object.__new__(cls)
+        _set(ref, "name", name)
+        _set(ref, "namespace", namespace)
+        return ref
+
+    @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> ObjectRef:
         """The reference of a parsed Kubernetes object (its ``metadata.name``/``namespace``)."""
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import pytest
@@ -216,18 +217,18 @@ def test_related_triggers_diff_one_namespaces_relist() -> None:
 
 
 def test_read_your_writes_counts_a_listed_write_when_its_namespace_is_swapped_in() -> None:
-    shown: list[set[str]] = []
+    shown: list[AbstractSet[str]] = []
     store = Store()
     written = WrittenObjects({("", "ConfigMap"): store}, Namespaces("a", "b"), shown.append)
     written.follow(CM, "a", "x")
     w = written.answered(CM, "a", "x", obj("x", "a", rv="5"), created=False, deleted=False)
     assert w is not None
     written.attach("key", [w])
-    written.saw(("", "ConfigMap"), init("a"))
-    written.saw(("", "ConfigMap"), listed(obj("x", "a", rv="5")))
-    written.saw(("", "ConfigMap"), done("b"))  # another namespace's list: not yet
+    written.saw(("", "ConfigMap"))(init("a"))
+    written.saw(("", "ConfigMap"))(listed(obj("x", "a", rv="5")))
+    written.saw(("", "ConfigMap"))(done("b"))  # another namespace's list: not yet
     assert not written.shown(w)
-    written.saw(("", "ConfigMap"), done("a"))
+    written.saw(("", "ConfigMap"))(done("a"))
     assert written.shown(w)
     # out of scope: another namespace, or labels the cache's selector excludes
     assert written.answered(CM, "c", "x", obj("x", "c"), created=False, deleted=False) is None

@@ -85,8 +85,8 @@ async def write(
         await w.send(send)
 
 
-async def reconcile_writing(fence: CacheFence, *writes: Any) -> None:
-    """A reconcile of widget `a` that makes `writes` (coroutine factories), as the
+async def reconcile_writing(fence: CacheFence, *writes: Any, name: str = "a") -> None:
+    """A reconcile of widget `name` that makes `writes` (coroutine factories), as the
     controller wraps it."""
 
     async def reconcile(o: Any, ctx: Any) -> None:
@@ -94,7 +94,7 @@ async def reconcile_writing(fence: CacheFence, *writes: Any) -> None:
             with contextlib.suppress(ApiError):
                 await make()
 
-    await fence.observing(reconcile, None)(obj("a", "1"), None)  # type: ignore[misc]
+    await fence.observing(reconcile, None)(obj(name, "1"), None)  # type: ignore[misc]
 
 
 def apply(o: dict[str, Any], kind: EventKind = EventKind.APPLY) -> ObjectEvent:
@@ -306,10 +306,17 @@ async def test_fences_of_objects_never_reconciled_again_are_forgotten() -> None:
     fence, _, clock = fence_of()
     await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "7")))
     assert len(fence) == 1
-    clock.t = 10_000.0  # long past the deadline: the next fence sweeps it
-    await reconcile_writing(fence)  # writes nothing, but sweeps
+    clock.t = 10_000.0  # long past the deadline: the next start (of any object) sweeps it
+    await reconcile_writing(fence)  # writes nothing: no fence, no sweep
+    assert len(fence) == 1
+    assert fence.hold(f"{NS}/other", clock.t) is None
     assert len(fence) == 0
     assert len(fence.written) == 0
+    await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "8")))
+    assert len(fence) == 1
+    clock.t = 20_000.0  # and the next fence sweeps it too
+    await reconcile_writing(fence, lambda: write(CMS, "d", 200, obj("d", "9")), name="b")
+    assert len(fence) == 1  # b's: a's is gone
 
 
 async def test_a_plain_reconciles_writes_are_handed_to_the_loop() -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
 from fastctl.types import ObjectRef
@@ -37,6 +37,7 @@ from fastctl.types import ObjectRef
 __all__ = ["Store", "controller_uid", "reflector"]
 
 Obj = dict[str, Any]
+_T = TypeVar("_T")
 _NOTHING: Sequence[Obj] = ()
 
 
@@ -70,6 +71,15 @@ class Store(Mapping[ObjectRef, Obj]):
 
     def __getitem__(self, ref: ObjectRef) -> Obj:
         return self._objects[ref]
+
+    @overload
+    def get(self, ref: ObjectRef, /) -> Obj | None: ...
+    @overload
+    def get(self, ref: ObjectRef, /, default: Obj | _T) -> Obj | _T: ...
+    def get(self, ref: ObjectRef, /, default: Any = None) -> Any:
+        """`Mapping.get` without its ``try: self[ref]``: one dict lookup (every write a
+        reconcile makes looks its object up here, for the read-your-writes guard)."""
+        return self._objects.get(ref, default)
 
     def __iter__(self) -> Iterator[ObjectRef]:
         return iter(self._objects)

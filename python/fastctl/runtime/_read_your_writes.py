@@ -44,6 +44,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,19 +114,32 @@ class _Fence:
 
 class _Writes:
     """The observer of one reconcile's writes (of object `key`): the own-writes registry's
-    notes, if the controller keeps them, and the writes this reconcile's fence waits for."""
+    notes, if the controller keeps them, and the writes this reconcile's fence waits for.
 
-    __slots__ = ("fence", "key", "own", "wrote")
+    `direct`: the reconcile runs on the loop's thread (an async one), so what it hears is
+    applied at once; a plain reconcile's thread hands it over (`CacheFence.call`). Decided
+    once per reconcile, in the thread it runs in, rather than on every call."""
 
-    def __init__(self, fence: CacheFence, key: str, own: OwnWrites | None) -> None:
+    __slots__ = ("direct", "fence", "obj", "own", "wrote")
+
+    def __init__(self, fence: CacheFence, obj: Any, own: OwnWrites | None) -> None:
         self.fence = fence
-        self.key = key
+        self.obj = obj  # whose key is needed only if the reconcile wrote (`key`)
         self.own = own
         self.wrote: list[Wrote] = []
+        self.direct = fence._loop is None or threading.get_ident() == fence._thread
+
+    @property
+    def key(self) -> str:
+        """The reconciled object's scheduler key."""
+        return _key_of(self.obj)
 
     def started(self, resource: ResolvedResource, namespace: str | None, name: str) -> str | None:
         known = self.own.started(resource, namespace, name) if self.own is not None else None
-        self.fence.call(self.fence.written.follow, resource, namespace, name)
+        if self.direct:
+            self.fence.written.follow(resource, namespace, name)
+        else:
+            self.fence.call(self.fence.written.follow, resource, namespace, name)
         return known
 
     def finished(
@@ -144,7 +158,14 @@ class _Writes:
                 resource, namespace, name, answer, made=made, based_on=based_on, deleted=deleted
             )
         created = made and based_on is None and not deleted
-        self.fence.call(self._answered, resource, namespace, name, answer, created, deleted)
+        if self.direct:
+            w = self.fence.written.answered(
+                resource, namespace, name, answer, created=created, deleted=deleted
+            )
+            if w is not None:
+                self.wrote.append(w)
+        else:
+            self.fence.call(self._answered, resource, namespace, name, answer, created, deleted)
 
     def _answered(
         self,
@@ -187,6 +208,7 @@ class CacheFence:
         self._clock = clock
         self._fences: OrderedDict[str, _Fence] = OrderedDict()  # the oldest deadline first
         self._held: dict[str, float] = {}  # key -> when its first hold began
+        self._next_sweep = -math.inf  # no fence is forgotten before then (`_expire`)
         self._wake: Callable[[str], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.get_ident()
@@ -217,8 +239,7 @@ class CacheFence:
         kind = (resource.group, resource.kind)
         if kind not in self.written.kinds:
             return _ignore
-        saw = self.written.saw
-        return lambda event: saw(kind, event)
+        return self.written.saw(kind)
 
     # -- the reconcile --------------------------------------------------------------------
 
@@ -227,37 +248,44 @@ class CacheFence:
         told to `own`, the own-writes registry, when the controller keeps one)."""
 
         def begin(obj: Any) -> WriteObserver:
-            return _Writes(self, ObjectRef.from_object(obj).key, own)
+            return _Writes(self, obj, own)
 
         def end(observer: WriteObserver) -> None:
             assert isinstance(observer, _Writes)
-            self.call(self.fenced, observer)
+            if observer.direct:
+                if observer.wrote:
+                    self.fenced(observer)
+            else:
+                self.call(self.fenced, observer)
 
         return observed(reconcile, begin, end)
 
     def fenced(self, writes: _Writes) -> None:
         """The reconcile ended: its writes are its object's fence (nothing to wait for if
         it wrote nothing, or the cache has caught up already)."""
+        wrote = writes.wrote
+        if not wrote:  # the common case of a no-op (the sweep is left to the next start)
+            return
+        writes.wrote = []
         now = self._clock()
-        self._expire(now)
-        wrote, writes.wrote = writes.wrote, []
-        if not wrote:
+        if now >= self._next_sweep:
+            self._expire(now)
+        written, key = self.written, writes.key
+        if all(map(written.shown, wrote)):  # caught up already (its echo came first)
+            written.release(key, wrote)
             return
-        if self._caught_up(wrote):
-            self.written.release(writes.key, wrote)
-            return
-        old = self._fences.pop(writes.key, None)
+        old = self._fences.pop(key, None)
         if old is not None:  # a fence no start consumed: superseded
-            self.written.release(writes.key, old.wrote)
-        self._fences[writes.key] = _Fence(wrote, now + self._max_wait)
-        self.written.attach(writes.key, wrote)
+            written.release(key, old.wrote)
+        self._fences[key] = _Fence(wrote, now + self._max_wait)
+        written.attach(key, wrote)
 
-    def _shown(self, keys: set[str]) -> None:
+    def _shown(self, keys: AbstractSet[str]) -> None:
         """An event of an object these keys' fences name: wake those now caught up."""
-        wake = self._wake
-        if wake is None:
+        wake, held = self._wake, self._held
+        if wake is None or not held:  # usually none held: the key started at once
             return
-        for key in [k for k in keys if k in self._held]:
+        for key in [k for k in keys if k in held]:
             fence = self._fences.get(key)
             if fence is not None and self._caught_up(fence.wrote):
                 wake(key)
@@ -267,13 +295,24 @@ class CacheFence:
     def hold(self, key: str, now: float) -> float | None:
         """The reconcile of `key` is about to start: ``None`` to let it, or how many
         seconds at most it waits (until its fence is caught up, then it is woken)."""
+        wait = self._hold(key, now)
+        if now >= self._next_sweep:  # after this key's own, which an expiry counts
+            self._expire(now)
+        return wait
+
+    def _hold(self, key: str, now: float) -> float | None:
         fence = self._fences.get(key)
         if fence is None:
-            self._held.pop(key, None)
+            if self._held:
+                self._held.pop(key, None)
             return None
         wrote = fence.wrote
-        if self._caught_up(wrote):
-            self._start(key, wrote, now, expired=False)
+        if all(map(self.written.shown, wrote)):
+            if key in self._held:
+                self._start(key, wrote, now, expired=False)
+            else:  # `_start`'s common case, inline: caught up before it was held
+                del self._fences[key]
+                self.written.release(key, wrote)
             return None
         if now >= fence.deadline:
             self._start(key, wrote, now, expired=True)
@@ -312,18 +351,35 @@ class CacheFence:
             log.debug("reconcile of %s waited %.3fs for its cache", key, waited)
 
     def _caught_up(self, wrote: list[Wrote]) -> bool:
-        return all(self.written.shown(w) for w in wrote)
+        return all(map(self.written.shown, wrote))  # no generator: usually one write
 
     def _expire(self, now: float) -> None:
-        """Forget the fences of objects not reconciled again long after their deadline."""
+        """Forget the fences of objects not reconciled again long after their deadline: at
+        a start or a fence, once the oldest may be due (`_next_sweep`)."""
         fences = self._fences
         while fences:
             key, fence = next(iter(fences.items()))
             if now - fence.deadline < _FORGET_AFTER:
+                self._next_sweep = fence.deadline + _FORGET_AFTER  # the oldest's: none before
                 return
             del fences[key]
             self._held.pop(key, None)
             self.written.release(key, fence.wrote)
+        # None left: any fence made from now on has a deadline after now + max_wait.
+        self._next_sweep = now + self._max_wait + _FORGET_AFTER
+
+
+def _key_of(obj: Any) -> str:
+    """The scheduler key of a reconciled object (`ObjectRef.key`), without building the
+    ref: the object comes from the controller's cache, so its name is there."""
+    try:
+        meta = obj["metadata"]
+        name, namespace = meta["name"], meta.get("namespace")
+    except (KeyError, TypeError, AttributeError):
+        name = namespace = None
+    if type(name) is not str or not name or (namespace and type(namespace) is not str):
+        return ObjectRef.from_object(obj).key  # not a plain object: its checks, its error
+    return f"{namespace}/{name}" if namespace else name
 
 
 def _ignore(event: WatchEvent) -> None:

@@ -33,14 +33,14 @@ forgotten with the last of those; a few versions per object.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
 from fastctl.kube._namespaces import NamespaceScope, covers
-from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._selectors import LabelSelector
 from fastctl.kube._watcher import EventKind, ListFrame, WatchEvent
-from fastctl.kube._writes import version_of
 from fastctl.types import ObjectRef
 
 __all__ = ["CacheScope", "WrittenObjects", "Wrote"]
@@ -52,15 +52,28 @@ writers' changes between them."""
 Key = tuple[str, str, str, str]  # group, kind, namespace ("" if none), name
 
 
-@dataclass(frozen=True, slots=True)
 class Wrote:
-    """One write a reconcile made: to `key`, answered with `uid` and `version`."""
+    """One write a reconcile made: to `key`, answered with `uid` and `version`.
 
-    key: Key
-    uid: str
-    version: str | None
-    created: bool
-    deleted: bool  # a DELETE: shown once gone (or, still there, at `version`)
+    A plain class with slots, not a frozen dataclass: one is made per write, and a frozen
+    dataclass sets each field through ``object.__setattr__``."""
+
+    __slots__ = ("created", "deleted", "key", "uid", "version")
+
+    def __init__(
+        self, key: Key, uid: str, version: str | None, created: bool, deleted: bool
+    ) -> None:
+        self.key = key
+        self.uid = uid
+        self.version = version
+        self.created = created
+        self.deleted = deleted  # a DELETE: shown once gone (or, still there, at `version`)
+
+    def __repr__(self) -> str:
+        return (
+            f"Wrote({self.key!r}, uid={self.uid!r}, version={self.version!r}, "
+            f"created={self.created}, deleted={self.deleted})"
+        )
 
 
 class _Target:
@@ -72,8 +85,12 @@ class _Target:
         self.refs = 0  # writes in flight, and recorded writes not yet released
         self.versions: list[str] = []  # versions applied, the newest last
         self.uids: set[str] = set()  # UIDs an event showed present
-        self.deleted: set[str] = set()  # UIDs an event showed deleted ("": some)
-        self.waiters: set[str] = set()  # keys whose fences name this object
+        # The two below are rarely needed: the shared empty set until they are.
+        self.deleted: AbstractSet[str] = _EMPTY  # UIDs an event showed deleted ("": some)
+        self.waiters: AbstractSet[str] = _EMPTY  # keys whose fences name this object
+
+
+_EMPTY: AbstractSet[str] = frozenset()
 
 
 Caches = Mapping[tuple[str, str], Mapping[ObjectRef, Mapping[str, Any]]]
@@ -99,7 +116,7 @@ class WrittenObjects:
         self,
         caches: Caches,
         namespace: NamespaceScope,
-        on_shown: Callable[[set[str]], None],
+        on_shown: Callable[[AbstractSet[str]], None],
         scopes: Mapping[tuple[str, str], CacheScope] | None = None,
     ) -> None:
         self._caches = caches
@@ -117,8 +134,7 @@ class WrittenObjects:
         """How many objects are followed (for tests: bounded by the recent writes)."""
         return len(self._targets)
 
-    def _in_scope(self, resource: ResolvedResource | Resource, namespace: str | None) -> bool:
-        kind = (resource.group, resource.kind)
+    def _in_scope(self, kind: tuple[str, str], namespace: str | None) -> bool:
         if kind not in self.kinds:
             return False
         scope = self._scopes.get(kind)
@@ -139,18 +155,17 @@ class WrittenObjects:
 
     def follow(self, resource: ResolvedResource, namespace: str | None, name: str) -> None:
         """A write begins: follow its object's events from now."""
-        if not self._in_scope(resource, namespace):
-            return
+        kind = (resource.group, resource.kind)
+        if not self._in_scope(kind, namespace):
+            return  # out of scope
         if not name:
-            kind = (resource.group, resource.kind)
             self._creating[kind] = self._creating.get(kind, 0) + 1
             return
         key = (resource.group, resource.kind, namespace or "", name)
         target = self._targets.get(key)
         if target is None:
             target = self._targets[key] = _Target()
-            cache = self._caches[(resource.group, resource.kind)]
-            cached = cache.get(ObjectRef(name, namespace or None))
+            cached = self._caches[kind].get(ObjectRef._trusted(name, namespace or None))
             if cached is not None:  # what the cache shows already (a no-op's answer)
                 meta = cached.get("metadata") or {}
                 target.uids.add(str(meta.get("uid") or ""))
@@ -169,25 +184,29 @@ class WrittenObjects:
     ) -> Wrote | None:
         """A write ended: what a cache must show of it (``None``: nothing, it failed or is
         out of scope). A record keeps its object followed until `release`."""
-        if not self._in_scope(resource, namespace):
-            return None
         kind = (resource.group, resource.kind)
-        shown: set[str] = set()
+        if not self._in_scope(kind, namespace):
+            return None  # out of scope
+        shown: AbstractSet[str] = _EMPTY
         if not name:
             left = self._creating.get(kind, 1) - 1
-            shown = self._created.get(kind, set())
+            shown = self._created.get(kind, _EMPTY)
             if left > 0:
                 self._creating[kind] = left
             else:
                 self._creating.pop(kind, None)
                 self._created.pop(kind, None)
         meta = answer.get("metadata") if answer is not None else None
-        target_name = name or (str(meta.get("name") or "") if isinstance(meta, Mapping) else "")
+        if type(meta) is not dict and not isinstance(meta, Mapping):
+            meta = None
+        target_name = name or (str(meta.get("name") or "") if meta is not None else "")
         key = (resource.group, resource.kind, namespace or "", target_name)
         target = self._targets.get(key)
         if name and target is not None:
             target.refs -= 1  # the write's own reference; a record takes one again
-        uid = _uid_of(answer) if answer is not None else ""
+        uid = str((meta.get("uid") if meta is not None else None) or "")
+        if not uid and answer is not None:
+            uid = _uid_of(answer)  # a delete's Status names it in its details
         outside = not self._labels_in_scope(kind, answer)
         if answer is None or not target_name or not (uid or deleted) or outside:
             self._drop_if_unused(key, target)
@@ -196,14 +215,23 @@ class WrittenObjects:
             target = self._targets[key] = _Target()
         if uid and uid in shown:
             target.uids.add(uid)  # its create was shown before the answer came
-        version = None if deleted and not _still_there(answer) else version_of(answer)
+        if deleted and not _still_there(answer):
+            version = None
+        else:
+            given = meta.get("resourceVersion") if meta is not None else None
+            version = str(given) if given else None  # as `version_of`
         target.refs += 1
         return Wrote(key, uid, version, created, deleted)
 
     def attach(self, key: str, wrote: Iterable[Wrote]) -> None:
         """`key`'s fence names these writes: tell `on_shown` about their events."""
         for w in wrote:
-            self._targets[w.key].waiters.add(key)
+            target = self._targets[w.key]
+            if target.waiters:
+                assert isinstance(target.waiters, set)
+                target.waiters.add(key)
+            else:
+                target.waiters = {key}
 
     def release(self, key: str, wrote: Iterable[Wrote]) -> None:
         """`key`'s fence is over: its writes no longer keep their objects followed."""
@@ -212,7 +240,9 @@ class WrittenObjects:
             if target is None:
                 continue
             target.refs -= 1
-            target.waiters.discard(key)
+            if key in target.waiters:
+                assert isinstance(target.waiters, set)
+                target.waiters.discard(key)
             self._drop_if_unused(w.key, target)
 
     def _drop_if_unused(self, key: Key, target: _Target | None) -> None:
@@ -234,35 +264,49 @@ class WrittenObjects:
 
     # -- the caches' events -----------------------------------------------------------------
 
-    def saw(self, kind: tuple[str, str], event: WatchEvent) -> None:
-        """A cache of `kind` ((group, kind)) applied `event`: a few lookups per event while
-        some object is followed, one while none is."""
-        if not self._targets and not self._creating:
-            return
-        if isinstance(event, ListFrame):
-            if event.namespace is not None:  # one namespace of a set: its items only
-                self._listing_done(kind, event)
+    def saw(self, kind: tuple[str, str]) -> Callable[[WatchEvent], None]:
+        """What a cache of `kind` ((group, kind)) calls with each event it applied: a few
+        lookups per event while some object is followed, one while none is. A closure per
+        kind, as every event of a read cache passes here."""
+        targets, creating, created, listing = (
+            self._targets,
+            self._creating,
+            self._created,
+            self._listing,
+        )
+        group, name_of_kind = kind
+        apply, listing_done = self._apply, self._listing_done
+        delete, init_apply, init_done = EventKind.DELETE, EventKind.INIT_APPLY, EventKind.INIT_DONE
+
+        def saw(event: WatchEvent) -> None:
+            if not targets and not creating:
                 return
-            listed = self._listing.pop(kind, None)
-            if event.kind is EventKind.INIT_DONE and listed:  # the store swapped it in now
-                for target, gone, uid, version, _ in listed:
-                    self._apply(target, gone, uid, version)
-            return
-        meta = event.obj.get("metadata")
-        if not isinstance(meta, Mapping):
-            return
-        found = self._targets.get((*kind, meta.get("namespace") or "", meta.get("name") or ""))
-        gone = event.kind is EventKind.DELETE
-        if not gone and kind in self._creating and meta.get("uid"):
-            self._created.setdefault(kind, set()).add(str(meta["uid"]))
-        if found is None:
-            return
-        uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
-        if event.kind is EventKind.INIT_APPLY:  # applied when the list is complete
-            ns = str(meta.get("namespace") or "")
-            self._listing.setdefault(kind, []).append((found, False, uid, version, ns))
-            return
-        self._apply(found, gone, uid, version)
+            if isinstance(event, ListFrame):
+                if event.namespace is not None:  # one namespace of a set: its items only
+                    listing_done(kind, event)
+                    return
+                listed = listing.pop(kind, None)
+                if event.kind is init_done and listed:  # the store swapped it in now
+                    for target, gone, uid, version, _ in listed:
+                        apply(target, gone, uid, version)
+                return
+            meta = event.obj.get("metadata")
+            if type(meta) is not dict and not isinstance(meta, Mapping):
+                return
+            namespace = meta.get("namespace") or ""
+            found = targets.get((group, name_of_kind, namespace, meta.get("name") or ""))
+            gone = event.kind is delete
+            if creating and not gone and kind in creating and meta.get("uid"):
+                created.setdefault(kind, set()).add(str(meta["uid"]))
+            if found is None:
+                return
+            uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+            if event.kind is init_apply:  # applied when the list is complete
+                listing.setdefault(kind, []).append((found, False, uid, version, str(namespace)))
+                return
+            apply(found, gone, uid, version)
+
+        return saw
 
     def _listing_done(self, kind: tuple[str, str], frame: ListFrame) -> None:
         """A frame of one namespace's list: at its ``INIT`` its earlier items are dropped,
@@ -279,12 +323,13 @@ class WrittenObjects:
 
     def _apply(self, target: _Target, gone: bool, uid: str, version: str) -> None:
         if gone:
-            target.deleted.add(uid)
-            target.deleted.add("")
+            target.deleted = {*target.deleted, uid, ""}
         else:
             target.uids.add(uid)
-            target.versions.append(version)
-            del target.versions[:-_SEEN]
+            versions = target.versions
+            versions.append(version)
+            if len(versions) > _SEEN:
+                del versions[0]
         if target.waiters:
             self._on_shown(target.waiters)
 
