@@ -17,6 +17,7 @@ import pytest
 from fastctl.kube._store import Store
 from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
+from fastctl.runtime.sharding._rules import Member
 from fastctl.runtime.sharding._slots import fnv1a_64, shard_selector, slot_of, slot_range
 from fastctl.runtime.sharding._watch import sharded_events
 from fastctl.types import ObjectRef
@@ -290,3 +291,18 @@ def test_the_sharding_metrics_say_what_they_count() -> None:
         "fastctl_shard_filtered": "Objects and events the client-side shard filter dropped",
         "fastctl_shard_relists": "Primary watches started over with a new set of slots",
     }
+
+
+def test_a_failed_write_trusts_none_of_its_new_claims() -> None:
+    """A write that failed may or may not have been applied: the claims it carried are not
+    certainly published, so no read may promote them to serving; what an earlier write
+    published still stands, as long as the member still publishes it."""
+    member = Member("m0", slots=4, renew_deadline=10.0)
+    member.serving = {0}
+    member.wrote(0.0, member.to_publish())
+    member.claiming = {1}
+    member.write_failed()
+    assert member.durable == frozenset({0})
+    member.serving = set()  # slot 0 handed over meanwhile: no longer published
+    member.write_failed()
+    assert member.durable == frozenset()
