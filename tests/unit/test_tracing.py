@@ -5,10 +5,14 @@ The controller runs on in-memory watch feeds (as in test_controller_relist) and 
 `ApiClient` whose HTTP session answers in memory, so its requests go through
 `fastctl.kube._http.request` as they would to a server. What must hold:
 
-- a change to an owned child gives a reconcile span of its owner, linked to the span of
-  that child's watch event (kind, object, resourceVersion, reason ``owned_child``), with
-  the span of every request the reconcile made beneath it;
-- a relist gives reconcile spans linked to the relist's span, with the reason ``relist``;
+- a change to an owned child gives a reconcile span of its owner, linked to that child's
+  watch event (kind, object, resourceVersion, reason ``owned_child``: the link stands for
+  the event, no span is made for it), with the span of every request the reconcile made
+  beneath it;
+- a change of the object itself links its run with the reason ``own_change`` and its
+  resourceVersion;
+- a relist gives reconcile spans linked to the one relist event (one span context shared
+  by its runs), with the reason ``relist``;
 - a failing reconcile gives a span per attempt, each an error with its attempt number and
   its backoff, each retry linked to the attempt before it (``error_retry``);
 - a trace id and span id in the log records of a reconcile.
@@ -186,16 +190,15 @@ async def test_a_change_to_an_owned_child_links_its_owners_reconcile_to_the_even
         await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 1)
 
     (run,) = reconciles_of(spans, "default/a")
-    (event,) = named(spans, "watch ConfigMap")
-    assert attr(event, "fastctl.trigger.reason") == "owned_child"
-    assert attr(event, "fastctl.watch.object") == "default/a-config"
-    assert attr(event, "k8s.resource_version") == "42"
+    assert not named(spans, "watch ")  # a watch event is a link, not a span
     # The reconcile is linked to the child's event, and the link says why.
-    assert [link.context.span_id for link in run.links] == [event.context.span_id]
     (link,) = run.links
+    assert link.context.is_valid
+    assert link.context.trace_id != run.context.trace_id  # the event's, not the run's
     assert link.attributes is not None
     assert link.attributes["fastctl.trigger.reason"] == "owned_child"
     assert link.attributes["fastctl.watch.kind"] == "ConfigMap"
+    assert link.attributes["fastctl.watch.object"] == "default/a-config"
     assert link.attributes["k8s.resource_version"] == "42"
     assert attr(run, "fastctl.controller") == "widgets"
     assert attr(run, "fastctl.reconcile.outcome") == "done"
@@ -210,8 +213,35 @@ async def test_a_change_to_an_owned_child_links_its_owners_reconcile_to_the_even
         assert request.parent.span_id == run.context.span_id
         assert request.context.trace_id == run.context.trace_id
         assert attr(request, "http.response.status_code") == 200
-        assert attr(request, "fastctl.request.name") == "a-config"
-        assert attr(request, "k8s.namespace.name") == NS
+        assert attr(request, "url.path") == f"/api/v1/namespaces/{NS}/configmaps/a-config"
+
+
+async def test_a_change_of_the_object_itself_links_its_run_with_own_change(
+    spans: Spans, api: ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sources = Sources(False, monkeypatch)
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        return None
+
+    ctl = Controller(api, WIDGET, reconcile, name="widgets")
+    feed = sources.feeds[WIDGET]
+    feed.push(*listing(widget("a", "1")))
+    async with running(ctl):
+        await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 1)
+        await until(lambda: ctl.scheduler.in_flight == 0, "the first reconcile's end")
+        spans.clear()
+        feed.push(ObjectEvent(EventKind.APPLY, widget("a", "7")))
+        await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 1)
+
+    (run,) = reconciles_of(spans, "default/a")
+    (link,) = run.links
+    assert link.context.is_valid
+    # The run's own kind and object are not repeated on the link.
+    assert dict(link.attributes or {}) == {
+        "fastctl.trigger.reason": "own_change",
+        "k8s.resource_version": "7",
+    }
 
 
 async def test_a_relist_links_the_reconciles_it_triggers_with_the_relist_reason(
@@ -233,15 +263,15 @@ async def test_a_relist_links_the_reconciles_it_triggers_with_the_relist_reason(
         feed.push(ObjectEvent(EventKind.INIT_APPLY, widget("b", "2")), DONE)
         await spans.until(lambda: len(named(spans, "reconcile ")) == 2)
 
-    (relist,) = named(spans, "watch Widget")
-    assert attr(relist, "fastctl.trigger.reason") == "relist"
-    assert attr(relist, "fastctl.watch.event") == "RELIST"
-    assert attr(relist, "fastctl.watch.triggers") == 2
     runs = named(spans, "reconcile ")
     assert sorted(attr(s, "fastctl.object") for s in runs) == ["default/a", "default/b"]
+    # One relist, one event: both runs link to the same span context, which says so.
+    contexts = {(run.links[0].context.trace_id, run.links[0].context.span_id) for run in runs}
+    assert len(contexts) == 1
+    assert all(run.links[0].context.is_valid for run in runs)
     for run in runs:
         assert link_reasons(run) == ["relist"]
-        assert run.links[0].context.span_id == relist.context.span_id
+        assert (run.links[0].attributes or {})["fastctl.watch.kind"] == "Widget"
         assert attr(run, "fastctl.reconcile.priority") == -100  # a list's triggers
 
 
