@@ -285,6 +285,11 @@ class _Pending:
 
 _UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
 
+_ROOT = otel_context.Context()
+"""The parent context of a reconcile span: none, whatever is current where the applier
+starts it (a run is a trace of its own; its causes are links). Given, it also spares the
+SDK looking the current one up."""
+
 
 class ControllerTracing:
     """The spans of one controller run: a reconcile span per run, with its links to the
@@ -298,6 +303,7 @@ class ControllerTracing:
         self.clock: Callable[[], float] = monotonic
         """The applier's clock (`bind` sets it): queue waits and retry delays read it."""
         self._pending: dict[str, _Pending] = {}
+        self._span_name = f"reconcile {name}"
         ids = getattr(tracer, "id_generator", None)
         self._ids: IdGenerator = ids if isinstance(ids, IdGenerator) else RandomIdGenerator()
 
@@ -411,9 +417,7 @@ class ControllerTracing:
         group = group_of(key) if group_of is not None else None
         if group is not None:
             attrs["fastctl.reconcile.fair_group"] = group
-        span = self.tracer.start_span(
-            f"reconcile {self.name}", kind=SpanKind.INTERNAL, links=links, attributes=attrs
-        )
+        span = self.tracer.start_span(self._span_name, _ROOT, SpanKind.INTERNAL, attrs, links)
         return RunSpan(self, key, span, scheduler, priority)
 
 
