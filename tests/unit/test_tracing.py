@@ -40,7 +40,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from fastctl import Action, Scheduler, _tracing
+from fastctl import Action, ApplierConfig, ObjectRef, Scheduler, Trigger, _tracing
+from fastctl._otel import _request_name
 from fastctl.errors import ApiError
 from fastctl.kube._objects import apply, get
 from fastctl.kube._resource import ResolvedResource
@@ -242,6 +243,55 @@ async def test_a_change_of_the_object_itself_links_its_run_with_own_change(
         "fastctl.trigger.reason": "own_change",
         "k8s.resource_version": "7",
     }
+
+
+async def test_a_reconcile_span_is_a_root_with_its_fair_group_whatever_span_is_current(
+    spans: Spans, api: ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller run inside a span of the caller's: its reconciles are traces of their
+    own (their causes are links), and the fair group is said."""
+    sources = Sources(False, monkeypatch)
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        return None
+
+    config = ApplierConfig(fair_by="namespace")
+    ctl = Controller(api, WIDGET, reconcile, name="widgets", config=config)
+    sources.feeds[WIDGET].push(*listing(widget("a", "1")))
+    tracer = TracerProvider().get_tracer("caller")
+    with tracer.start_as_current_span("the caller's"):
+        async with running(ctl):
+            await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 1)
+
+    (run,) = reconciles_of(spans, "default/a")
+    assert run.parent is None
+    assert attr(run, "fastctl.reconcile.fair_group") == NS
+
+
+def test_a_run_has_the_highest_priority_of_the_triggers_merged_into_it(spans: Spans) -> None:
+    """As the scheduler keeps the highest priority of merged triggers, so does the span."""
+    tracing = _tracing.active()
+    assert tracing is not None
+    run = tracing.controller("widgets", "Widget")
+    ref = ObjectRef("a", NS)
+    for priority in (-100, 5, 0):
+        run.queued(Trigger(ref, priority))
+    run.start(ref.key, Scheduler()).end(None, None, 0.0, again=False)
+    (span,) = reconciles_of(spans, "default/a")
+    assert attr(span, "fastctl.reconcile.priority") == 5
+
+
+def test_a_request_span_is_named_by_its_verb_and_resource() -> None:
+    base = f"/apis/example.com/v1/namespaces/{NS}/widgets"
+    assert _request_name("PATCH", f"{base}/w/status") == "patch widgets/status"
+    assert _request_name("GET", f"{base}?labelSelector=a") == "list widgets"
+    assert _request_name("GET", "/api/v1/configmaps") == "list configmaps"
+    assert _request_name("GET", f"/api/v1/namespaces/{NS}/configmaps/c") == "get configmaps"
+    assert _request_name("DELETE", base) == "deletecollection widgets"
+    assert _request_name("DELETE", f"{base}/w") == "delete widgets"
+    assert _request_name("POST", base) == "create widgets"
+    assert _request_name("PUT", f"{base}/w") == "update widgets"
+    assert _request_name("GET", "/version") == "GET /version"
 
 
 async def test_a_relist_links_the_reconciles_it_triggers_with_the_relist_reason(
