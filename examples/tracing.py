@@ -48,11 +48,7 @@ class PrintSpans(SpanExporter):
         for span in spans:
             attrs = dict(span.attributes or {})
             ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
-            about = (
-                attrs.get("fastctl.object")
-                or attrs.get("fastctl.watch.object")
-                or attrs.get("fastctl.trigger.reason", "")
-            )
+            about = attrs.get("fastctl.object") or attrs.get("url.path", "")
             line = f"{span.name:28} {about!s:32} {ms:7.2f} ms"
             if span.name.startswith("reconcile"):
                 line += (
@@ -64,6 +60,7 @@ class PrintSpans(SpanExporter):
                     line += (
                         f"\n    linked: {why.get('fastctl.trigger.reason')}"
                         f" {why.get('fastctl.watch.kind', '')}"
+                        f" {why.get('fastctl.watch.object', '')}"
                         f" rv={why.get('k8s.resource_version', '-')}"
                     )
             elif span.parent is not None:

@@ -2,15 +2,13 @@
 
 What a trace of a controller holds (docs/tracing.md says what each attribute means):
 
-- a ``watch <Kind>`` span for each watch event that triggered reconciles (the change of a
-  primary object, of an owned child, of a mapped object, or a completed relist), with the
-  object and its ``resourceVersion``; it is short and has no parent: it stands for the
-  event;
 - a ``reconcile <controller>`` span per reconcile, *linked* to every watch event merged
-  into its run and, for a requeue or an error retry, to the run before it; the link's
-  attributes carry the reason, so the links alone answer "why did this run". The scheduler
-  merges triggers, so one run may have many links, and one watch event (a relist) links
-  to many runs: links, not parents, are how OpenTelemetry says that;
+  into its run (the change of a primary object, of an owned child, of a mapped object, or
+  a completed relist) and, for a requeue or an error retry, to the run before it; the
+  link's attributes carry the reason, the kind, the object and its ``resourceVersion``,
+  so the links alone answer "why did this run". The scheduler merges triggers, so one run
+  may have many links, and one watch event (a relist) links to many runs: links, not
+  parents, are how OpenTelemetry says that;
 - beneath it, a client span per API request the reconcile makes through fastctl, and for
   a webhook call the server answers, a server span (continuing the API server's trace when
   its request carries one).
@@ -18,13 +16,19 @@ What a trace of a controller holds (docs/tracing.md says what each attribute mea
 A link to a watch event travels with the trigger itself (`LinkedTrigger`), so it joins
 exactly the run the scheduler merges the trigger into: the run that starts next, or the
 follow-up of a run in flight.
+
+A watch event is not a span of its own: an SDK span costs about as much CPU as the whole
+controller path spends on the event, and a link needs only a span context. Each event that
+triggers gets one made from the SDK's id generator (never exported: the runs one event
+triggered share it, which is how a relist's runs are found together), and the event's
+attributes ride on the link. What a change costs is so the reconcile span, its requests,
+and a link per trigger (docs/benchmarks.md, tracing).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -36,7 +40,8 @@ from opentelemetry.propagate import extract
 from opentelemetry.sdk.resources import Resource as OtelResource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from fastctl._clock import monotonic
 from fastctl._reasons import error_text
@@ -66,7 +71,7 @@ _DEFAULT_SERVICE = "fastctl"
 
 
 class Reason:
-    """Why a run was triggered: the ``fastctl.trigger.reason`` of a watch span and a link."""
+    """Why a run was triggered: the ``fastctl.trigger.reason`` of a link."""
 
     OWN_CHANGE = "own_change"
     OWNED_CHILD = "owned_child"
@@ -153,52 +158,48 @@ class _Untraced:
 _UNTRACED = _Untraced()
 
 
-def _k8s_request(method: str, path: str) -> dict[str, str]:
-    """The Kubernetes terms of a request path: resource, namespace, name, subresource, and
-    the verb (``/apis/g/v/namespaces/ns/widgets/w/status`` patched: ``patch`` of
-    ``widgets``, ``status``)."""
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+
+
+def _request_name(method: str, path: str) -> str:
+    """A request's span name in Kubernetes terms: ``<verb> <resource>[/<subresource>]``
+    (``/apis/g/v/namespaces/ns/widgets/w/status`` patched: ``patch widgets/status``);
+    the path itself says the namespace and the name."""
     parts = path.split("?", 1)[0].strip("/").split("/")
     if parts[0] == "api":
         rest = parts[2:]
     elif parts[0] == "apis":
         rest = parts[3:]
     else:
-        return {}
-    attrs: dict[str, str] = {}
+        return f"{method} {path}"
     if len(rest) >= 3 and rest[0] == "namespaces":
-        attrs["k8s.namespace.name"] = rest[1]
         rest = rest[2:]
     if not rest:
-        return attrs
-    attrs["fastctl.request.resource"] = rest[0]
-    if len(rest) > 1:
-        attrs["fastctl.request.name"] = rest[1]
-    if len(rest) > 2:
-        attrs["fastctl.request.subresource"] = rest[2]
+        return f"{method} {path}"
     named = len(rest) > 1
-    verb = {
-        "GET": "get" if named else "list",
-        "POST": "create",
-        "PUT": "update",
-        "PATCH": "patch",
-        "DELETE": "delete" if named else "deletecollection",
-    }.get(method, method.lower())
-    attrs["fastctl.request.verb"] = verb
-    return attrs
+    if method == "GET":
+        verb = "get" if named else "list"
+    elif method == "DELETE":
+        verb = "delete" if named else "deletecollection"
+    else:
+        verb = _VERBS.get(method) or method.lower()
+    return f"{verb} {rest[0]}/{rest[2]}" if len(rest) > 2 else f"{verb} {rest[0]}"
 
 
 class RequestSpan:
     """``<verb> <resource>``: one API request (`fastctl.kube._http.request`), from its
-    sending to its answer's headers (what the ``rest_client_*`` metrics time too)."""
+    sending to its answer's headers (what the ``rest_client_*`` metrics time too). Two
+    attributes, the method and the path: every attribute is checked and copied by the SDK
+    (about a microsecond each), and the name and the path say the rest."""
 
     __slots__ = ("_resends", "_span")
 
     def __init__(self, tracer: trace.Tracer, method: str, path: str) -> None:
-        attrs: dict[str, Any] = {"http.request.method": method, "url.path": path}
-        attrs.update(_k8s_request(method, path))
-        verb = attrs.get("fastctl.request.verb", method)
-        name = f"{verb} {attrs.get('fastctl.request.resource', path)}"
-        self._span = tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs)
+        self._span = tracer.start_span(
+            _request_name(method, path),
+            kind=SpanKind.CLIENT,
+            attributes={"http.request.method": method, "url.path": path},
+        )
         self._resends = 0
 
     def answered(self, code: int) -> None:
@@ -262,15 +263,6 @@ class WebhookSpan:
         self._span.end()
 
 
-_LINKED = ("fastctl.trigger.reason", "fastctl.watch.kind", "k8s.resource_version")
-"""What a link repeats of its watch span: enough to say why without opening the span (each
-attribute is copied and checked by the SDK, per link and per span: they are kept few)."""
-
-
-def _link_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
-    return {name: attrs[name] for name in _LINKED if name in attrs}
-
-
 @dataclass(frozen=True, slots=True)
 class LinkedTrigger(Trigger):
     """A trigger that carries the link to the watch event that caused it (made only while
@@ -282,17 +274,27 @@ class LinkedTrigger(Trigger):
 @dataclass(slots=True)
 class _Pending:
     """What a key's next run is for: its links (the first `MAX_LINKS`; the others
-    counted), and when the first of its triggers came or its retry was due (on the
-    applier's clock)."""
+    counted), when the first of its triggers came or its retry was due (on the applier's
+    clock), and the highest priority among them (the scheduler keeps the highest)."""
 
     links: list[Link]
     since: float
+    priority: int
     dropped: int = 0
 
 
+_UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
+
+_ROOT = otel_context.Context()
+"""The parent context of a reconcile span: none, whatever is current where the applier
+starts it (a run is a trace of its own; its causes are links). Given, it also spares the
+SDK looking the current one up."""
+
+
 class ControllerTracing:
-    """The spans of one controller run: watch events, and a reconcile span per run with its
-    links. Everything is called from the event loop's thread."""
+    """The spans of one controller run: a reconcile span per run, with its links to the
+    watch events and runs that caused it. Everything is called from the event loop's
+    thread."""
 
     def __init__(self, tracer: trace.Tracer, name: str, kind: str) -> None:
         self.tracer = tracer
@@ -301,56 +303,53 @@ class ControllerTracing:
         self.clock: Callable[[], float] = monotonic
         """The applier's clock (`bind` sets it): queue waits and retry delays read it."""
         self._pending: dict[str, _Pending] = {}
+        self._span_name = f"reconcile {name}"
+        ids = getattr(tracer, "id_generator", None)
+        self._ids: IdGenerator = ids if isinstance(ids, IdGenerator) else RandomIdGenerator()
 
     def bind(self, clock: Callable[[], float]) -> None:
         self.clock = clock
 
     # -- watch events -----------------------------------------------------------------------
 
-    def _event_span(self, kind: str, reason: str, event: Any) -> tuple[Span, dict[str, Any]]:
-        """The span of one watch event (ended by the caller), and the attributes its links
-        carry."""
-        attrs: dict[str, Any] = {
-            "fastctl.controller": self.name,
-            "fastctl.trigger.reason": reason,
-            "fastctl.watch.kind": kind,
-        }
+    def _event_link(self, kind: str, reason: str, event: Any) -> Link:
+        """The link that stands for one watch event: a span context of its own (no span is
+        made or exported for it) and the event's attributes, few (the SDK checks and copies
+        each, per link): the reason, the ``resourceVersion``, and the kind and object
+        unless they are the run's own (``own_change``)."""
+        attrs: dict[str, Any] = {"fastctl.trigger.reason": reason}
         obj = getattr(event, "obj", None)  # an ObjectEvent; a list's end (ListFrame) has none
+        if reason != Reason.OWN_CHANGE:  # else the run's own kind and object: not repeated
+            attrs["fastctl.watch.kind"] = kind
         if obj is not None:
             meta = obj.get("metadata") or {}
-            ns, name = meta.get("namespace"), meta.get("name", "")
-            attrs["fastctl.watch.object"] = f"{ns}/{name}" if ns else str(name)
-            attrs["fastctl.watch.event"] = "DELETED" if event.kind.name == "DELETE" else "APPLY"
+            if reason != Reason.OWN_CHANGE:
+                ns, name = meta.get("namespace"), meta.get("name", "")
+                attrs["fastctl.watch.object"] = f"{ns}/{name}" if ns else str(name)
             version = meta.get("resourceVersion")
             if version:
                 attrs["k8s.resource_version"] = str(version)
-        else:
-            attrs["fastctl.watch.event"] = "RELIST"
-        return self.tracer.start_span(f"watch {kind}", attributes=attrs), attrs
+            if event.kind.name == "DELETE":
+                attrs["fastctl.watch.deleted"] = True
+        ids = self._ids
+        context = SpanContext(
+            ids.generate_trace_id(), ids.generate_span_id(), False, trace_flags=_UNSAMPLED
+        )
+        return Link(context, attrs)
 
     def linked(
         self, kind: str, reason: str, event: Any, triggers: Iterable[ObjectRef | Trigger]
     ) -> Iterator[ObjectRef | Trigger]:
-        """`triggers` (those of one watch event), each carrying a link to the event's span.
-        The span is made at the first trigger: an event that triggers nothing has none."""
-        span: Span | None = None
+        """`triggers` (those of one watch event), each carrying the link to the event. The
+        link is made at the first trigger: an event that triggers nothing costs nothing."""
         link: Link | None = None
-        count = 0
-        try:
-            for item in triggers:
-                if span is None:
-                    span, attrs = self._event_span(kind, reason, event)
-                    link = Link(span.get_span_context(), _link_attributes(attrs))
-                count += 1
-                if isinstance(item, Trigger):
-                    yield LinkedTrigger(item.ref, item.priority, item.reason, link)
-                else:
-                    yield LinkedTrigger(item, 0, "", link)
-        finally:
-            if span is not None:
-                if reason == Reason.RELIST:  # one event, many runs: how many
-                    span.set_attribute("fastctl.watch.triggers", count)
-                span.end()
+        for item in triggers:
+            if link is None:
+                link = self._event_link(kind, reason, event)
+            if isinstance(item, Trigger):
+                yield LinkedTrigger(item.ref, item.priority, item.reason, link)
+            else:
+                yield LinkedTrigger(item, 0, "", link)
 
     def primary(
         self, event: Any, triggers: Iterable[ObjectRef | Trigger]
@@ -374,18 +373,17 @@ class ControllerTracing:
     def queued(self, item: object) -> None:
         """A trigger reached the scheduler: its link joins the key's next run."""
         if isinstance(item, Trigger):
-            key = item.ref.key
             link = item.link if isinstance(item, LinkedTrigger) else None
+            self._add(item.ref.key, link, self.clock(), item.priority)
         elif isinstance(item, ObjectRef):
-            key, link = item.key, None
-        else:
-            return
-        self._add(key, link, self.clock())
+            self._add(item.key, None, self.clock(), 0)
 
-    def _add(self, key: str, link: Link | None, since: float) -> None:
+    def _add(self, key: str, link: Link | None, since: float, priority: int) -> None:
         pending = self._pending.get(key)
         if pending is None:
-            pending = self._pending[key] = _Pending([], since)
+            pending = self._pending[key] = _Pending([], since, priority)
+        elif priority > pending.priority:
+            pending.priority = priority
         if link is None:
             return
         if len(pending.links) < MAX_LINKS:
@@ -399,46 +397,41 @@ class ControllerTracing:
 
     def start(self, key: str, scheduler: Any) -> RunSpan:
         """The span of `key`'s run (just popped), starting now, with the links merged into
-        it; the scheduler says its attempt, priority and fair group."""
+        it; the scheduler says its attempt (its failure count) and fair group, two cheap
+        reads (its ``inspect`` builds a whole record)."""
         now = self.clock()
         pending = self._pending.pop(key, None)
-        attrs: dict[str, Any] = {
-            "fastctl.controller": self.name,
-            "fastctl.object": key,
-            "fastctl.watch.kind": self.kind,
-        }
-        inspect = getattr(scheduler, "inspect", None)
-        record = inspect(key, now=now) if inspect is not None else None
-        if record is not None:
-            attrs["fastctl.reconcile.attempt"] = record["failures"] + 1
-            attrs["fastctl.reconcile.priority"] = record["priority"]
-            if record["group"] is not None:
-                attrs["fastctl.reconcile.fair_group"] = record["group"]
+        attrs: dict[str, Any] = {"fastctl.controller": self.name, "fastctl.object": key}
+        failures = getattr(scheduler, "failures", None)
+        attrs["fastctl.reconcile.attempt"] = failures(key) + 1 if failures is not None else 1
         links: list[Link] = []
-        wait = 0.0
+        priority = 0
         if pending is not None:
             links = pending.links
-            wait = max(0.0, now - pending.since)
-            attrs["fastctl.reconcile.queue_wait"] = wait
+            priority = pending.priority
+            attrs["fastctl.reconcile.queue_wait"] = max(0.0, now - pending.since)
             if pending.dropped:
                 attrs["fastctl.reconcile.links_dropped"] = pending.dropped
-        attrs["fastctl.reconcile.triggers"] = len(links)
-        span = self.tracer.start_span(
-            f"reconcile {self.name}", kind=SpanKind.INTERNAL, links=links, attributes=attrs
-        )
-        if pending is not None:
-            span.add_event("queued", timestamp=time.time_ns() - int(wait * 1e9))
-        return RunSpan(self, key, span, scheduler)
+        attrs["fastctl.reconcile.priority"] = priority
+        group_of = getattr(scheduler, "group_of", None)
+        group = group_of(key) if group_of is not None else None
+        if group is not None:
+            attrs["fastctl.reconcile.fair_group"] = group
+        span = self.tracer.start_span(self._span_name, _ROOT, SpanKind.INTERNAL, attrs, links)
+        return RunSpan(self, key, span, scheduler, priority)
 
 
 class RunSpan:
     """One reconcile's span: current in its task while it runs (`enter`), ended with its
     outcome (`end`, `cancelled`)."""
 
-    __slots__ = ("_ended", "_owner", "_scheduler", "_token", "key", "span")
+    __slots__ = ("_ended", "_owner", "_priority", "_scheduler", "_token", "key", "span")
 
-    def __init__(self, owner: ControllerTracing, key: str, span: Span, scheduler: Any) -> None:
+    def __init__(
+        self, owner: ControllerTracing, key: str, span: Span, scheduler: Any, priority: int
+    ) -> None:
         self._owner = owner
+        self._priority = priority
         self.key = key
         self.span = span
         self._scheduler = scheduler
@@ -486,12 +479,16 @@ class RunSpan:
             outcome = "cancelled"
         else:
             outcome = "error"
-        span.set_attribute("fastctl.reconcile.outcome", outcome)
+        if requeue_after is None and error is None:  # the common case: one attribute
+            span.set_attribute("fastctl.reconcile.outcome", outcome)
+            span.end()
+            return
+        attrs: dict[str, Any] = {"fastctl.reconcile.outcome": outcome}
         if requeue_after is not None:
-            span.set_attribute("fastctl.reconcile.requeue_after", requeue_after)
+            attrs["fastctl.reconcile.requeue_after"] = requeue_after
         if error is not None:
             text = error_text(error)
-            span.set_attribute("error.type", type(error).__name__)
+            attrs["error.type"] = type(error).__name__
             span.add_event(
                 "exception",
                 {"exception.type": type(error).__name__, "exception.message": text},
@@ -501,7 +498,7 @@ class RunSpan:
         if due is not None:
             reason = Reason.REQUEUE if error is None else Reason.ERROR_RETRY
             if error is not None:
-                span.set_attribute("fastctl.reconcile.retry_in", max(0.0, due - ended))
+                attrs["fastctl.reconcile.retry_in"] = max(0.0, due - ended)
             self._owner._add(
                 key,
                 Link(
@@ -512,7 +509,9 @@ class RunSpan:
                     },
                 ),
                 due,
+                self._priority,
             )
+        span.set_attributes(attrs)
         span.end()
 
     def _due(self, now: float) -> float | None:

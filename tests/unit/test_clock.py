@@ -88,7 +88,6 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("testing/_process.py", "time.monotonic"): (2, "waits for a real process to exit"),
     ("kube/_http.py", "time.perf_counter"): (3, "a real request's latency, for /metrics"),
     ("testing/fake/_server.py", "datetime.now"): (1, "creationTimestamp: wall clock, a server's"),
-    ("_otel.py", "time.time_ns"): (1, "a span event's time: OTLP times are wall clock"),
 }
 """Every direct clock reading in the package outside `fastctl._clock`, each justified (the
 module docstring of `fastctl._clock` says which stay on the wall clock, and why)."""

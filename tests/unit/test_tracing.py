@@ -5,10 +5,14 @@ The controller runs on in-memory watch feeds (as in test_controller_relist) and 
 `ApiClient` whose HTTP session answers in memory, so its requests go through
 `fastctl.kube._http.request` as they would to a server. What must hold:
 
-- a change to an owned child gives a reconcile span of its owner, linked to the span of
-  that child's watch event (kind, object, resourceVersion, reason ``owned_child``), with
-  the span of every request the reconcile made beneath it;
-- a relist gives reconcile spans linked to the relist's span, with the reason ``relist``;
+- a change to an owned child gives a reconcile span of its owner, linked to that child's
+  watch event (kind, object, resourceVersion, reason ``owned_child``: the link stands for
+  the event, no span is made for it), with the span of every request the reconcile made
+  beneath it;
+- a change of the object itself links its run with the reason ``own_change`` and its
+  resourceVersion;
+- a relist gives reconcile spans linked to the one relist event (one span context shared
+  by its runs), with the reason ``relist``;
 - a failing reconcile gives a span per attempt, each an error with its attempt number and
   its backoff, each retry linked to the attempt before it (``error_retry``);
 - a trace id and span id in the log records of a reconcile.
@@ -36,7 +40,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from fastctl import Action, Scheduler, _tracing
+from fastctl import Action, ApplierConfig, ObjectRef, Scheduler, Trigger, _tracing
+from fastctl._otel import _request_name
 from fastctl.errors import ApiError
 from fastctl.kube._objects import apply, get
 from fastctl.kube._resource import ResolvedResource
@@ -186,16 +191,15 @@ async def test_a_change_to_an_owned_child_links_its_owners_reconcile_to_the_even
         await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 1)
 
     (run,) = reconciles_of(spans, "default/a")
-    (event,) = named(spans, "watch ConfigMap")
-    assert attr(event, "fastctl.trigger.reason") == "owned_child"
-    assert attr(event, "fastctl.watch.object") == "default/a-config"
-    assert attr(event, "k8s.resource_version") == "42"
+    assert not named(spans, "watch ")  # a watch event is a link, not a span
     # The reconcile is linked to the child's event, and the link says why.
-    assert [link.context.span_id for link in run.links] == [event.context.span_id]
     (link,) = run.links
+    assert link.context.is_valid
+    assert link.context.trace_id != run.context.trace_id  # the event's, not the run's
     assert link.attributes is not None
     assert link.attributes["fastctl.trigger.reason"] == "owned_child"
     assert link.attributes["fastctl.watch.kind"] == "ConfigMap"
+    assert link.attributes["fastctl.watch.object"] == "default/a-config"
     assert link.attributes["k8s.resource_version"] == "42"
     assert attr(run, "fastctl.controller") == "widgets"
     assert attr(run, "fastctl.reconcile.outcome") == "done"
@@ -210,8 +214,84 @@ async def test_a_change_to_an_owned_child_links_its_owners_reconcile_to_the_even
         assert request.parent.span_id == run.context.span_id
         assert request.context.trace_id == run.context.trace_id
         assert attr(request, "http.response.status_code") == 200
-        assert attr(request, "fastctl.request.name") == "a-config"
-        assert attr(request, "k8s.namespace.name") == NS
+        assert attr(request, "url.path") == f"/api/v1/namespaces/{NS}/configmaps/a-config"
+
+
+async def test_a_change_of_the_object_itself_links_its_run_with_own_change(
+    spans: Spans, api: ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sources = Sources(False, monkeypatch)
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        return None
+
+    ctl = Controller(api, WIDGET, reconcile, name="widgets")
+    feed = sources.feeds[WIDGET]
+    feed.push(*listing(widget("a", "1")))
+    async with running(ctl):
+        await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 1)
+        await until(lambda: ctl.scheduler.in_flight == 0, "the first reconcile's end")
+        spans.clear()
+        feed.push(ObjectEvent(EventKind.APPLY, widget("a", "7")))
+        await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 1)
+
+    (run,) = reconciles_of(spans, "default/a")
+    (link,) = run.links
+    assert link.context.is_valid
+    # The run's own kind and object are not repeated on the link.
+    assert dict(link.attributes or {}) == {
+        "fastctl.trigger.reason": "own_change",
+        "k8s.resource_version": "7",
+    }
+
+
+async def test_a_reconcile_span_is_a_root_with_its_fair_group_whatever_span_is_current(
+    spans: Spans, api: ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller run inside a span of the caller's: its reconciles are traces of their
+    own (their causes are links), and the fair group is said."""
+    sources = Sources(False, monkeypatch)
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        return None
+
+    config = ApplierConfig(fair_by="namespace")
+    ctl = Controller(api, WIDGET, reconcile, name="widgets", config=config)
+    sources.feeds[WIDGET].push(*listing(widget("a", "1")))
+    tracer = TracerProvider().get_tracer("caller")
+    with tracer.start_as_current_span("the caller's"):
+        async with running(ctl):
+            await spans.until(lambda: len(reconciles_of(spans, "default/a")) == 1)
+
+    (run,) = reconciles_of(spans, "default/a")
+    assert run.parent is None
+    assert attr(run, "fastctl.reconcile.fair_group") == NS
+
+
+def test_a_run_has_the_highest_priority_of_the_triggers_merged_into_it(spans: Spans) -> None:
+    """As the scheduler keeps the highest priority of merged triggers, so does the span."""
+    tracing = _tracing.active()
+    assert tracing is not None
+    run = tracing.controller("widgets", "Widget")
+    ref = ObjectRef("a", NS)
+    for priority in (-100, 5, 0):
+        run.queued(Trigger(ref, priority))
+    run.start(ref.key, Scheduler()).end(None, None, 0.0, again=False)
+    (span,) = reconciles_of(spans, "default/a")
+    assert attr(span, "fastctl.reconcile.priority") == 5
+
+
+def test_a_request_span_is_named_by_its_verb_and_resource() -> None:
+    base = f"/apis/example.com/v1/namespaces/{NS}/widgets"
+    assert _request_name("PATCH", f"{base}/w/status") == "patch widgets/status"
+    assert _request_name("GET", f"{base}?labelSelector=a") == "list widgets"
+    assert _request_name("GET", "/api/v1/configmaps") == "list configmaps"
+    assert _request_name("GET", f"/api/v1/namespaces/{NS}/configmaps/c") == "get configmaps"
+    assert _request_name("DELETE", base) == "deletecollection widgets"
+    assert _request_name("DELETE", f"{base}/w") == "delete widgets"
+    assert _request_name("POST", base) == "create widgets"
+    assert _request_name("PUT", f"{base}/w") == "update widgets"
+    assert _request_name("GET", "/version") == "GET /version"
 
 
 async def test_a_relist_links_the_reconciles_it_triggers_with_the_relist_reason(
@@ -233,15 +313,15 @@ async def test_a_relist_links_the_reconciles_it_triggers_with_the_relist_reason(
         feed.push(ObjectEvent(EventKind.INIT_APPLY, widget("b", "2")), DONE)
         await spans.until(lambda: len(named(spans, "reconcile ")) == 2)
 
-    (relist,) = named(spans, "watch Widget")
-    assert attr(relist, "fastctl.trigger.reason") == "relist"
-    assert attr(relist, "fastctl.watch.event") == "RELIST"
-    assert attr(relist, "fastctl.watch.triggers") == 2
     runs = named(spans, "reconcile ")
     assert sorted(attr(s, "fastctl.object") for s in runs) == ["default/a", "default/b"]
+    # One relist, one event: both runs link to the same span context, which says so.
+    contexts = {(run.links[0].context.trace_id, run.links[0].context.span_id) for run in runs}
+    assert len(contexts) == 1
+    assert all(run.links[0].context.is_valid for run in runs)
     for run in runs:
         assert link_reasons(run) == ["relist"]
-        assert run.links[0].context.span_id == relist.context.span_id
+        assert (run.links[0].attributes or {})["fastctl.watch.kind"] == "Widget"
         assert attr(run, "fastctl.reconcile.priority") == -100  # a list's triggers
 
 
