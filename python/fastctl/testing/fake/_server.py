@@ -12,6 +12,9 @@ optimistic concurrency (409 on a stale resourceVersion), finalizers and
 ``deletionTimestamp``, garbage collection of dependents through ``ownerReferences``, label
 and field selectors, and custom resources checked against their CRD's schema.
 
+Admission webhooks, when given (`fastctl.testing.fake._admission`): a write their rules
+name is computed up to where it would be stored, admitted, then stored as admitted.
+
 Faults on demand: outages (open streams cut, every request refused), watches expired (the
 next watch from an old version gets 410 and the watcher relists), chosen requests
 answered with an error (429 Too Many Requests, 409 Conflict, 500, ...), slow writes.
