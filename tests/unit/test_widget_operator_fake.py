@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from fastctl.demo import widgets
+from fastctl.errors import ApiError
 from fastctl.kube import create, delete, patch
 from fastctl.testing import FakeCluster, run_until_quiet, virtual_time
 
@@ -94,3 +97,30 @@ async def test_many_widgets_converge() -> None:
         for n in names:
             ready(cluster, n)
             assert rendered(cluster, n) == {"k": n}
+
+
+@virtual_time
+async def test_the_widget_webhooks_on_a_fake_cluster() -> None:
+    """The demo's admission webhooks, limited to one namespace by their selector: a Widget
+    the reconcile could never render is refused there (and only there), the owner is
+    defaulted, and the operator's own writes (finalizer, status) pass."""
+    from fastctl.demo.webhooks import make_webhooks
+
+    hooks = make_webhooks(namespace=NAMESPACE)
+    async with FakeCluster(widgets.CRD, webhooks=hooks) as cluster:
+        client = cluster.client(user="dana")
+        bad = widgets.widget("bad", NAMESPACE, {"no spaces": "x"})
+        with pytest.raises(ApiError) as refused:
+            await create(client, widgets.WIDGET, bad)
+        assert refused.value.status == 403
+        assert "'no spaces' is not a valid ConfigMap key" in str(refused.value)
+        elsewhere = widgets.widget("bad", "kube-public", {"no spaces": "x"})
+        await create(client, widgets.WIDGET, elsewhere)  # not selected: admitted
+
+        made = await create(client, widgets.WIDGET, widgets.widget("ok", NAMESPACE, {"a": "1"}))
+        assert made["spec"]["owner"] == "dana"
+        await run_until_quiet(widgets.make_controller(client, namespace=NAMESPACE))
+        w = ready(cluster, "ok")
+        assert w["spec"]["owner"] == "dana"
+        assert widgets.FINALIZER in w["metadata"]["finalizers"]
+        assert rendered(cluster, "ok") == {"a": "1"}
