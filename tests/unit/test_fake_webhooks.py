@@ -316,3 +316,19 @@ async def test_a_write_is_admitted_again_when_the_object_changed_meanwhile() -> 
         assert stored is not None
         assert stored["spec"]["replicas"] == 4
         assert stored["metadata"]["labels"] == {"other": "writer"}
+
+
+@virtual_time
+async def test_a_handler_that_raises_refuses_as_the_webhook_server_would() -> None:
+    hooks = Webhooks()
+
+    @hooks.validating(DEVICE, name="devices.broken.hooks.fastctl.dev")
+    def broken(request: AdmissionRequest) -> Allow:
+        raise KeyError("spec")
+
+    async with FakeCluster(Device, webhooks=hooks) as cluster:
+        with pytest.raises(ApiError) as exc:
+            await create(cluster.client(), DEVICE, device("a"))
+        assert exc.value.status == 500
+        assert "broken raised KeyError('spec')" in str(exc.value)
+        assert cluster.get(DEVICE.api_version, "Device", "a") is None
