@@ -19,6 +19,7 @@ async with fastctl.testing.FakeCluster(Widget) as cluster:   # an API server in 
     client = cluster.client()         # fastctl.kube calls, Controllers, Managers run on it
     await fastctl.testing.run_until_quiet(controller)
     cluster.get("v1", "ConfigMap", "a"); cluster.requests; cluster.outage(30)
+    FakeCluster(Tenant, webhooks=WEBHOOKS)   # the module's admission webhooks, in process
 ```
 
 With pytest, the plugin (``fastctl.testing.pytest_plugin``, registered by the package's

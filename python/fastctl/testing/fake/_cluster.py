@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
 
     from fastctl.kube._model import CustomResource
+    from fastctl.webhook import Webhooks
 
 __all__ = ["FakeCluster", "FakeClusterError"]
 
@@ -48,8 +49,8 @@ class FakeClusterError(RuntimeError):
 class _Session:
     """What `fastctl.kube._http.request` calls in place of an ``aiohttp`` session."""
 
-    def __init__(self, server: FakeApiServer) -> None:
-        self.server = server
+    def __init__(self, server: FakeApiServer, user: Mapping[str, Any] | None = None) -> None:
+        self.server, self.user = server, user
 
     async def request(self, method: str, url: str, **kwargs: Any) -> Response:
         parts = urlsplit(url)
@@ -63,6 +64,7 @@ class _Session:
             body=data if isinstance(data, bytes) or data is None else bytes(data),
             content_type=headers.get("Content-Type", "application/json"),
             accept=headers.get("Accept"),
+            user=self.user,
         )
 
 
@@ -84,6 +86,13 @@ class FakeCluster:
     operator's install step would: its objects are then checked against the generated
     schema (unknown fields pruned, defaults filled in, 422 on an invalid object).
 
+    `webhooks` (a module's ``WEBHOOKS``, a `fastctl.webhook.Webhooks`; more with
+    `add_webhooks`) are the admission webhooks the server calls, in process, on the writes
+    their rules name, as a real one calls them over HTTPS (mutating first, then
+    validating; a refusal is the request's error); the operator's own writes pass through
+    them too. Writes made here (`create`, `update`, ...) are not sent to them, as a write
+    to etcd is not: write through a `client` to see them answer.
+
     `garbage_collection` deletes the dependents of a deleted owner (its
     ``ownerReferences``), as a cluster's controller-manager does; `ControlPlane` runs no
     controller-manager, so pass False for the same behaviour as there. `streaming` False
@@ -98,6 +107,7 @@ class FakeCluster:
         garbage_collection: bool = True,
         streaming: bool = True,
         page_size: int = 500,
+        webhooks: Webhooks | None = None,
     ) -> None:
         self.server = FakeApiServer(
             namespaces=namespaces,
@@ -107,17 +117,34 @@ class FakeCluster:
         )
         self.host = f"http://fake-{next(_HOSTS)}.cluster.invalid"
         SESSIONS[self.host] = _Session(self.server)
+        self._hosts = [self.host]
         self._clients: list[ApiClient] = []
         self.install(*crds)
+        if webhooks is not None:
+            self.add_webhooks(webhooks)
+
+    def add_webhooks(self, webhooks: Webhooks) -> None:
+        """Call the admission webhooks of `webhooks` (a `fastctl.webhook.Webhooks`) too,
+        after those given before."""
+        self.server.admission.add(webhooks)
 
     # -- clients -----------------------------------------------------------------------
 
-    def client(self) -> ApiClient:
+    def client(self, user: str | None = None, groups: tuple[str, ...] = ()) -> ApiClient:
         """A new client of this cluster (call it within the event loop; `close` closes
-        every client made here)."""
+        every client made here). Its requests come from the admin of `ControlPlane`'s
+        kubeconfig (``fastctl-admin``, in ``system:masters``), or from `user` in `groups`
+        (with ``system:authenticated``): who the admission webhooks see asking. The fake
+        authorizes every request all the same."""
         from kubernetes_asyncio.client import ApiClient, Configuration
 
-        client = ApiClient(Configuration(host=self.host))
+        host = self.host
+        if user is not None:
+            host = self.host.replace(".cluster.invalid", f"-u{len(self._hosts)}.cluster.invalid")
+            info = {"username": user, "groups": [*groups, "system:authenticated"]}
+            SESSIONS[host] = _Session(self.server, info)
+            self._hosts.append(host)
+        client = ApiClient(Configuration(host=host))
         self._clients.append(client)
         return client
 
@@ -132,7 +159,8 @@ class FakeCluster:
         """Stop serving (open watches end, requests go nowhere), without closing clients:
         for a caller outside the event loop the clients ran on."""
         self.server.cut_streams()
-        SESSIONS.pop(self.host, None)
+        for host in self._hosts:
+            SESSIONS.pop(host, None)
 
     async def __aenter__(self) -> FakeCluster:
         return self

@@ -12,6 +12,9 @@ optimistic concurrency (409 on a stale resourceVersion), finalizers and
 ``deletionTimestamp``, garbage collection of dependents through ``ownerReferences``, label
 and field selectors, and custom resources checked against their CRD's schema.
 
+Admission webhooks, when given (`fastctl.testing.fake._admission`): a write their rules
+name is computed up to where it would be stored, admitted, then stored as admitted.
+
 Faults on demand: outages (open streams cut, every request refused), watches expired (the
 next watch from an old version gets 410 and the watcher relists), chosen requests
 answered with an error (429 Too Many Requests, 409 Conflict, 500, ...), slow writes.
@@ -23,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import functools
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import aiohttp
@@ -36,6 +40,7 @@ import orjson
 
 from fastctl._clock import monotonic
 from fastctl.runtime.sharding._slots import fnv1a_64
+from fastctl.testing.fake._admission import ADMIN, Admission, Denied
 from fastctl.testing.fake._kinds import BUILTIN, CRD_KIND, Kind, kinds_of_crd
 from fastctl.testing.fake._patches import (
     ApplyConflict,
@@ -55,6 +60,9 @@ from fastctl.testing.fake._patches import (
 from fastctl.testing.fake._selectors import SelectorError, field_selector, label_selector
 from fastctl.testing.fake._validation import check
 from fastctl.testing.fake._wire import Entry, Keep, Response, WatchStream, status_body
+
+if TYPE_CHECKING:
+    from fastctl.webhook._review import Operation
 
 __all__ = ["FakeApiServer", "Fault", "RecordedRequest", "shard_filter"]
 
@@ -157,6 +165,81 @@ class _Route:
 
 _RESERVED = {"apiVersion", "kind", "metadata", "status"}
 
+Hook = Callable[["Kind", dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None]
+"""Called with (kind, old, new) where a write is about to be stored: the object to store."""
+
+_SERVER_SET = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "managedFields",
+    "name",
+    "namespace",
+    "resourceVersion",
+)
+"""The metadata a webhook's patch cannot change (the server keeps its own)."""
+
+
+class _Paused(Exception):
+    """A write stopped where it would be stored: its object goes to admission first."""
+
+    def __init__(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        super().__init__("paused for admission")
+        self.old, self.new = copy.deepcopy(old), copy.deepcopy(new)
+
+
+class _Changed(Exception):
+    """The object changed while the webhooks looked at it: admission starts again."""
+
+
+def _comparable(obj: Mapping[str, Any] | None) -> Any:
+    """`obj` without what a second computation of the same write draws anew (a uid, a
+    generated name, timestamps)."""
+    if obj is None:
+        return None
+    meta = dict(obj.get("metadata") or {})
+    for key in ("uid", "creationTimestamp", "managedFields"):
+        meta.pop(key, None)
+    if meta.get("generateName"):
+        meta.pop("name", None)
+    return {**obj, "metadata": meta}
+
+
+def _store(
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    admitted: dict[str, Any] | None,
+    subresource: str | None,
+    kind: Kind,
+    now_old: dict[str, Any] | None,
+    now_new: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """The hook of a write's second computation: the admitted object, if the write
+    computes the same as when the webhooks were asked (`_Changed` otherwise)."""
+    if _comparable(now_old) != _comparable(old) or _comparable(now_new) != _comparable(new):
+        raise _Changed
+    if now_new is None or admitted is None:
+        return now_new
+    return _as_admitted(kind, now_new, admitted, subresource)
+
+
+def _as_admitted(
+    kind: Kind, stored: dict[str, Any], admitted: dict[str, Any], subresource: str | None
+) -> dict[str, Any]:
+    """What the webhooks admitted, with what only the server sets kept from `stored`."""
+    out = copy.deepcopy(admitted)
+    meta = {k: v for k, v in (out.get("metadata") or {}).items() if k not in _SERVER_SET}
+    meta.update({k: stored["metadata"][k] for k in _SERVER_SET if k in stored["metadata"]})
+    out["metadata"] = meta
+    out["apiVersion"], out["kind"] = stored["apiVersion"], stored["kind"]
+    if kind.status and subresource is None:
+        out.pop("status", None)
+        if "status" in stored:
+            out["status"] = copy.deepcopy(stored["status"])
+    return out
+
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -197,6 +280,8 @@ class FakeApiServer:
         self.kinds: dict[tuple[str, str, str], Kind] = {}
         self.requests: list[RecordedRequest] = []
         self.faults: list[Fault] = []
+        self.admission = Admission()
+        self._hook: Hook | None = None
         self._uids = itertools.count(1)
         self._names = itertools.count(1)
         self._lists = itertools.count(1)
@@ -301,8 +386,10 @@ class FakeApiServer:
         body: bytes | None = None,
         content_type: str = "application/json",
         accept: str | None = None,
+        user: Mapping[str, Any] | None = None,
     ) -> Response:
-        """Answer one request (what `fastctl.kube._http.request` sends)."""
+        """Answer one request (what `fastctl.kube._http.request` sends), from `user`
+        (``username`` and ``groups``, as the webhooks see it; default `ADMIN`)."""
         q = {k: _qs(v) for k, v in (query or {}).items() if v is not None}
         path, _, raw_query = path.partition("?")
         if raw_query:
@@ -330,12 +417,85 @@ class FakeApiServer:
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
                 data = status_body(fault.status, fault.reason, fault.message)
                 return Response(fault.status, data, headers=headers)
-        try:
-            answer = self._answer(route, path, body, content_type, accept)
-        except Fail as exc:
-            answer = exc.response()
+        if route.kind is not None and self.admission.rules_name(
+            route.kind, route.verb, route.subresource
+        ):
+            answer = await self._admitted(route, path, body, content_type, accept, user or ADMIN)
+        else:
+            try:
+                answer = self._answer(route, path, body, content_type, accept)
+            except Fail as exc:
+                answer = exc.response()
         self._record(method, path, route, q, body, answer.status)
         return answer
+
+    async def _admitted(
+        self,
+        route: _Route,
+        path: str,
+        body: bytes | None,
+        content_type: str,
+        accept: str | None,
+        user: Mapping[str, Any],
+    ) -> Response:
+        """A write through the admission webhooks: computed up to where it would be
+        stored, admitted (`fastctl.testing.fake._admission`), then computed again and
+        stored as admitted; again from the start if the object changed meanwhile."""
+        kind = route.kind
+        assert kind is not None
+        while True:
+            self._hook = self._pause
+            try:
+                return self._answer(route, path, body, content_type, accept)  # not a write
+            except _Paused as paused:
+                old, new = paused.old, paused.new
+            except Fail as exc:
+                return exc.response()
+            finally:
+                self._hook = None
+            operation: Operation = (
+                "DELETE" if new is None else "CREATE" if old is None else "UPDATE"
+            )
+            namespace = ((new or old or {}).get("metadata") or {}).get("namespace")
+            labels = None
+            if kind.namespaced:
+                ns = self.objects.get(("namespaces", _key(None, str(namespace))))
+                labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+            try:
+                admitted = await self.admission.admit(
+                    kind,
+                    operation,
+                    old,
+                    new,
+                    user=user,
+                    namespace_labels=labels,
+                    validate=lambda obj: self._validated(kind, obj),
+                )
+            except Denied as exc:
+                return Response(exc.code, status_body(exc.code, exc.reason, exc.message))
+            except Fail as exc:
+                return exc.response()
+
+            self._hook = functools.partial(_store, old, new, admitted, route.subresource)
+            try:
+                return self._answer(route, path, body, content_type, accept)
+            except _Changed:
+                continue
+            except Fail as exc:
+                return exc.response()
+            finally:
+                self._hook = None
+
+    @staticmethod
+    def _pause(_: Kind, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        raise _Paused(old, new)
+
+    def _at_admission(
+        self, kind: Kind, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """Where a write is about to be stored: the admission hook of the request, once."""
+        hook, self._hook = self._hook, None
+        return new if hook is None else hook(kind, old, new)
 
     def _record(
         self,
@@ -711,6 +871,9 @@ class FakeApiServer:
         if kind.status:
             obj.pop("status", None)
         obj = self._validated(kind, self._defaulted(kind, obj))
+        admitted = self._at_admission(kind, None, obj)
+        assert admitted is not None
+        obj = admitted
         self._own(obj, manager or "unknown", "Update", fields_of(_owned_part(obj, None)), None)
         obj = self._commit(kind, obj, "ADDED")
         if kind is CRD_KIND or kind.key == CRD_KIND.key:
@@ -957,6 +1120,9 @@ class FakeApiServer:
                     "no new finalizers can be added if the object is being deleted",
                 )
         new = self._validated(kind, self._defaulted(kind, new) if kind.key == "secrets" else new)
+        admitted = self._at_admission(kind, old, new)
+        assert admitted is not None
+        new = admitted
         if _body(new, kind) != _body(old, kind) and kind.generation:
             new["metadata"]["generation"] = int(old_meta.get("generation") or 0) + 1
         if new == old:
@@ -1036,6 +1202,7 @@ class FakeApiServer:
                 f"{pre['resourceVersion']}, ResourceVersion in object meta: "
                 f"{meta['resourceVersion']}",
             )
+        self._at_admission(kind, old, None)
         policy = options.get("propagationPolicy") or "Background"
         if policy == "Orphan":
             self._orphan(meta.get("uid"))
