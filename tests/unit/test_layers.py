@@ -25,7 +25,7 @@ ALLOWED = {
     "runtime": {"engine", "kube", "runtime"},
     "webhook": {"engine", "kube", "runtime", "webhook"},
     "deploy": {"engine", "kube", "runtime", "webhook", "deploy"},
-    "testing": {"engine", "kube", "runtime", "testing"},
+    "testing": {"engine", "kube", "runtime", "webhook", "testing"},
     "app": set(LAYERS),
 }
 
