@@ -550,6 +550,32 @@ mod tests {
     }
 
     #[test]
+    fn state_names_are_the_python_api_names() {
+        let names = [
+            KeyState::Waiting,
+            KeyState::Ready,
+            KeyState::InFlight,
+            KeyState::InFlightDirty,
+        ]
+        .map(KeyState::as_str);
+        assert_eq!(names, ["waiting", "ready", "in_flight", "in_flight_dirty"]);
+    }
+
+    #[test]
+    fn summary_counts_every_key_in_flight_at_one_priority() {
+        let mut s = sched(0);
+        for key in ["a", "b", "c"] {
+            s.add(key, 0.0, 4, 1.0).unwrap();
+        }
+        s.add("d", 0.0, -1, 1.0).unwrap();
+        for _ in 0..4 {
+            s.pop(2.0).unwrap();
+        }
+        let q = s.queue_summary(3.0).unwrap();
+        assert_eq!(q.in_flight_by_priority, [(4, 3), (-1, 1)]);
+    }
+
+    #[test]
     fn summary_counts_states_priorities_and_the_oldest_ready_key() {
         let mut s = sched(2);
         let empty = s.queue_summary(0.0).unwrap();

@@ -237,6 +237,27 @@ mod tests {
     }
 
     #[test]
+    fn texts_past_inline_are_classed_by_cell_width_up_to_slab_max() {
+        let class = |n: usize| {
+            KeyText {
+                len: n as u32,
+                ..KeyText::default()
+            }
+            .class()
+        };
+        let widths = [INLINE, INLINE + 1, 80, 81, SLAB_MAX, SLAB_MAX + 1];
+        assert_eq!(
+            widths.map(class),
+            [None, Some(4), Some(4), Some(5), Some(31), None]
+        );
+        assert_eq!(
+            KeyTexts::default().slabs.len(),
+            32,
+            "one slab a class, none unused"
+        );
+    }
+
+    #[test]
     fn inline_texts_take_no_cell() {
         let mut t = KeyTexts::default();
         let k = t.insert(&"x".repeat(INLINE));

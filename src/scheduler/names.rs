@@ -248,6 +248,24 @@ mod tests {
     }
 
     #[test]
+    fn check_finds_a_freed_number_still_indexed_and_a_name_twice() {
+        let valid = || {
+            let mut n = Names::default();
+            n.intern("a");
+            n.intern("b");
+            n.check().unwrap();
+            n
+        };
+        let mut n = valid();
+        n.entries[2].text = None;
+        assert!(n.check().is_err(), "a freed number still in the table");
+        let mut n = valid();
+        let hash = n.entries[1].hash;
+        n.insert(hash, "a");
+        assert!(n.check().is_err(), "one name under two numbers");
+    }
+
+    #[test]
     fn names_differing_only_past_the_inline_limit_are_distinct() {
         let mut n = Names::default();
         let a = format!("{}a", "n".repeat(INLINE));

@@ -654,6 +654,9 @@ mod tests {
         r.levels.insert(Reverse(7), Level::Plain(Sorted::default()));
         assert!(r.check_heads(g()).is_err(), "an empty level");
         let mut r = valid();
+        r.held.insert(Reverse(7), Level::Plain(Sorted::default()));
+        assert!(r.check_heads(g()).is_err(), "an empty held level");
+        let mut r = valid();
         if let Some(Level::Plain(q)) = r.levels.get_mut(&Reverse(0)) {
             q.len += 1;
         }

@@ -184,6 +184,40 @@ mod tests {
     }
 
     #[test]
+    fn clearing_an_id_never_set_takes_no_room() {
+        let mut t = Tournament::default();
+        t.set(0, 5, 1);
+        let room = t.capacity();
+        t.clear(room as u32);
+        t.clear(1000);
+        assert_eq!(t.capacity(), room);
+        t.check().unwrap();
+    }
+
+    #[test]
+    fn check_finds_stale_winners() {
+        let valid = || {
+            let mut t = Tournament::default();
+            t.set(0, 5, 1);
+            t.set(1, 7, 2);
+            t.set(3, 9, 3);
+            t.clear(3);
+            t.check().unwrap();
+            t
+        };
+        let mut t = valid();
+        t.nodes[3] = Node {
+            key: 9,
+            id: 3,
+            payload: 3,
+        };
+        assert!(t.check().is_err(), "a winner left over an emptied subtree");
+        let mut t = valid();
+        t.nodes[1].payload = 9;
+        assert!(t.check().is_err(), "the winner's key with a stale payload");
+    }
+
+    #[test]
     fn matches_a_scan_under_random_updates() {
         let mut rng = crate::scheduler::backoff::SplitMix64::new(7);
         let mut t = Tournament::default();
