@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -53,9 +52,9 @@ from fastctl.deploy._webhooks import CERT_DIR
 from fastctl.kube import ApiError, Resource, create, delete, get, patch
 from fastctl.runtime import LeaderElection, Manager
 from fastctl.testing import ControlPlane
-from fastctl.webhook._configuration import MUTATING, VALIDATING
 
 from .conftest import make_client
+from .test_deployment_webhooks import configurations, free_port, one
 from .test_rbac import Grant, Sent, conflicts, grants_of, sent, wait_for  # noqa: F401  (fixtures; conflicts is autouse)
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
@@ -94,11 +93,6 @@ def fastctl(*args: str) -> str:
 def render(namespace: str) -> list[dict[str, Any]]:
     out = fastctl("manifests", TARGET, "--namespace", namespace, "--metrics-insecure")
     return [d for d in yaml.safe_load_all(out) if d]
-
-
-def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (found,) = [d for d in docs if d["kind"] == kind]
-    return found
 
 
 def admin(cp: ControlPlane, method: str, path: str, body: Any = None) -> Any:
@@ -143,12 +137,6 @@ def allowed(cp: ControlPlane, namespace: str, verb: str, resource: str) -> bool:
     }  # fmt: skip
     answer = admin(cp, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
     return bool(answer["status"].get("allowed"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def command_line(
@@ -226,32 +214,6 @@ class Operator:
         status, text = http_get(self.ports["--metrics-port"], "/metrics")
         assert status == 200, text
         return text
-
-
-@contextlib.asynccontextmanager
-async def configurations(
-    client: ApiClient, docs: list[dict[str, Any]], url: str, ca: bytes
-) -> AsyncIterator[None]:
-    """The generated webhook configurations, pointed at `url` with `ca` (cert-manager's
-    part), for the body of the block; deleted after (they are cluster-wide)."""
-    made = []
-    for kind, resource in (("ValidatingWebhookConfiguration", VALIDATING),
-                           ("MutatingWebhookConfiguration", MUTATING)):  # fmt: skip
-        config = one(docs, kind)
-        for hook in config["webhooks"]:
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {
-                "url": f"{url}{path}",
-                "caBundle": base64.b64encode(ca).decode(),
-            }
-        await create(client, resource, config)
-        made.append((resource, config["metadata"]["name"]))
-    try:
-        yield
-    finally:
-        for resource, name in made:
-            with contextlib.suppress(ApiError):
-                await delete(client, resource, name)
 
 
 def tenant(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
