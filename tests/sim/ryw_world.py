@@ -17,7 +17,6 @@ behind watches that show each write only some seconds later.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections import defaultdict
@@ -33,7 +32,17 @@ from fastctl.testing import VirtualTimeLoop, run_virtual
 
 from .apiserver import ApiServer, ServerConfig
 from .record import Record
-from .world import CHILD, SETTLE, SPIN_LIMIT, START, WIDGET, Outcome, SimError, SimScheduler, _how
+from .world import (
+    CHILD,
+    SETTLE,
+    SPIN_LIMIT,
+    START,
+    WIDGET,
+    Outcome,
+    SimError,
+    SimScheduler,
+    stop_and_record,
+)
 from .writes_world import _wired
 
 NAMESPACE = "a"
@@ -245,19 +254,9 @@ async def _simulate(schedule: RywSchedule, record: RywRecord, guard: bool) -> No
         record.quiet_from = last
         record.in_flight_at_settle[CTL] = ctl.scheduler.in_flight
         record.running_at_settle[CTL] = sum(1 for r in record.runs if r.end is None)
-        record.ended_with = "running" if not task.done() else _how(task)
         record.settled_running = not task.done()
         record.stop_asked = loop.time()
-        ctl.shutdown()
-        await asyncio.wait({task}, timeout=30.0)
-        if task.done():
-            if record.ended_with == "running":
-                record.ended_with = _how(task)
-        else:
-            record.ended_with = "stop hung"
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        await stop_and_record(record, task, ctl.shutdown, 30.0)
         record.in_flight_at_end[CTL] = ctl.scheduler.in_flight
         for entry in server.history:
             if entry.resource == "children" and entry.etype == "DELETED":

@@ -529,23 +529,13 @@ async def _simulate(schedule: Schedule, record: Record) -> None:
             record.running_at_settle[ctl.name] = sum(
                 1 for r in record.runs if r.ctl == ctl.name and r.end is None
             )
-        record.ended_with = "running" if not task.done() else _how(task)
         record.settled_running = not task.done() and record.stop_asked is None
-        stop()
         bound = (
             schedule.drain_timeout + LEASE.renew_deadline
             if manager
             else max(MAX_DURATION, THREAD_HANG, schedule.timeout)
         )
-        await asyncio.wait({task}, timeout=bound + 1.0)
-        if task.done():
-            if record.ended_with == "running":
-                record.ended_with = _how(task)
-        else:
-            record.ended_with = "stop hung"
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        await stop_and_record(record, task, stop, bound + 1.0)
         for ctl in ctls:
             record.in_flight_at_end[ctl.name] = ctl.scheduler.in_flight
         # let stray thread reconciles end, so their writes are on the record
@@ -558,6 +548,25 @@ async def _simulate(schedule: Schedule, record: Record) -> None:
 def _process_exit(pools: Iterable[SimExecutor]) -> None:
     for pool in pools:
         pool.abort()
+
+
+async def stop_and_record(
+    record: Record, task: asyncio.Task[None], stop: Callable[[], None], bound: float
+) -> None:
+    """Ask the run `task` to stop and record how it ended: how it had already ended, or how
+    it ends once asked; still running `bound` seconds later, it is "stop hung" (then
+    cancelled, so the world can close). Every world ends its run this way."""
+    record.ended_with = "running" if not task.done() else _how(task)
+    stop()
+    await asyncio.wait({task}, timeout=bound)
+    if task.done():
+        if record.ended_with == "running":
+            record.ended_with = _how(task)
+    else:
+        record.ended_with = "stop hung"
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
 
 
 def _how(task: asyncio.Task[None]) -> str:

@@ -47,8 +47,8 @@ from .world import (
     Outcome,
     SimError,
     SimScheduler,
-    _how,
     patched,
+    stop_and_record,
 )
 
 POINTER = Resource("example.com/v1", "Pointer", plural="pointers", namespaced=True)
@@ -233,19 +233,9 @@ async def _simulate(schedule: WritesSchedule, record: WritesRecord) -> None:
         record.quiet_from = last
         record.in_flight_at_settle[CTL] = ctl.scheduler.in_flight
         record.running_at_settle[CTL] = sum(1 for r in record.runs if r.end is None)
-        record.ended_with = "running" if not task.done() else _how(task)
         record.settled_running = not task.done()
         record.stop_asked = loop.time()
-        ctl.shutdown()
-        await asyncio.wait({task}, timeout=30.0)
-        if task.done():
-            if record.ended_with == "running":
-                record.ended_with = _how(task)
-        else:
-            record.ended_with = "stop hung"
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        await stop_and_record(record, task, ctl.shutdown, 30.0)
         record.in_flight_at_end[CTL] = ctl.scheduler.in_flight
     await client.close()
 
