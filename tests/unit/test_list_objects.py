@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fastctl import _redact
+from fastctl.errors import ApiError
 from fastctl.kube import _list
 from fastctl.kube import list as list_objects
 from fastctl.kube._resource import ResolvedResource
@@ -111,3 +112,55 @@ async def test_listed_secrets_are_remembered(monkeypatch: pytest.MonkeyPatch) ->
         assert _redact.scrub("x secret-value-1 y") == "x <redacted> y"
     finally:
         _redact._forget_all()
+
+
+class ExpiringPages(Pages):
+    """`Pages` whose tokens from ``"p<expire_at>"`` on answer 410 Expired, as an API server
+    does some minutes after the first page."""
+
+    def __init__(self, count: int, expire_at: int) -> None:
+        super().__init__(count)
+        self.expire_at = expire_at
+
+    async def __call__(self, client: Any, method: str, path: str, **kw: Any) -> Any:
+        token = kw["query"].get("continue")
+        if token and int(str(token)[1:]) >= self.expire_at:
+            self.requests.append((path, dict(kw["query"])))
+            raise ApiError(410, "Expired", "The provided continue parameter is too old")
+        return await super().__call__(client, method, path, **kw)
+
+
+async def test_an_expired_token_starts_the_list_over_unpaged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = ExpiringPages(7, expire_at=6)
+    monkeypatch.setattr(_list, "request_json", server)
+    got = await list_objects(None, CONFIGMAPS, limit=3)  # type: ignore[arg-type]
+    assert [o["metadata"]["name"] for o in got["items"]] == [f"o{i}" for i in range(7)]
+    assert got["metadata"] == {"resourceVersion": "41"}
+    # p0, p3, p6 (expired), then the whole collection in one request.
+    assert [(q.get("continue"), q["limit"]) for _, q in server.requests] == [
+        (None, 3),
+        ("p3", 3),
+        ("p6", 3),
+        (None, None),
+    ]
+
+
+async def test_an_expired_token_of_the_caller_or_of_one_page_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = ExpiringPages(7, expire_at=3)
+    monkeypatch.setattr(_list, "request_json", server)
+    with pytest.raises(ApiError) as caller_token:
+        await list_objects(None, CONFIGMAPS, limit=3, continue_="p3")  # type: ignore[arg-type]
+    assert caller_token.value.status == 410
+    first = await list_objects(None, CONFIGMAPS, limit=3, all_pages=False)  # type: ignore[arg-type]
+    with pytest.raises(ApiError):
+        await list_objects(
+            None,  # type: ignore[arg-type]
+            CONFIGMAPS,
+            limit=3,
+            continue_=first["metadata"]["continue"],
+            all_pages=False,
+        )

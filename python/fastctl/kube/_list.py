@@ -5,9 +5,14 @@ A reconcile should read the objects its controller watches from the cache
 migration. It is paged, as client-go's pager does, so that a large collection never comes
 back as one unbounded answer: ``limit`` objects a request (500 by default), following the
 ``continue`` token to the end unless asked for one page. Every page of one list is served
-at the first page's resourceVersion, so the pages are one consistent snapshot; a token that
-expires meanwhile (410 Gone, after about five minutes) is an `ApiError`: list again. A page
-is asked again after a 429, a 503 or a reset (`fastctl.kube._call_retry`).
+at the first page's resourceVersion, so the pages are one consistent snapshot. When the
+token of a list followed to the end expires meanwhile (410 Gone, about five minutes after
+the first page, on a slow reader or a large collection), the list starts over as one
+unpaged request, as client-go's pager does (``FullListIfExpired``): a paged snapshot cannot
+be resumed at a newer version, and a whole new answer is still one consistent snapshot. A
+caller's own token (``continue_=``) or a single page (``all_pages=False``) that expires is an
+`ApiError` with status 410: only the caller knows where it started. A page is asked again
+after a 429, a 503 or a reset (`fastctl.kube._call_retry`).
 
 The result is the API server's own List object (``items``, ``metadata.resourceVersion``,
 ``metadata.continue`` when more pages are left), with each item's ``apiVersion`` and
@@ -22,6 +27,7 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._redact import is_sensitive, remember
+from fastctl.errors import ApiError
 from fastctl.kube._call_retry import Safety
 from fastctl.kube._http import request_json
 from fastctl.kube._objects import resolved
@@ -64,9 +70,16 @@ async def list_objects(
     first: dict[str, Any] | None = None
     items: list[dict[str, Any]] = []
     while True:
-        page: dict[str, Any] = await request_json(
-            client, "GET", path, query={**query, "continue": token}, retry=Safety.IDEMPOTENT
-        )
+        try:
+            page: dict[str, Any] = await request_json(
+                client, "GET", path, query={**query, "continue": token}, retry=Safety.IDEMPOTENT
+            )
+        except ApiError as err:
+            if not (err.status == 410 and all_pages and first is not None and continue_ is None):
+                raise
+            # Our own token expired mid-way: start over in one request (see the module doc).
+            query["limit"], token, first, items = None, None, None, []
+            continue
         first = first or page
         for item in page.get("items") or ():
             item.setdefault("apiVersion", res.api_version)
