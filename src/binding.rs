@@ -118,6 +118,26 @@ fn resolve_now(py: Python<'_>, now: Option<f64>) -> PyResult<f64> {
         .extract()
 }
 
+/// `now`, or the clock a query reads: the running event loop's `time()` when this thread runs
+/// one, else the monotonic clock. A query (`stats`, `inspect`, `queue_summary`) moves the
+/// scheduler's clock to the time it is asked at, so one asked on a loop whose time is virtual
+/// must not read the real clock: that would move the clock past every virtual ready time for
+/// good. Updates (`add`, `pop`, `done`) keep reading the monotonic clock without calling into
+/// Python: they are the hot path, and the runtime gives them `now` from its loop.
+fn resolve_query_now(py: Python<'_>, now: Option<f64>) -> PyResult<f64> {
+    if let Some(now) = now {
+        return Ok(now);
+    }
+    static RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let running = RUNNING_LOOP
+        .import(py, "asyncio", "_get_running_loop")?
+        .call0()?;
+    if running.is_none() {
+        return resolve_now(py, None);
+    }
+    running.call_method0(pyo3::intern!(py, "time"))?.extract()
+}
+
 /// Map a core error to the Python exception users expect; `key` is the Python key object,
 /// for a message that shows it as Python would.
 fn to_py_err(err: Error, key: Option<&Bound<'_, PyAny>>) -> PyErr {
@@ -641,7 +661,7 @@ impl PyScheduler {
     /// Counts, ages (measured at `now`) and histograms, for metrics.
     #[pyo3(signature = (*, now = None))]
     fn stats<'py>(&self, py: Python<'py>, now: Option<f64>) -> PyResult<Bound<'py, PyDict>> {
-        let now = resolve_now(py, now)?;
+        let now = resolve_query_now(py, now)?;
         let s = {
             let mut inner = self.lock(py)?;
             inner.stats(now).map_err(|e| to_py_err(e, None))?
@@ -677,7 +697,7 @@ impl PyScheduler {
         now: Option<f64>,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         let k = key_str(key, "key")?;
-        let now = resolve_now(py, now)?;
+        let now = resolve_query_now(py, now)?;
         let found = self.lock(py)?.inspect(k, now);
         match found.map_err(|e| to_py_err(e, Some(key)))? {
             Some(i) => Ok(Some(inspection(py, &i)?)),
@@ -692,7 +712,7 @@ impl PyScheduler {
         py: Python<'py>,
         now: Option<f64>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let now = resolve_now(py, now)?;
+        let now = resolve_query_now(py, now)?;
         let q = self.lock(py)?.queue_summary(now);
         summary(py, &q.map_err(|e| to_py_err(e, None))?)
     }

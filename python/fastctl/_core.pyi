@@ -144,7 +144,10 @@ class Scheduler:
     """A keyed priority/delay queue with in-flight bookkeeping: one record per key, never two
     hand-outs of the same key at once. Thread-safe.
 
-    Times are seconds on the `time.monotonic()` clock; every `now` defaults to it.
+    Times are seconds on the `time.monotonic()` clock; every `now` of an update defaults to
+    it. A query (`stats`, `inspect`, `queue_summary`) asked without `now` inside a running
+    event loop reads that loop's `time()` instead, so a query on a virtual-time loop never
+    moves the clock to real time.
     """
 
     def __new__(

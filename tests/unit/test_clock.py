@@ -252,3 +252,26 @@ def test_looking_into_a_controller_keeps_its_scheduler_on_the_virtual_clock(
 
     run_virtual(main(), start=1.0)
     assert starts == [1.0, 31.0, 61.0]
+
+
+def test_a_query_without_now_on_a_virtual_loop_keeps_virtual_time() -> None:
+    """`stats()`, `inspect()` and `queue_summary()` move the scheduler's clock to the time
+    they are asked at; asked without `now` on a virtual-time loop, that must be the loop's
+    time, or a key waiting ten virtual seconds becomes due at once."""
+
+    async def scenario() -> list[str | None]:
+        loop = asyncio.get_running_loop()
+        scheduler = fastctl.Scheduler()
+        scheduler.add("waits", after=10.0, now=loop.time())
+        scheduler.stats()
+        scheduler.inspect("waits")
+        scheduler.queue_summary()
+        early = scheduler.pop(now=loop.time())
+        await asyncio.sleep(10.0)
+        return [early, scheduler.pop(now=loop.time())]
+
+    loop = VirtualTimeLoop()
+    try:
+        assert loop.run_until_complete(scenario()) == [None, "waits"]
+    finally:
+        loop.close()
