@@ -23,10 +23,11 @@ from fastctl.kube._http import ApiError
 from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._member import ShardMember
+from fastctl.runtime.sharding._member_api import member_lease
 from fastctl.runtime.sharding._rules import GROUP_LABEL, SLOTS_ANNOTATION
 from fastctl.testing import VirtualTimeLoop, run_virtual
 
-from .test_sharding_protocol import SLOTS, LeaseStore, Link, config
+from .test_sharding_protocol import GROUP, SLOTS, LeaseStore, Link, config
 
 
 class Node:
@@ -377,6 +378,127 @@ def test_a_failing_renewal_is_logged_once_per_distinct_error(
         assert said.count((logging.WARNING, refused_text)) == 1
         assert said.count((logging.DEBUG, refused_text)) >= 1
         assert said.count((logging.WARNING, timed_out)) == 1
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_serves_answers_for_the_time_it_is_given() -> None:
+    """`serves(slot, now)` judges at `now`, not at the loop's time: a caller in another
+    thread has no loop and passes the loop's time itself, and at the tenure's end the
+    answer is no, whatever the loop's clock says."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        node = group.join("m0")
+        await until_changed(node.member, lambda: bool(node.member.serving))
+        slot = min(node.member.serving)
+        deadline = node.member._rules.deadline
+        assert loop.time() < deadline
+        assert node.member.serves(slot)
+        assert node.member.serves(slot, loop.time())
+        assert not node.member.serves(slot, deadline)
+        assert not node.member.serves(slot, deadline + 1.0)
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+class _Recorded(Link):
+    """A reliable link that records when each call starts and ends, in order."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        super().__init__(store, random.Random(0))
+        self.lossy = False
+        self.calls: list[str] = []
+
+    async def write(
+        self, current: Mapping[str, Any] | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.calls.append("write sent")
+        try:
+            return await super().write(current, body)
+        finally:
+            self.calls.append("write answered")
+
+    async def list(self) -> list[dict[str, Any]]:
+        self.calls.append("list sent")
+        return await super().list()
+
+
+def test_the_first_read_waits_for_the_first_write() -> None:
+    """A read counts only for the writes that had completed when it was sent (rule 3), so
+    a member sends none before its first write has been answered: such a read could
+    promote nothing, and would only load the API server."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _Recorded(LeaseStore())
+        member = ShardMember(link, config("m0"))
+        task = loop.create_task(member.run())
+        await until_changed(member, lambda: bool(member.serving))
+        assert link.calls[:3] == ["write sent", "write answered", "list sent"]
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_another_members_lease_counts_for_the_duration_it_publishes() -> None:
+    """Rule 1 with the other member's own `leaseDurationSeconds` (40 s here, ours 15 s):
+    its slots are not taken before 40 s after its Lease was last seen to change."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        store = LeaseStore()
+        peer = config("peer")
+        store.write(None, member_lease(peer.lease_name, GROUP, "peer", 40, frozenset(range(SLOTS))))
+        link = Link(store, random.Random(0))
+        link.lossy = False
+        member = ShardMember(link, config("m0"))
+        assert member.config.lease_duration == 15
+        task = loop.create_task(member.run())
+        await asyncio.sleep(35)
+        assert member.serving == frozenset()
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        assert loop.time() >= 40
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_the_member_counts_each_change_and_the_slots_it_gains_and_loses() -> None:
+    """`version` counts the changes of `serving` (one each), `gained` and `lost` the slots
+    that came and went over the member's life: alone it gains all 16; a joiner takes its
+    share away (lost); when the joiner leaves, the share comes back (gained again)."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        first = group.join("m0")
+        member = first.member
+        assert member.version == 0
+        versions = [member.version]
+        changes: list[frozenset[int]] = []
+
+        async def follow() -> None:
+            while True:
+                versions.append(await member.wait_change(versions[-1]))
+                changes.append(member.serving)
+
+        follower = loop.create_task(follow())
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        assert (member.gained, member.lost) == (SLOTS, 0)
+        second = group.join("m1")
+        share = assign(["m0", "m1"], SLOTS)["m1"]
+        await until_changed(second.member, lambda: second.member.serving == share)
+        assert (member.gained, member.lost) == (SLOTS, len(share))
+        assert await second.member.leave() is True
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        assert (member.gained, member.lost) == (SLOTS + len(share), len(share))
+        follower.cancel()
+        assert versions == list(range(versions[0], versions[0] + len(versions)))
+        assert len(changes) >= 3
         await group.stop()
 
     run_virtual(_with_the_loop(main))
