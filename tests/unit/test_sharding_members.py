@@ -502,3 +502,40 @@ def test_the_member_counts_each_change_and_the_slots_it_gains_and_loses() -> Non
         await group.stop()
 
     run_virtual(_with_the_loop(main))
+
+
+def test_a_member_says_when_it_joins_what_it_serves_and_when_the_server_answers_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The info lines of a member's life: its join, each change of its share (with the
+    members it counts), and the first answer after failed writes or reads."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        with caplog.at_level(logging.INFO, logger="fastctl.sharding"):
+            first = group.join("m0")
+            await until_changed(first.member, lambda: len(first.member.serving) == SLOTS)
+            group.join("m1")
+            share = assign(["m0", "m1"], SLOTS)["m0"]
+            await until_changed(first.member, lambda: first.member.serving == share)
+            write, read = first.link.write, first.link.list
+
+            async def refused(*args: Any) -> Any:
+                raise ApiError(500, "InternalError", "etcd is gone")
+
+            first.link.write = refused  # type: ignore[method-assign]
+            first.link.list = refused  # type: ignore[method-assign]
+            await asyncio.sleep(3)
+            first.link.write, first.link.list = write, read  # type: ignore[method-assign]
+            await asyncio.sleep(3)
+        said = [(r.levelno, r.getMessage()) for r in caplog.records]
+        info = [text for level, text in said if level == logging.INFO]
+        assert info[0] == "shard group g: joining as 'm0'"
+        assert "shard group g: joining as 'm1'" in info
+        assert f"shard group g: serving {SLOTS} of {SLOTS} slots (1 members)" in info
+        assert f"shard group g: serving {len(share)} of {SLOTS} slots (2 members)" in info
+        for what in ("writing the member Lease", "listing the group's Leases"):
+            assert (logging.INFO, f"shard group g: {what}: the API server answers again") in said
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
