@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,6 +21,8 @@ from typing import Any, cast
 import pytest
 
 from fastctl.kube._http import ApiError
+from fastctl.runtime.leader._rules import RETRY_JITTER
+from fastctl.runtime.sharding import Sharding
 from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._member import ShardMember
@@ -537,5 +540,107 @@ def test_a_member_says_when_it_joins_what_it_serves_and_when_the_server_answers_
         for what in ("writing the member Lease", "listing the group's Leases"):
             assert (logging.INFO, f"shard group g: {what}: the API server answers again") in said
         await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_each_renewal_publishes_the_holder_its_duration_and_its_slots() -> None:
+    """What the others read (rule 1 needs the duration, rule 3 the slots): the member's
+    Lease names it as holder, for its lease duration in whole seconds, with every slot it
+    serves."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        node = group.join("m0")
+        await until_changed(node.member, lambda: len(node.member.serving) == SLOTS)
+        await asyncio.sleep(5)  # renewals since
+        lease = group.store.leases[node.member.config.lease_name]
+        assert lease["spec"]["holderIdentity"] == "m0"
+        assert lease["spec"]["leaseDurationSeconds"] == 15
+        assert lease["metadata"]["annotations"][SLOTS_ANNOTATION] == f"0-{SLOTS - 1}"
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+class _Timed(Link):
+    """A reliable link that records when each write was sent."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        super().__init__(store, random.Random(0))
+        self.lossy = False
+        self.sent: list[float] = []
+
+    async def write(
+        self, current: Mapping[str, Any] | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.sent.append(asyncio.get_running_loop().time())
+        return await super().write(current, body)
+
+
+def test_a_renewal_that_succeeded_waits_a_whole_retry_period() -> None:
+    """Only a failed write is retried sooner as the tenure's end nears: after a success the
+    next write waits the jittered retry period, also when the renew deadline leaves little
+    more room than one period (2.5 s here, for a 2 s period)."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _Timed(LeaseStore())
+        tight = Sharding(GROUP, identity="m0", slots=SLOTS, renew_deadline=2.5, retry_period=2.0)
+        member = ShardMember(link, tight)
+        task = loop.create_task(member.run())
+        await asyncio.sleep(30)
+        assert member.serving == frozenset(range(SLOTS))
+        gaps = [b - a for a, b in itertools.pairwise(link.sent)]
+        assert len(gaps) >= 10
+        assert min(gaps) >= 2.0
+        assert max(gaps) <= 2.0 * (1 + RETRY_JITTER)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_member_whose_loop_is_cancelled_stops_serving_at_once_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Cancelling `run()` (a Manager stopped without a leave) ends the tenure there: no
+    slot is served any more, and the reconciles still running are cancelled (an urgent
+    drain), with a warning that says why."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        node = group.join("m0")
+        await until_changed(node.member, lambda: len(node.member.serving) == SLOTS)
+        running = node.start(obj_in(node.gate, 3, "long"), forever)
+        await asyncio.sleep(0)
+        version = node.member.version
+        with caplog.at_level(logging.WARNING, logger="fastctl.sharding"):
+            await node.stop()
+            await asyncio.sleep(0.1)
+        assert node.member.serving == frozenset()
+        assert node.member.version == version + 1
+        assert running.cancelled()
+        assert [r.getMessage() for r in caplog.records] == [
+            f"shard group g: stopped serving {SLOTS} slots: the membership loop stopped"
+        ]
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_member_cancelled_before_any_tenure_has_nothing_to_say() -> None:
+    """A member cut off from its first write on serves nothing: cancelling it stops
+    nothing, changes nothing and warns of nothing."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        node = group.join("m0")
+        node.link.cut_until = loop.time() + 3600
+        await asyncio.sleep(30)
+        assert node.member.serving == frozenset()
+        version = node.member.version
+        await node.stop()
+        assert node.member.version == version
+        assert node.member.lost == 0
 
     run_virtual(_with_the_loop(main))
