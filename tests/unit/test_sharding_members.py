@@ -644,3 +644,44 @@ def test_a_member_cancelled_before_any_tenure_has_nothing_to_say() -> None:
         assert node.member.lost == 0
 
     run_virtual(_with_the_loop(main))
+
+
+class _Swallows(Link):
+    """A reliable link that never answers the writes it is told to swallow."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        super().__init__(store, random.Random(0))
+        self.lossy = False
+        self.swallow = 0
+
+    async def write(
+        self, current: Mapping[str, Any] | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        if self.swallow:
+            self.swallow -= 1
+            await asyncio.Event().wait()
+        return await super().write(current, body)
+
+
+def test_a_write_never_answered_is_given_up_and_the_member_goes_on() -> None:
+    """A write may take the time left in the tenure, or the renew deadline when there is
+    none, and no longer: a request the network lost is given up, and the next write starts
+    the member over. Here the first write, with no tenure, and a later one, within a
+    tenure, are never answered."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _Swallows(LeaseStore())
+        link.swallow = 1
+        member = ShardMember(link, config("m0"))
+        task = loop.create_task(member.run())
+        everything = frozenset(range(SLOTS))
+        await until_changed(member, lambda: member.serving == everything)
+        assert loop.time() >= member.config.renew_deadline  # the first write was given up
+        link.swallow = 1
+        await until_changed(member, lambda: member.serving != everything)
+        await until_changed(member, lambda: member.serving == everything)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
