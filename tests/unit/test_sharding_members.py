@@ -538,6 +538,8 @@ def test_a_member_says_when_it_joins_what_it_serves_and_when_the_server_answers_
         assert f"shard group g: serving {SLOTS} of {SLOTS} slots (1 members)" in info
         assert f"shard group g: serving {len(share)} of {SLOTS} slots (2 members)" in info
         for what in ("writing the member Lease", "listing the group's Leases"):
+            failed = f"shard group g: {what}: 500 InternalError: etcd is gone"
+            assert (logging.WARNING, failed) in said
             assert (logging.INFO, f"shard group g: {what}: the API server answers again") in said
         await group.stop()
 
@@ -647,12 +649,19 @@ def test_a_member_cancelled_before_any_tenure_has_nothing_to_say() -> None:
 
 
 class _Swallows(Link):
-    """A reliable link that never answers the writes it is told to swallow."""
+    """A reliable link that never answers the writes (or lists) it is told to swallow."""
 
     def __init__(self, store: LeaseStore) -> None:
         super().__init__(store, random.Random(0))
         self.lossy = False
         self.swallow = 0
+        self.swallow_lists = 0
+
+    async def list(self) -> list[dict[str, Any]]:
+        if self.swallow_lists:
+            self.swallow_lists -= 1
+            await asyncio.Event().wait()
+        return await super().list()
 
     async def write(
         self, current: Mapping[str, Any] | None, body: dict[str, Any]
@@ -680,6 +689,24 @@ def test_a_write_never_answered_is_given_up_and_the_member_goes_on() -> None:
         link.swallow = 1
         await until_changed(member, lambda: member.serving != everything)
         await until_changed(member, lambda: member.serving == everything)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_read_never_answered_is_given_up_after_the_renew_deadline() -> None:
+    """The reads, too, may take the renew deadline and no longer: a list the network lost
+    is given up, and the next one lets the member claim its slots."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _Swallows(LeaseStore())
+        link.swallow_lists = 1
+        member = ShardMember(link, config("m0"))
+        task = loop.create_task(member.run())
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        assert loop.time() >= member.config.renew_deadline
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
