@@ -712,3 +712,32 @@ def test_a_read_never_answered_is_given_up_after_the_renew_deadline() -> None:
             await task
 
     run_virtual(_with_the_loop(main))
+
+
+def test_a_dead_members_lease_is_deleted_a_lease_duration_after_it_expired() -> None:
+    """A Lease nobody renews counts until it expires (a lease duration after it was first
+    seen), is kept one more lease duration (its holder may only be slow), and is then
+    deleted: a restarted replica has a new identity, and nobody else would delete it."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        store = LeaseStore()
+        dead = config("dead")
+        store.write(None, member_lease(dead.lease_name, GROUP, "dead", 15, frozenset({0, 1})))
+        link = Link(store, random.Random(0))
+        link.lossy = False
+        member = ShardMember(link, config("m0"))
+        task = loop.create_task(member.run())
+        await asyncio.sleep(12)
+        assert member.serving  # its share beside the dead member, not the dead one's slots
+        assert not member.serving & {0, 1}
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        assert 15 <= loop.time() < 20
+        await asyncio.sleep(25 - loop.time())
+        assert dead.lease_name in store.leases  # expired, kept
+        await asyncio.sleep(40 - loop.time())
+        assert dead.lease_name not in store.leases
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
