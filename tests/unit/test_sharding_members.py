@@ -741,3 +741,40 @@ def test_a_dead_members_lease_is_deleted_a_lease_duration_after_it_expired() -> 
             await task
 
     run_virtual(_with_the_loop(main))
+
+
+def test_a_members_background_tasks_are_kept_while_they_run_and_forgotten_after() -> None:
+    """Drains (graceful and urgent) and the deletion of a dead member's Lease run as tasks
+    the member holds on to while they run (the loop keeps only weak references) and lets
+    go of when they end, without an error in the loop."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        group = Group(loop)
+        dead = config("dead")
+        group.store.write(None, member_lease(dead.lease_name, GROUP, "dead", 15, frozenset()))
+        first = group.join("m0")
+        held: list[int] = []
+        real_collect = first.member._collect
+
+        def collect(lease: Mapping[str, Any]) -> None:
+            real_collect(lease)
+            held.append(len(first.member._drains))
+
+        first.member._collect = collect  # type: ignore[method-assign]
+        await until_changed(first.member, lambda: len(first.member.serving) == SLOTS)
+        group.join("m1")  # a graceful drain of the slots that move
+        share = assign(["m0", "m1"], SLOTS)["m0"]
+        await until_changed(first.member, lambda: first.member.serving == share)
+        await asyncio.sleep(40 - loop.time())
+        assert dead.lease_name not in group.store.leases
+        assert held == [1]  # the deletion, held while it ran
+        assert first.member._drains == set()
+        await first.stop()  # an urgent drain
+        await asyncio.sleep(1)
+        assert first.member._drains == set()
+        assert errors == []
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
