@@ -778,3 +778,45 @@ def test_a_members_background_tasks_are_kept_while_they_run_and_forgotten_after(
         await group.stop()
 
     run_virtual(_with_the_loop(main))
+
+
+class _LateThenGone(Link):
+    """A reliable link whose write number `late` is answered `delay` seconds after it was
+    applied, and whose later writes are never answered."""
+
+    def __init__(self, store: LeaseStore, late: int, delay: float) -> None:
+        super().__init__(store, random.Random(0))
+        self.lossy = False
+        self.late, self.delay = late, delay
+        self.sent: list[float] = []
+
+    async def write(
+        self, current: Mapping[str, Any] | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.sent.append(asyncio.get_running_loop().time())
+        if len(self.sent) > self.late:
+            await asyncio.Event().wait()
+        written = self.store.write(current, body)
+        await asyncio.sleep(self.delay if len(self.sent) == self.late else 0.01)
+        return written
+
+
+def test_the_tenure_ends_exactly_at_the_deadline_of_a_late_answered_write() -> None:
+    """A write answered late (1.2 s after it was sent, against a 2 s renew deadline) still
+    renews the tenure, from its send: the tenure then ends exactly a renew deadline after
+    that send, less than a second after the answer, not a moment later."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _LateThenGone(LeaseStore(), late=6, delay=1.2)
+        fast = Sharding(GROUP, identity="m0", slots=SLOTS, renew_deadline=2.0, retry_period=0.5)
+        member = ShardMember(link, fast)
+        task = loop.create_task(member.run())
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        await until_changed(member, lambda: not member.serving)
+        assert len(link.sent) > 6
+        assert loop.time() == pytest.approx(link.sent[5] + 2.0, abs=1e-9)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
