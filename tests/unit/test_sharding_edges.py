@@ -16,6 +16,7 @@ import pytest
 
 from fastctl.kube._store import Store
 from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
+from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
 from fastctl.runtime.sharding._rules import Member
 from fastctl.runtime.sharding._slots import fnv1a_64, shard_selector, slot_of, slot_range
@@ -306,3 +307,56 @@ def test_a_failed_write_trusts_none_of_its_new_claims() -> None:
     member.serving = set()  # slot 0 handed over meanwhile: no longer published
     member.write_failed()
     assert member.durable == frozenset()
+
+
+def test_of_two_claims_on_one_slot_only_the_smaller_identity_may_serve() -> None:
+    """Rule 3 when two members claim one slot: the larger identity withdraws; the smaller
+    keeps its claim but does not serve while the other still publishes it, however
+    certain its own claim is; once the other's claim is gone, it serves."""
+    everything = frozenset(range(4))
+    small = Member("a", slots=4, renew_deadline=10.0)
+    large = Member("b", slots=4, renew_deadline=10.0)
+    for member in (small, large):
+        member.wrote(0.0, frozenset())
+        # Alone at first: each claims every slot, and publishes its claims.
+        assert member.observed({}, 1.0) == set()
+        assert member.claiming == everything
+        member.wrote(1.0, member.to_publish())
+    ours = {"a": small.to_publish(), "b": large.to_publish()}
+    assert small.observed({"b": ours["b"]}, 2.0) == set()
+    assert small.serving == set()
+    assert small.claiming == everything & assign(["a", "b"], 4)["a"]
+    assert large.observed({"a": ours["a"]}, 2.0) == set()
+    assert large.serving == set()
+    assert large.claiming == set()  # withdrawn: the smaller claim wins
+    # The larger one publishes its withdrawal; the smaller one serves its share.
+    assert small.observed({"b": frozenset()}, 3.0) == set()
+    assert small.serving == set(assign(["a", "b"], 4)["a"])
+
+
+def test_a_read_passed_no_durable_set_uses_what_the_writes_so_far_published() -> None:
+    """`observed` without `durable`: the claims published by the successful writes so
+    far may be promoted, a claim not yet written may not."""
+    member = Member("m0", slots=4, renew_deadline=10.0)
+    member.wrote(0.0, frozenset())
+    member.observed({}, 1.0)  # claims every slot, none written yet
+    assert member.observed({}, 1.5) == set()
+    assert member.serving == set()
+    member.wrote(2.0, member.to_publish())
+    member.observed({}, 2.5)
+    assert member.serving == set(range(4))
+
+
+def test_a_tenure_that_ends_with_only_claims_forgets_them() -> None:
+    """The tenure's end starts the member over, also when it served nothing yet: its
+    pending claims are dropped and nothing it wrote counts any more."""
+    member = Member("m0", slots=4, renew_deadline=10.0)
+    member.wrote(0.0, frozenset())
+    member.observed({}, 1.0)
+    member.wrote(2.0, member.to_publish())
+    assert member.claiming == set(range(4))
+    assert member.durable == frozenset(range(4))
+    assert member.check(12.0) == set()  # nothing was served
+    assert member.claiming == set()
+    assert member.durable == frozenset()
+    assert member.to_publish() == frozenset()
