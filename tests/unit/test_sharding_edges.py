@@ -360,3 +360,17 @@ def test_a_tenure_that_ends_with_only_claims_forgets_them() -> None:
     assert member.claiming == set()
     assert member.durable == frozenset()
     assert member.to_publish() == frozenset()
+
+
+def test_a_claim_on_a_slot_no_longer_assigned_is_withdrawn() -> None:
+    """A member appears while the claims are pending: the claims on the slots that are now
+    its are withdrawn, certain as they were, and only the member's new share is served."""
+    member = Member("m0", slots=4, renew_deadline=10.0)
+    member.wrote(0.0, frozenset())
+    member.observed({}, 1.0)
+    member.wrote(2.0, member.to_publish())  # every claim written
+    member.observed({"m1": frozenset()}, 2.5)
+    share = assign(["m0", "m1"], 4)["m0"]
+    assert share != frozenset(range(4))
+    assert member.serving == set(share)
+    assert member.claiming == set()
