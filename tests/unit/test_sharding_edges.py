@@ -374,3 +374,28 @@ def test_a_claim_on_a_slot_no_longer_assigned_is_withdrawn() -> None:
     assert share != frozenset(range(4))
     assert member.serving == set(share)
     assert member.claiming == set()
+
+
+def test_a_slot_that_drains_is_not_served_again_before_it_has_drained() -> None:
+    """A slot moves away and is assigned back while its reconciles still drain: it is not
+    served again until the drain has ended and a new claim has been written and read."""
+    member = Member("m0", slots=4, renew_deadline=10.0)
+    member.wrote(0.0, frozenset())
+    member.observed({}, 1.0)
+    member.wrote(2.0, member.to_publish())
+    member.observed({}, 2.5)
+    assert member.serving == set(range(4))
+    assert member.claiming == set()
+    moved = set(assign(["m0", "m1"], 4)["m1"])
+    assert member.observed({"m1": frozenset()}, 3.0) == moved
+    assert member.draining == moved
+    member.wrote(4.0, member.to_publish())
+    member.observed({}, 4.5)  # m1 gone again: the slots are assigned back, still draining
+    assert member.serving == set(range(4)) - moved
+    for slot in moved:
+        member.drained(slot)
+    member.observed({}, 5.0)  # claimed anew
+    assert member.serving == set(range(4)) - moved
+    member.wrote(6.0, member.to_publish())
+    member.observed({}, 6.5)
+    assert member.serving == set(range(4))
