@@ -16,6 +16,7 @@ import pytest
 
 from fastctl.kube._store import Store
 from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
+from fastctl.runtime.sharding import Sharding
 from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
 from fastctl.runtime.sharding._rules import Member
@@ -399,3 +400,42 @@ def test_a_slot_that_drains_is_not_served_again_before_it_has_drained() -> None:
     member.wrote(6.0, member.to_publish())
     member.observed({}, 6.5)
     assert member.serving == set(range(4))
+
+
+def test_sharding_defaults_and_what_it_keeps() -> None:
+    """The defaults (docs/sharding.md): namespace `default`, a generated identity, key `uid`,
+    256 slots, 15 / 10 / 2 s; what is given is kept as given (timings as floats)."""
+    default = Sharding("grp")
+    assert (default.group, default.namespace, default.key, default.slots) == (
+        "grp",
+        "default",
+        "uid",
+        256,
+    )
+    assert (default.lease_duration, default.renew_deadline, default.retry_period) == (
+        15.0,
+        10.0,
+        2.0,
+    )
+    assert default.identity
+    assert default.identity != Sharding("grp").identity  # generated for each
+    given = Sharding(
+        "g2",
+        namespace="ops",
+        identity="me",
+        key="namespace",
+        slots=8,
+        lease_duration=20,
+        renew_deadline=12,
+        retry_period=3,
+    )
+    assert (given.group, given.namespace, given.identity, given.key, given.slots) == (
+        "g2",
+        "ops",
+        "me",
+        "namespace",
+        8,
+    )
+    timings = (given.lease_duration, given.renew_deadline, given.retry_period)
+    assert timings == (20.0, 12.0, 3.0)
+    assert all(type(t) is float for t in timings)
