@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
@@ -439,3 +440,28 @@ def test_sharding_defaults_and_what_it_keeps() -> None:
     timings = (given.lease_duration, given.renew_deadline, given.retry_period)
     assert timings == (20.0, 12.0, 3.0)
     assert all(type(t) is float for t in timings)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"group": ""}, "Sharding needs a group name and a namespace"),
+        ({"namespace": ""}, "Sharding needs a group name and a namespace"),
+        ({"identity": ""}, "identity must not be empty"),
+        ({"key": "name"}, "key must be one of ['namespace', 'uid'], not 'name'"),
+        ({"slots": 0}, "slots must be an integer in [1, 65536], not 0"),
+        (
+            {"lease_duration": 10.2},
+            "lease_duration (10.2) must be longer than renew_deadline (10.0) by at least "
+            "0.5 s: a member must stop serving before the others may count its Lease as "
+            "expired",
+        ),
+    ],
+)
+def test_each_bad_sharding_option_is_refused_with_its_own_message(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    options: dict[str, Any] = {"group": "grp", **kwargs}
+    group = options.pop("group")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        Sharding(group, **options)
