@@ -437,6 +437,7 @@ def test_sharding_defaults_and_what_it_keeps() -> None:
         "namespace",
         8,
     )
+    assert (Sharding("g", slots=1).slots, Sharding("g", slots=65536).slots) == (1, 65536)
     timings = (given.lease_duration, given.renew_deadline, given.retry_period)
     assert timings == (20.0, 12.0, 3.0)
     assert all(type(t) is float for t in timings)
@@ -450,6 +451,9 @@ def test_sharding_defaults_and_what_it_keeps() -> None:
         ({"identity": ""}, "identity must not be empty"),
         ({"key": "name"}, "key must be one of ['namespace', 'uid'], not 'name'"),
         ({"slots": 0}, "slots must be an integer in [1, 65536], not 0"),
+        ({"slots": 65537}, "slots must be an integer in [1, 65536], not 65537"),
+        ({"slots": True}, "slots must be an integer in [1, 65536], not True"),
+        ({"slots": 2.0}, "slots must be an integer in [1, 65536], not 2.0"),
         (
             {"lease_duration": 10.2},
             "lease_duration (10.2) must be longer than renew_deadline (10.0) by at least "
