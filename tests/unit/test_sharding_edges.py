@@ -20,7 +20,7 @@ from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime.sharding import Sharding
 from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
-from fastctl.runtime.sharding._rules import Member
+from fastctl.runtime.sharding._rules import Member, parse_slots
 from fastctl.runtime.sharding._slots import fnv1a_64, shard_selector, slot_of, slot_range
 from fastctl.runtime.sharding._watch import sharded_events
 from fastctl.types import ObjectRef
@@ -469,3 +469,11 @@ def test_each_bad_sharding_option_is_refused_with_its_own_message(
     group = options.pop("group")
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         Sharding(group, **options)
+
+
+@pytest.mark.parametrize("text", ["5-16", "16", "0-3,16", "3-2", "-1", "a", "1-b", "1-2-3"])
+def test_published_slots_out_of_range_or_unreadable_count_as_every_slot(text: str) -> None:
+    """A member that cannot read what another publishes takes it to publish every slot:
+    reading too much keeps it out, reading too little could put two members on one slot.
+    With 16 slots, slot 16 does not exist."""
+    assert parse_slots(text, 16) == frozenset(range(16))
