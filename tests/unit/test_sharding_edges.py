@@ -20,7 +20,7 @@ from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime.sharding import Sharding
 from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
-from fastctl.runtime.sharding._rules import Member, parse_slots
+from fastctl.runtime.sharding._rules import Member, format_slots, parse_slots
 from fastctl.runtime.sharding._slots import fnv1a_64, shard_selector, slot_of, slot_range
 from fastctl.runtime.sharding._watch import sharded_events
 from fastctl.types import ObjectRef
@@ -477,3 +477,13 @@ def test_published_slots_out_of_range_or_unreadable_count_as_every_slot(text: st
     reading too much keeps it out, reading too little could put two members on one slot.
     With 16 slots, slot 16 does not exist."""
     assert parse_slots(text, 16) == frozenset(range(16))
+
+
+@pytest.mark.parametrize(
+    ("slots", "text"),
+    [({0, 1, 2}, "0-2"), ({5, 7, 8}, "5,7-8"), ({3}, "3"), (set(), ""), ({1, 3}, "1,3")],
+)
+def test_published_slots_are_written_as_the_fewest_ranges(slots: set[int], text: str) -> None:
+    """Each run of adjacent slots is one range, the last one too (the annotation stays
+    short, and others read it as written)."""
+    assert format_slots(slots) == text
