@@ -18,7 +18,7 @@ import pytest
 from fastctl.kube._store import Store
 from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime.sharding import Sharding
-from fastctl.runtime.sharding._assignment import assign
+from fastctl.runtime.sharding._assignment import assign, weight
 from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
 from fastctl.runtime.sharding._rules import Member, format_slots, parse_slots
 from fastctl.runtime.sharding._slots import fnv1a_64, shard_selector, slot_of, slot_range
@@ -487,3 +487,17 @@ def test_published_slots_are_written_as_the_fewest_ranges(slots: set[int], text:
     """Each run of adjacent slots is one range, the last one too (the annotation stays
     short, and others read it as written)."""
     assert format_slots(slots) == text
+
+
+def test_the_assignment_is_the_same_in_every_version() -> None:
+    """Every member computes the assignment itself, so it is a wire format: members of two
+    versions (a rolling upgrade) that weighed slots differently would each leave slots to
+    the other, and some slots would be served by nobody. Pinned: the 8-byte big-endian
+    BLAKE2b of ``identity NUL slot``, and one assignment."""
+    assert weight("m0", 3) == 8271110689089302780
+    assert weight("replica-a", 255) == 10767223844392450558
+    assert assign(["m0", "m1", "m2"], 8) == {
+        "m0": frozenset({1, 5, 7}),
+        "m1": frozenset({0, 4}),
+        "m2": frozenset({2, 3, 6}),
+    }
