@@ -20,7 +20,13 @@ from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 from fastctl.runtime.sharding import Sharding
 from fastctl.runtime.sharding._assignment import assign, weight
 from fastctl.runtime.sharding._gate import ShardedStore, ShardGate
-from fastctl.runtime.sharding._rules import Member, format_slots, parse_slots
+from fastctl.runtime.sharding._rules import (
+    RETRY_FLOOR,
+    Member,
+    format_slots,
+    next_write,
+    parse_slots,
+)
 from fastctl.runtime.sharding._slots import fnv1a_64, shard_selector, slot_of, slot_range
 from fastctl.runtime.sharding._watch import sharded_events
 from fastctl.types import ObjectRef
@@ -501,3 +507,12 @@ def test_the_assignment_is_the_same_in_every_version() -> None:
         "m1": frozenset({0, 4}),
         "m2": frozenset({2, 3, 6}),
     }
+
+
+def test_a_failed_write_is_never_retried_sooner_than_a_tenth_of_the_period() -> None:
+    """Near the tenure's end a failed write is retried after half the time left, but never
+    sooner than `RETRY_FLOOR` periods (0.2 s of a 2 s period): no tight loop against a
+    server that refuses at once."""
+    assert RETRY_FLOOR == 0.1
+    delay = next_write(ok=False, sent_at=9.9, now=9.95, deadline=10.0, retry_period=2.0, jitter=0.0)
+    assert delay == pytest.approx(0.2)
