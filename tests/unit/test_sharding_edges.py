@@ -516,3 +516,11 @@ def test_a_failed_write_is_never_retried_sooner_than_a_tenth_of_the_period() -> 
     assert RETRY_FLOOR == 0.1
     delay = next_write(ok=False, sent_at=9.9, now=9.95, deadline=10.0, retry_period=2.0, jitter=0.0)
     assert delay == pytest.approx(0.2)
+
+
+def test_a_write_failed_at_the_deadline_waits_the_plain_period() -> None:
+    """A write that times out at its budget fails exactly at the tenure's end: the tenure
+    is over then (it holds while ``now < deadline``), so the next write waits the plain
+    period from that write's send, not the short retry of a tenure still held."""
+    delay = next_write(ok=False, sent_at=9.5, now=10.0, deadline=10.0, retry_period=2.0, jitter=0.0)
+    assert delay == pytest.approx(1.5)
