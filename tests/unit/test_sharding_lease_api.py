@@ -158,7 +158,7 @@ async def test_a_member_made_from_an_api_client_uses_its_namespace_and_renew_dea
     """Given an API client (as a Manager gives it), a member reaches its group's Leases in
     the configured namespace, and each request may take the renew deadline and no more."""
     async with ApiClient(Configuration(host="http://127.0.0.1:9")) as client:
-        wire.client = client  # type: ignore[assignment]
+        wire.client = client
         config = Sharding("grp", namespace="ops", identity="a", renew_deadline=4.5)
         member = ShardMember(client, config)
         wire.answer = {"metadata": {"name": config.lease_name, "resourceVersion": "1"}}

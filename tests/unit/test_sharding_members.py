@@ -533,11 +533,14 @@ def test_a_member_says_when_it_joins_what_it_serves_and_when_the_server_answers_
             await until_changed(first.member, lambda: first.member.serving == share)
             write, read = first.link.write, first.link.list
 
-            async def refused(*args: Any) -> Any:
+            async def refused_write(current: Any, body: dict[str, Any]) -> dict[str, Any]:
                 raise ApiError(500, "InternalError", "etcd is gone")
 
-            first.link.write = refused  # type: ignore[method-assign]
-            first.link.list = refused  # type: ignore[method-assign]
+            async def refused_list() -> list[dict[str, Any]]:
+                raise ApiError(500, "InternalError", "etcd is gone")
+
+            first.link.write = refused_write  # type: ignore[method-assign]
+            first.link.list = refused_list  # type: ignore[method-assign]
             await asyncio.sleep(3)
             first.link.write, first.link.list = write, read  # type: ignore[method-assign]
             await asyncio.sleep(3)
