@@ -164,24 +164,35 @@ TARGETS: dict[str, Target] = {
             "python/fastctl/runtime/sharding/_handover.py",
             "python/fastctl/runtime/sharding/_metrics.py",
         ),
-        # The protocol's own tests, and the runs that put a member and its gates to work
-        # (a sharded controller, a sharded Manager).
+        # The protocol's own tests, which run real members on a virtual clock (the end-to-end
+        # property, the slow-server timings, the simulation's sharded worlds), and the gate's
+        # and the primary watch's tests (a sharded controller). Not the sharded Managers of
+        # test_manager_lifecycle.py and test_manager_mixed.py: they wait for a member on the
+        # real clock, so a mutant that keeps the member from settling hangs them, and every
+        # line of `_member.py` and `_rules.py` they reach the tests above reach too
+        # (docs/testing.md, "The sharding target's tests").
         (
             "tests/unit/test_sharding_config.py",
             "tests/unit/test_sharding_handover.py",
             "tests/unit/test_sharding_lease_api.py",
             "tests/unit/test_sharding_members.py",
             "tests/unit/test_sharding_protocol.py",
+            "tests/unit/test_sharding_timing.py",
             "tests/unit/test_sharding_runtime.py",
             "tests/unit/test_sharding_slots.py",
             "tests/unit/test_sharding_edges.py",
             "tests/unit/test_controller_run.py",
-            "tests/unit/test_manager_lifecycle.py",
-            "tests/unit/test_manager_mixed.py",
+            "tests/sim/test_sharding.py",
         ),
-        # A mutant that stops a member from ever settling runs every covering test to its
-        # limit: at 15 times their 40 s that is ten minutes a mutant, for hundreds of them.
-        # Five times is still far above a loaded machine's slowdown.
+        # The same schedules for every mutant, fewer than CI runs. A test that has used 10 s
+        # of CPU more than five times its time in the stats run is a timeout
+        # (scripts/mutants_pytest.py): a mutant that keeps a member from settling spins the
+        # virtual clock, and costs seconds instead of five times all its tests.
+        env=(
+            ("FASTCTL_SHARDING_PROTOCOL_EXAMPLES", "15"),
+            ("FASTCTL_SIM_EXAMPLES", "10"),
+            ("FASTCTL_MUTANTS_TEST_SECONDS", "10"),
+        ),
         timeout_multiplier=5.0,
     ),
     "own_writes": Target(
@@ -309,11 +320,23 @@ def print_summary(title: str, counts: Counter[str], survivors: list[str]) -> Non
 def run(name: str) -> int:
     target = TARGETS[name]
     scratch = prepare(name, target)
-    env = dict(os.environ, PYTHONPATH=str(scratch / "mutants" / "src"), **dict(target.env))
+    env = _env(scratch, target)
     rc = subprocess.call(["mutmut", "run", "--max-children", "1"], cwd=scratch, env=env)
     _say_exit(rc)
     summary(name)
     return rc
+
+
+def _env(scratch: Path, target: Target) -> dict[str, str]:
+    """The mutated tree first on the import path, the target's settings, and the log of each
+    mutant's run (`runs.log`: start, end and status, to tell a timeout from a pause)."""
+    log = str(scratch / "runs.log")
+    return dict(
+        os.environ,
+        PYTHONPATH=str(scratch / "mutants" / "src"),
+        FASTCTL_MUTANTS_LOG=log,
+        **dict(target.env),
+    )
 
 
 def _say_exit(rc: int) -> None:
@@ -340,7 +363,7 @@ def rerun(name: str, names: list[str]) -> int:
     shutil.copytree(ROOT / "tests", scratch / "tests", ignore=ignore, dirs_exist_ok=True)
     write_config(scratch, target)
     _install_plugin(scratch)
-    env = dict(os.environ, PYTHONPATH=str(scratch / "mutants" / "src"), **dict(target.env))
+    env = _env(scratch, target)
     # mutmut forgets the results of the mutants it was not asked to run: keep them.
     metas = sorted((scratch / "mutants").rglob("*.py.meta"))
     before = {m: json.loads(m.read_text()).get("exit_code_by_key", {}) for m in metas}

@@ -10,9 +10,11 @@ from typing import Any
 
 import orjson
 import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.errors import ApiError
-from fastctl.runtime.sharding import _member_api
+from fastctl.runtime.sharding import Sharding, _member_api
+from fastctl.runtime.sharding._member import ShardMember
 from fastctl.runtime.sharding._member_api import ShardLeaseClient, member_lease
 from fastctl.runtime.sharding._rules import GROUP_LABEL, SLOTS_ANNOTATION
 
@@ -148,3 +150,19 @@ async def test_any_other_failure_of_a_delete_is_raised(wire: Wire) -> None:
     wire.answer = ApiError(500, "InternalError", "boom", method="DELETE")
     with pytest.raises(ApiError, match="boom"):
         await wire.leases().delete({"metadata": {"name": "grp-b", "resourceVersion": "9"}})
+
+
+async def test_a_member_made_from_an_api_client_uses_its_namespace_and_renew_deadline(
+    wire: Wire,
+) -> None:
+    """Given an API client (as a Manager gives it), a member reaches its group's Leases in
+    the configured namespace, and each request may take the renew deadline and no more."""
+    async with ApiClient(Configuration(host="http://127.0.0.1:9")) as client:
+        wire.client = client
+        config = Sharding("grp", namespace="ops", identity="a", renew_deadline=4.5)
+        member = ShardMember(client, config)
+        wire.answer = {"metadata": {"name": config.lease_name, "resourceVersion": "1"}}
+        assert await member.leave() is True
+    [request] = wire.requests
+    assert (request["method"], request["path"]) == ("POST", COLLECTION)
+    assert request["request_timeout"] == 4.5

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,13 +21,16 @@ from typing import Any, cast
 import pytest
 
 from fastctl.kube._http import ApiError
+from fastctl.runtime.leader._rules import RETRY_JITTER
+from fastctl.runtime.sharding import Sharding
 from fastctl.runtime.sharding._assignment import assign
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._member import ShardMember
+from fastctl.runtime.sharding._member_api import member_lease
 from fastctl.runtime.sharding._rules import GROUP_LABEL, SLOTS_ANNOTATION
 from fastctl.testing import VirtualTimeLoop, run_virtual
 
-from .test_sharding_protocol import SLOTS, LeaseStore, Link, config
+from .test_sharding_protocol import GROUP, SLOTS, LeaseStore, Link, config
 
 
 class Node:
@@ -193,19 +197,29 @@ def test_a_leave_never_lets_a_reconcile_outlive_the_tenure(
     run_virtual(_with_the_loop(main))
 
 
-def test_a_leave_after_the_tenure_ran_out_cancels_what_still_runs() -> None:
+def test_a_leave_after_the_tenure_ran_out_cancels_what_still_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The tenure's end is a timer; a leave that runs after the deadline but before that
-    timer (a busy loop) must still cancel the running reconciles, not forget them."""
+    timer (a busy loop) must still cancel the running reconciles, not forget them: the
+    tenure is ended there, as the timer would have, and nothing is left to drain."""
 
     async def main(loop: VirtualTimeLoop) -> None:
         group, leaving, other = await two_members(loop)
         slot = min(leaving.member.serving)
+        served = len(leaving.member.serving)
         running = leaving.start(obj_in(leaving.gate, slot, "long"), forever)
         await asyncio.sleep(0)
         leaving.link.cut_until = loop.time() + 120
         await asyncio.sleep(0.2)
         leaving.member._rules.deadline = loop.time()  # over now; the timer has not run yet
-        await leaving.member.leave()
+        with caplog.at_level(logging.WARNING, logger="fastctl.sharding"):
+            await leaving.member.leave()
+        said = [r.getMessage() for r in caplog.records]
+        assert said[0] == (
+            f"shard group g: stopped serving {served} slots: renewals failed for the renew deadline"
+        )
+        assert not [line for line in said if "while leaving" in line]
         await until_changed(other.member, lambda: slot in other.member.serving)
         assert group.violations == []
         assert running.cancelled()
@@ -378,5 +392,445 @@ def test_a_failing_renewal_is_logged_once_per_distinct_error(
         assert said.count((logging.DEBUG, refused_text)) >= 1
         assert said.count((logging.WARNING, timed_out)) == 1
         await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_serves_answers_for_the_time_it_is_given() -> None:
+    """`serves(slot, now)` judges at `now`, not at the loop's time: a caller in another
+    thread has no loop and passes the loop's time itself, and at the tenure's end the
+    answer is no, whatever the loop's clock says."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        node = group.join("m0")
+        await until_changed(node.member, lambda: bool(node.member.serving))
+        slot = min(node.member.serving)
+        deadline = node.member._rules.deadline
+        assert loop.time() < deadline
+        assert node.member.serves(slot)
+        assert node.member.serves(slot, loop.time())
+        assert not node.member.serves(slot, deadline)
+        assert not node.member.serves(slot, deadline + 1.0)
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+class _Recorded(Link):
+    """A reliable link that records when each call starts and ends, in order."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        super().__init__(store, random.Random(0))
+        self.lossy = False
+        self.calls: list[str] = []
+
+    async def write(
+        self, current: Mapping[str, Any] | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.calls.append("write sent")
+        try:
+            return await super().write(current, body)
+        finally:
+            self.calls.append("write answered")
+
+    async def list(self) -> list[dict[str, Any]]:
+        self.calls.append("list sent")
+        return await super().list()
+
+
+def test_the_first_read_waits_for_the_first_write() -> None:
+    """A read counts only for the writes that had completed when it was sent (rule 3), so
+    a member sends none before its first write has been answered: such a read could
+    promote nothing, and would only load the API server."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _Recorded(LeaseStore())
+        member = ShardMember(link, config("m0"))
+        task = loop.create_task(member.run())
+        await until_changed(member, lambda: bool(member.serving))
+        assert link.calls[:3] == ["write sent", "write answered", "list sent"]
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_another_members_lease_counts_for_the_duration_it_publishes() -> None:
+    """Rule 1 with the other member's own `leaseDurationSeconds` (40 s here, ours 15 s):
+    its slots are not taken before 40 s after its Lease was last seen to change."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        store = LeaseStore()
+        peer = config("peer")
+        store.write(None, member_lease(peer.lease_name, GROUP, "peer", 40, frozenset(range(SLOTS))))
+        link = Link(store, random.Random(0))
+        link.lossy = False
+        member = ShardMember(link, config("m0"))
+        assert member.config.lease_duration == 15
+        task = loop.create_task(member.run())
+        await asyncio.sleep(35)
+        assert member.serving == frozenset()
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        assert loop.time() >= 40
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_the_member_counts_each_change_and_the_slots_it_gains_and_loses() -> None:
+    """`version` counts the changes of `serving` (one each), `gained` and `lost` the slots
+    that came and went over the member's life: alone it gains all 16; a joiner takes its
+    share away (lost); when the joiner leaves, the share comes back (gained again)."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        first = group.join("m0")
+        member = first.member
+        assert member.version == 0
+        versions = [member.version]
+        changes: list[frozenset[int]] = []
+
+        async def follow() -> None:
+            while True:
+                versions.append(await member.wait_change(versions[-1]))
+                changes.append(member.serving)
+
+        follower = loop.create_task(follow())
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        assert (member.gained, member.lost) == (SLOTS, 0)
+        second = group.join("m1")
+        share = assign(["m0", "m1"], SLOTS)["m1"]
+        await until_changed(second.member, lambda: second.member.serving == share)
+        assert (member.gained, member.lost) == (SLOTS, len(share))
+        assert await second.member.leave() is True
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        assert (member.gained, member.lost) == (SLOTS + len(share), len(share))
+        follower.cancel()
+        assert versions == list(range(versions[0], versions[0] + len(versions)))
+        assert len(changes) >= 3
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_member_says_when_it_joins_what_it_serves_and_when_the_server_answers_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The info lines of a member's life: its join, each change of its share (with the
+    members it counts), and the first answer after failed writes or reads."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        with caplog.at_level(logging.INFO, logger="fastctl.sharding"):
+            first = group.join("m0")
+            await until_changed(first.member, lambda: len(first.member.serving) == SLOTS)
+            group.join("m1")
+            share = assign(["m0", "m1"], SLOTS)["m0"]
+            await until_changed(first.member, lambda: first.member.serving == share)
+            write, read = first.link.write, first.link.list
+
+            async def refused_write(current: Any, body: dict[str, Any]) -> dict[str, Any]:
+                raise ApiError(500, "InternalError", "etcd is gone")
+
+            async def refused_list() -> list[dict[str, Any]]:
+                raise ApiError(500, "InternalError", "etcd is gone")
+
+            first.link.write = refused_write  # type: ignore[method-assign]
+            first.link.list = refused_list  # type: ignore[method-assign]
+            await asyncio.sleep(3)
+            first.link.write, first.link.list = write, read  # type: ignore[method-assign]
+            await asyncio.sleep(3)
+        said = [(r.levelno, r.getMessage()) for r in caplog.records]
+        info = [text for level, text in said if level == logging.INFO]
+        assert info[0] == "shard group g: joining as 'm0'"
+        assert "shard group g: joining as 'm1'" in info
+        assert f"shard group g: serving {SLOTS} of {SLOTS} slots (1 members)" in info
+        assert f"shard group g: serving {len(share)} of {SLOTS} slots (2 members)" in info
+        for what in ("writing the member Lease", "listing the group's Leases"):
+            failed = f"shard group g: {what}: 500 InternalError: etcd is gone"
+            assert (logging.WARNING, failed) in said
+            again = (logging.INFO, f"shard group g: {what}: the API server answers again")
+            assert said.count(again) == 1  # once, after the failures
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_each_renewal_publishes_the_holder_its_duration_and_its_slots() -> None:
+    """What the others read (rule 1 needs the duration, rule 3 the slots): the member's
+    Lease names it as holder, for its lease duration in whole seconds, with every slot it
+    serves."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        node = group.join("m0")
+        await until_changed(node.member, lambda: len(node.member.serving) == SLOTS)
+        await asyncio.sleep(5)  # renewals since
+        lease = group.store.leases[node.member.config.lease_name]
+        assert lease["spec"]["holderIdentity"] == "m0"
+        assert lease["spec"]["leaseDurationSeconds"] == 15
+        assert lease["metadata"]["annotations"][SLOTS_ANNOTATION] == f"0-{SLOTS - 1}"
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+class _Timed(Link):
+    """A reliable link that records when each write was sent."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        super().__init__(store, random.Random(0))
+        self.lossy = False
+        self.sent: list[float] = []
+
+    async def write(
+        self, current: Mapping[str, Any] | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.sent.append(asyncio.get_running_loop().time())
+        return await super().write(current, body)
+
+
+def test_a_renewal_that_succeeded_waits_a_whole_retry_period() -> None:
+    """Only a failed write is retried sooner as the tenure's end nears: after a success the
+    next write waits the jittered retry period, also when the renew deadline leaves little
+    more room than one period (2.5 s here, for a 2 s period)."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _Timed(LeaseStore())
+        tight = Sharding(GROUP, identity="m0", slots=SLOTS, renew_deadline=2.5, retry_period=2.0)
+        member = ShardMember(link, tight)
+        task = loop.create_task(member.run())
+        await asyncio.sleep(30)
+        assert member.serving == frozenset(range(SLOTS))
+        gaps = [b - a for a, b in itertools.pairwise(link.sent)]
+        assert len(gaps) >= 10
+        assert min(gaps) >= 2.0
+        assert max(gaps) <= 2.0 * (1 + RETRY_JITTER)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_member_whose_loop_is_cancelled_stops_serving_at_once_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Cancelling `run()` (a Manager stopped without a leave) ends the tenure there: no
+    slot is served any more, and the reconciles still running are cancelled (an urgent
+    drain), with a warning that says why."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        node = group.join("m0")
+        await until_changed(node.member, lambda: len(node.member.serving) == SLOTS)
+        running = node.start(obj_in(node.gate, 3, "long"), forever)
+        await asyncio.sleep(0)
+        version = node.member.version
+        with caplog.at_level(logging.WARNING, logger="fastctl.sharding"):
+            await node.stop()
+            await asyncio.sleep(0.1)
+        assert node.member.serving == frozenset()
+        assert node.member.version == version + 1
+        assert running.cancelled()
+        assert [r.getMessage() for r in caplog.records] == [
+            f"shard group g: stopped serving {SLOTS} slots: the membership loop stopped"
+        ]
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_member_cancelled_before_any_tenure_has_nothing_to_say() -> None:
+    """A member cut off from its first write on serves nothing: cancelling it stops
+    nothing, changes nothing and warns of nothing."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        group = Group(loop)
+        node = group.join("m0")
+        node.link.cut_until = loop.time() + 3600
+        await asyncio.sleep(30)
+        assert node.member.serving == frozenset()
+        version = node.member.version
+        await node.stop()
+        assert node.member.version == version
+        assert node.member.lost == 0
+
+    run_virtual(_with_the_loop(main))
+
+
+class _Swallows(Link):
+    """A reliable link that never answers the writes (or lists) it is told to swallow."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        super().__init__(store, random.Random(0))
+        self.lossy = False
+        self.swallow = 0
+        self.swallow_lists = 0
+
+    async def list(self) -> list[dict[str, Any]]:
+        if self.swallow_lists:
+            self.swallow_lists -= 1
+            await asyncio.Event().wait()
+        return await super().list()
+
+    async def write(
+        self, current: Mapping[str, Any] | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        if self.swallow:
+            self.swallow -= 1
+            await asyncio.Event().wait()
+        return await super().write(current, body)
+
+
+def test_a_write_never_answered_is_given_up_and_the_member_goes_on() -> None:
+    """A write may take the time left in the tenure, or the renew deadline when there is
+    none, and no longer: a request the network lost is given up, and the next write starts
+    the member over. Here the first write, with no tenure, and a later one, within a
+    tenure, are never answered."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _Swallows(LeaseStore())
+        link.swallow = 1
+        member = ShardMember(link, config("m0"))
+        task = loop.create_task(member.run())
+        everything = frozenset(range(SLOTS))
+        await until_changed(member, lambda: member.serving == everything)
+        assert loop.time() >= member.config.renew_deadline  # the first write was given up
+        link.swallow = 1
+        await until_changed(member, lambda: member.serving != everything)
+        await until_changed(member, lambda: member.serving == everything)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_read_never_answered_is_given_up_after_the_renew_deadline() -> None:
+    """The reads, too, may take the renew deadline and no longer: a list the network lost
+    is given up, and the next one lets the member claim its slots."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _Swallows(LeaseStore())
+        link.swallow_lists = 1
+        member = ShardMember(link, config("m0"))
+        task = loop.create_task(member.run())
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        assert loop.time() >= member.config.renew_deadline
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_dead_members_lease_is_deleted_a_lease_duration_after_it_expired() -> None:
+    """A Lease nobody renews counts until it expires (a lease duration after it was first
+    seen), is kept one more lease duration (its holder may only be slow), and is then
+    deleted: a restarted replica has a new identity, and nobody else would delete it."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        store = LeaseStore()
+        dead = config("dead")
+        store.write(None, member_lease(dead.lease_name, GROUP, "dead", 15, frozenset({0, 1})))
+        link = Link(store, random.Random(0))
+        link.lossy = False
+        member = ShardMember(link, config("m0"))
+        task = loop.create_task(member.run())
+        await asyncio.sleep(12)
+        assert member.serving  # its share beside the dead member, not the dead one's slots
+        assert not member.serving & {0, 1}
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        assert 15 <= loop.time() < 20
+        await asyncio.sleep(25 - loop.time())
+        assert dead.lease_name in store.leases  # expired, kept
+        await asyncio.sleep(40 - loop.time())
+        assert dead.lease_name not in store.leases
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    run_virtual(_with_the_loop(main))
+
+
+def test_a_members_background_tasks_are_kept_while_they_run_and_forgotten_after() -> None:
+    """Drains (graceful and urgent) and the deletion of a dead member's Lease run as tasks
+    the member holds on to while they run (the loop keeps only weak references) and lets
+    go of when they end, without an error in the loop."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        group = Group(loop)
+        dead = config("dead")
+        group.store.write(None, member_lease(dead.lease_name, GROUP, "dead", 15, frozenset()))
+        first = group.join("m0")
+        held: list[int] = []
+        real_collect = first.member._collect
+
+        def collect(lease: Mapping[str, Any]) -> None:
+            real_collect(lease)
+            held.append(len(first.member._drains))
+
+        first.member._collect = collect  # type: ignore[method-assign]
+        await until_changed(first.member, lambda: len(first.member.serving) == SLOTS)
+        group.join("m1")  # a graceful drain of the slots that move
+        share = assign(["m0", "m1"], SLOTS)["m0"]
+        await until_changed(first.member, lambda: first.member.serving == share)
+        await asyncio.sleep(40 - loop.time())
+        assert dead.lease_name not in group.store.leases
+        assert held == [1]  # the deletion, held while it ran
+        assert first.member._drains == set()
+        await first.stop()  # an urgent drain
+        await asyncio.sleep(1)
+        assert first.member._drains == set()
+        assert errors == []
+        await group.stop()
+
+    run_virtual(_with_the_loop(main))
+
+
+class _LateThenGone(Link):
+    """A reliable link whose write number `late` is answered `delay` seconds after it was
+    applied, and whose later writes are never answered."""
+
+    def __init__(self, store: LeaseStore, late: int, delay: float) -> None:
+        super().__init__(store, random.Random(0))
+        self.lossy = False
+        self.late, self.delay = late, delay
+        self.sent: list[float] = []
+
+    async def write(
+        self, current: Mapping[str, Any] | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.sent.append(asyncio.get_running_loop().time())
+        if len(self.sent) > self.late:
+            await asyncio.Event().wait()
+        written = self.store.write(current, body)
+        await asyncio.sleep(self.delay if len(self.sent) == self.late else 0.01)
+        return written
+
+
+def test_the_tenure_ends_exactly_at_the_deadline_of_a_late_answered_write() -> None:
+    """A write answered late (1.2 s after it was sent, against a 2 s renew deadline) still
+    renews the tenure, from its send: the tenure then ends exactly a renew deadline after
+    that send, less than a second after the answer, not a moment later."""
+
+    async def main(loop: VirtualTimeLoop) -> None:
+        link = _LateThenGone(LeaseStore(), late=6, delay=1.2)
+        fast = Sharding(GROUP, identity="m0", slots=SLOTS, renew_deadline=2.0, retry_period=0.5)
+        member = ShardMember(link, fast)
+        task = loop.create_task(member.run())
+        await until_changed(member, lambda: member.serving == frozenset(range(SLOTS)))
+        await until_changed(member, lambda: not member.serving)
+        assert len(link.sent) > 6
+        assert loop.time() == pytest.approx(link.sent[5] + 2.0, abs=1e-9)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     run_virtual(_with_the_loop(main))
