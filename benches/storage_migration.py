@@ -66,12 +66,8 @@ def crd(plural: str) -> dict[str, Any]:
     }
 
 
-async def prepared(cp: ControlPlane, client: Any, plural: str, count: int, url: str,
-                   hooks: Webhooks, ca: bytes) -> str:  # fmt: skip
+async def prepared(cp: ControlPlane, client: Any, plural: str, count: int) -> str:
     name = f"{plural}.{GROUP}"
-    status, body = cp.api_request("POST", CRDS, crd(plural))
-    assert status == 201, body
-    await install(client, hooks, f"bench-{plural}", url=url, ca_bundle=ca)
     old = Resource(f"{GROUP}/v1alpha1", "Item", plural=plural, namespaced=True)
     gate = asyncio.Semaphore(32)
 
@@ -135,12 +131,14 @@ async def main(args: argparse.Namespace) -> None:
         server = WebhookServer(hooks, cert, port=0, host="127.0.0.1")
         await server.start()
         runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+        for round_ in range(args.rounds):  # every CRD first: install patches each of them
+            status, body = cp.api_request("POST", CRDS, crd(f"items{round_}"))
+            assert status == 201, body
+        await install(client, hooks, "bench", url=server.url, ca_bundle=cert.ca_bundle)
         try:
             for round_ in range(args.rounds):
                 plural = f"items{round_}"
-                name = await prepared(
-                    cp, client, plural, args.objects, server.url, hooks, cert.ca_bundle
-                )
+                name = await prepared(cp, client, plural, args.objects)
                 a = await migrate(cp, name, args.qps)
                 runs["A"].append(a)
                 print(json.dumps({"run": "A rewrite", "round": round_, **a}), flush=True)

@@ -291,3 +291,15 @@ async def test_as_a_runnable_it_retries_until_the_crd_is_migrated() -> None:
     assert stored_versions(cluster) == ["v1"]
     failed = [r for r in cluster.requests_of("patch", "things") if r.status == 500]
     assert len(failed) == 1, "the first run failed, the second finished"
+
+
+def test_the_command_takes_an_operator_models_or_crd_names() -> None:
+    from fastctl.cli import CliError
+    from fastctl.cli.migrate import crd_names
+
+    names = crd_names(
+        ["fastctl.demo.widgets:make_controller", CRD_NAME, "fastctl.demo.widgets:Widget"]
+    )
+    assert names == ["widgets.demo.fastctl.dev", CRD_NAME]
+    with pytest.raises(CliError, match="expected module:attr or a CRD name"):
+        crd_names(["things"])

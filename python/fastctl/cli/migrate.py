@@ -78,6 +78,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 async def _migrate(names: list[str], rate: RateLimit, args: argparse.Namespace) -> int:
+    import aiohttp
+
     from fastctl.errors import StorageMigrationError
     from fastctl.kube._client import KubeconfigError, load_client
     from fastctl.kube._storage_migration import MigrationProgress
@@ -104,6 +106,8 @@ async def _migrate(names: list[str], rate: RateLimit, args: argparse.Namespace) 
                 result = await migration.run()
             except StorageMigrationError as exc:
                 raise CliError(str(exc)) from None
+            except (aiohttp.ClientError, OSError) as exc:  # no answer: nothing was changed
+                raise CliError(f"{name}: the API server did not answer: {exc!r}") from None
             if result.listed == 0 and result.stored_versions == (result.storage_version,):
                 print(
                     f"fastctl migrate: {name}: nothing to do (storedVersions "
