@@ -57,7 +57,7 @@ def crd(plural: str) -> dict[str, Any]:
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
-            "names": {"plural": plural, "singular": plural[:-1], "kind": "Item"},
+            "names": {"plural": plural, "singular": plural[:-1], "kind": plural[:-1].title()},
             "versions": [
                 {"name": v, "served": True, "storage": v == "v1alpha1", "schema": schema}
                 for v in ("v1alpha1", "v1")
@@ -68,19 +68,21 @@ def crd(plural: str) -> dict[str, Any]:
 
 async def prepared(cp: ControlPlane, client: Any, plural: str, count: int) -> str:
     name = f"{plural}.{GROUP}"
-    old = Resource(f"{GROUP}/v1alpha1", "Item", plural=plural, namespaced=True)
+    old = Resource(f"{GROUP}/v1alpha1", plural[:-1].title(), plural=plural, namespaced=True)
     gate = asyncio.Semaphore(32)
 
     async def one(i: int) -> None:
+        failure: Exception | None = None
         async with gate:
             for _ in range(100):
                 try:
                     await create(client, old, {"metadata": {"name": f"i{i:05d}",
                                  "namespace": "default"}, "spec": {"count": i}})  # fmt: skip
                     return
-                except Exception:  # the CRD not served yet, or its storage re-created: 404/429
+                except Exception as exc:  # not served yet, or its storage re-created: 404/429
+                    failure = exc
                     await asyncio.sleep(0.2)
-            raise RuntimeError(f"could not create i{i}")
+            raise RuntimeError(f"could not create i{i}: {failure}")
 
     await asyncio.gather(*(one(i) for i in range(count)))
     _, current = cp.api_request("GET", f"{CRDS}/{name}")
@@ -88,7 +90,7 @@ async def prepared(cp: ControlPlane, client: Any, plural: str, count: int) -> st
         version["storage"] = version["name"] == "v1"
     status, body = cp.api_request("PUT", f"{CRDS}/{name}", current)
     assert status == 200, body
-    expected = storage_version_hash(GROUP, "v1", "Item")
+    expected = storage_version_hash(GROUP, "v1", plural[:-1].title())
     for _ in range(600):
         found = await request_json(client, "GET", f"/apis/{GROUP}/v1")
         if any(r.get("storageVersionHash") == expected for r in found["resources"]):
@@ -122,7 +124,7 @@ async def migrate(cp: ControlPlane, name: str, qps: float) -> dict[str, Any]:
 async def main(args: argparse.Namespace) -> None:
     hooks = Webhooks()
     for round_ in range(args.rounds):  # before the server starts: its routes are fixed then
-        converter = hooks.conversion(f"items{round_}.{GROUP}")
+        converter = hooks.conversion(f"item{round_}s.{GROUP}")
         converter.add("v1alpha1", "v1", lambda o: {**o, "spec": {"n": o["spec"]["count"]}})
         converter.add("v1", "v1alpha1", lambda o: {**o, "spec": {"count": o["spec"]["n"]}})
     async with ControlPlane() as cp:
@@ -132,12 +134,12 @@ async def main(args: argparse.Namespace) -> None:
         await server.start()
         runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
         for round_ in range(args.rounds):  # every CRD first: install patches each of them
-            status, body = cp.api_request("POST", CRDS, crd(f"items{round_}"))
+            status, body = cp.api_request("POST", CRDS, crd(f"item{round_}s"))
             assert status == 201, body
         await install(client, hooks, "bench", url=server.url, ca_bundle=cert.ca_bundle)
         try:
             for round_ in range(args.rounds):
-                plural = f"items{round_}"
+                plural = f"item{round_}s"
                 name = await prepared(cp, client, plural, args.objects)
                 a = await migrate(cp, name, args.qps)
                 runs["A"].append(a)
