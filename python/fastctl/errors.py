@@ -15,7 +15,8 @@ Some leaves also derive from the built-in exception users already catch for that
     ├── ReconcileCancelled        a reconcile was cancelled from inside, not by fastctl
     ├── LeadershipLost            (also RuntimeError) this replica lost its Lease
     ├── InvalidObject             (also ValueError) a cached object its model rejects
-    └── SchemaError               (also TypeError) a model no CRD schema can express
+    ├── SchemaError               (also TypeError) a model no CRD schema can express
+    └── StorageMigrationError     a storage-version migration that could not finish
 
 Errors of bad *arguments* stay the built-in `TypeError`/`ValueError`/`KeyError`, as
 everywhere in Python: they name a programming mistake, not a runtime condition.
@@ -43,6 +44,7 @@ __all__ = [
     "ReconcileTimeout",
     "ResourceNotFound",
     "SchemaError",
+    "StorageMigrationError",
     "WatchError",
     "WatchStreamError",
 ]
@@ -218,3 +220,10 @@ class SchemaError(FastctlError, TypeError):
         self.model = model
         self.path = path
         self.rule = rule
+
+
+class StorageMigrationError(FastctlError):
+    """A storage-version migration could not finish (`fastctl.runtime.StorageMigration`):
+    a write the API server refused (its conversion webhook not answering, most often), a
+    CRD that changed meanwhile. The message names the CRD, the object and the cause; the
+    CRD's ``status.storedVersions`` was left as it was."""

@@ -542,3 +542,81 @@ async def test_a_thread_that_outlives_the_drain_keeps_the_lease_held(
         "1 plain-function reconcile(s) still running in threads: not releasing the lease "
         "(it expires on its own); exit the process to stop them"
     ]
+
+
+class LeaderOnly(Component):
+    """A runnable that needs leader election (a storage migration, say), noting when it
+    started and whether its Manager led then."""
+
+    def __init__(self, mgr: Manager) -> None:
+        super().__init__()
+        self.mgr = mgr
+        self.leading: bool | None = None
+        self.at: float | None = None
+        self.stopped = False
+
+    def need_leader_election(self) -> bool:
+        return True
+
+    async def start(self) -> None:
+        self.leading = self.mgr.is_leader
+        self.at = asyncio.get_running_loop().time()
+        await super().start()
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+def test_a_runnable_that_needs_leader_election_starts_once_the_replica_leads(
+    cluster: Cluster,
+) -> None:
+    """Another replica holds the Lease: the leader-only runnable waits until it expires
+    and this one leads; the plain runnable started at once. Both stop at the end."""
+    from fastctl.runtime.leader._rules import LeaseRecord
+
+    mgr = _make(leader_election=ELECTION)
+    everywhere = Component()
+    only_leader = LeaderOnly(mgr)
+    mgr.add_runnable(everywhere).add_runnable(only_leader)
+    cluster.lease.create(LeaseRecord("other", 3))
+
+    async def main() -> float:
+        started = asyncio.get_running_loop().time()
+        run = asyncio.create_task(mgr.run())
+        await until(lambda: everywhere.started, "the plain runnable")
+        await asyncio.sleep(2.0)
+        assert not only_leader.started, "not while another replica holds the Lease"
+        await until(lambda: only_leader.started, "the leader-only runnable")
+        mgr.shutdown()
+        await run
+        return started
+
+    started = run_virtual(main())
+    assert only_leader.leading is True
+    assert only_leader.at is not None
+    assert only_leader.at - started >= 3.0
+    assert only_leader.stopped
+
+
+@pytest.mark.parametrize("election", [None, ELECTION])
+def test_a_leader_only_runnable_starts_at_once_without_election_and_makes_sharded_ones_campaign(
+    cluster: Cluster, election: LeaderElection | None
+) -> None:
+    """Without leader election it starts with the others; with sharding and every
+    controller sharded, it makes the Manager campaign (else it would never start)."""
+    mgr = _make(leader_election=election, sharding=SHARDING if election else None)
+    work = Work(None)
+    if election is not None:
+        mgr.add(Controller(client(), WIDGET, work.reconcile, name="w"))
+    only_leader = LeaderOnly(mgr)
+    mgr.add_runnable(only_leader)
+
+    async def main() -> None:
+        run = asyncio.create_task(mgr.run())
+        await until(lambda: only_leader.started, "the leader-only runnable")
+        assert (mgr.elector is not None) is (election is not None)
+        mgr.shutdown()
+        await run
+
+    run_virtual(main())
+    assert only_leader.leading is True

@@ -38,7 +38,8 @@ PUBLIC: dict[str, frozenset[str]] = {
         Namespaces ObjectEvent ObjectRef Predicate PrinterColumn RateLimit ReadYourWrites
         Reconcile ReconcileCancelled ReconcileResult ReconcileTimeout Recorder
         ResolvedResource Resource ResourceNotFound Scheduler SchemaError ServerOptions
-        Sharding Store Trigger ValidationRule WatchConfig WatchError WatchEvent
+        Sharding StorageMigration StorageMigrationError Store Trigger ValidationRule
+        WatchConfig WatchError WatchEvent
         WatchStreamError
         all_of annotations_changed any_of applier finalizer generation_changed labels_changed
         load_client reflector watcher
@@ -60,8 +61,8 @@ PUBLIC: dict[str, frozenset[str]] = {
     "fastctl.runtime": _names(
         """
         INITIAL_LIST_PRIORITY Controller LeaderElection LeaderElector Manager ObjectInspection
-        Predicate QueueSummary ReadYourWrites ReasonCount RelatedCache ServerOptions Sharding all_of
-        annotations_changed any_of generation_changed labels_changed
+        Predicate QueueSummary ReadYourWrites ReasonCount RelatedCache ServerOptions Sharding
+        StorageMigration all_of annotations_changed any_of generation_changed labels_changed
         """
     ),
     "fastctl.runtime.leader": _names("LeaderElection LeaderElector"),
@@ -88,8 +89,8 @@ PUBLIC: dict[str, frozenset[str]] = {
     "fastctl.errors": _names(
         """
         ApiError DiscoveryError FastctlError InvalidObject KubeconfigError LeadershipLost
-        ReconcileCancelled ReconcileTimeout ResourceNotFound SchemaError WatchError
-        WatchStreamError
+        ReconcileCancelled ReconcileTimeout ResourceNotFound SchemaError
+        StorageMigrationError WatchError WatchStreamError
         """
     ),
     "fastctl.types": _names(

@@ -25,6 +25,7 @@ COMMANDS: tuple[str, ...] = (
     "fastctl.cli.run",
     "fastctl.cli.crd",
     "fastctl.cli.manifests",
+    "fastctl.cli.migrate",
     "fastctl.cli.demo",
     "fastctl.cli.control_plane",
     "fastctl.cli.inspect",

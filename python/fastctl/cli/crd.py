@@ -22,7 +22,7 @@ from typing import Any
 from fastctl.cli import CliError, Subcommands
 from fastctl.cli._target import Target, build, load
 
-__all__ = ["register", "render"]
+__all__ = ["documents", "register", "render"]
 
 
 def register(subcommands: Subcommands) -> None:
@@ -49,9 +49,20 @@ def handle(args: argparse.Namespace) -> int:
 
 def render(targets: list[str], *, as_json: bool = False) -> str:
     """The CRD of `targets` as YAML (or JSON) text."""
+    found, operator = _documents(targets)
+    return _dump(found, as_json=as_json, many=operator)
+
+
+def documents(targets: list[str]) -> list[dict[str, Any]]:
+    """The CRDs `targets` declare: an operator's, or the one its models make."""
+    return _documents(targets)[0]
+
+
+def _documents(targets: list[str]) -> tuple[list[dict[str, Any]], bool]:
+    """The CRDs, and whether they are an operator's (not one made of models)."""
     loaded = [load(target) for target in targets]
     if len(loaded) == 1 and not isinstance(loaded[0].value, type):  # an operator, not a model
-        return _dump(_operator_crds(loaded[0]), as_json=as_json, many=True)
+        return _operator_crds(loaded[0]), True
     try:
         from fastctl.errors import SchemaError
         from fastctl.kube._model import CustomResource, crd
@@ -69,7 +80,7 @@ def render(targets: list[str], *, as_json: bool = False) -> str:
         document: dict[str, Any] = crd(*models)
     except (SchemaError, ValueError, TypeError) as exc:
         raise CliError(str(exc)) from None
-    return _dump([document], as_json=as_json, many=False)
+    return [document], False
 
 
 def _operator_crds(target: Target) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """The runtime: the `Controller` (watch events → triggers → the applier), the watch a
 Manager shares between controllers, the `Manager` itself, its metrics and health server,
-leader election (`fastctl.runtime.leader`) and sharding (`fastctl.runtime.sharding`).
+leader election (`fastctl.runtime.leader`), sharding (`fastctl.runtime.sharding`) and the
+storage-version migration of a CRD (`StorageMigration`).
 Public names are re-exported here; the modules behind them are private.
 """
 
@@ -15,6 +16,7 @@ from fastctl.runtime._filters import (
 )
 from fastctl.runtime._inspect import ObjectInspection, QueueSummary, ReasonCount
 from fastctl.runtime._read_your_writes import ReadYourWrites
+from fastctl.runtime._storage_migration import StorageMigration
 from fastctl.runtime.controller import INITIAL_LIST_PRIORITY, Controller
 from fastctl.runtime.leader import LeaderElection, LeaderElector
 from fastctl.runtime.manager import Manager, ServerOptions
@@ -34,6 +36,7 @@ __all__ = [
     "RelatedCache",
     "ServerOptions",
     "Sharding",
+    "StorageMigration",
     "all_of",
     "annotations_changed",
     "any_of",

@@ -27,7 +27,9 @@ The Manager
 - serves ``/metrics`` (controllers, process, API requests), ``/healthz``, ``/readyz``
   and on request ``/debug/queue`` (`ServerOptions`, `fastctl.runtime.manager._servers`);
 - starts other components of the process (`add_runnable`: a webhook server, say) before the
-  controllers and stops them after, on every replica, leader or not;
+  controllers and stops them after, on every replica, leader or not, except those that
+  need leader election (a `StorageMigration`): started once this replica leads
+  (`fastctl.runtime.manager._runnables`);
 - shuts down gracefully on SIGTERM/SIGINT or `shutdown()`: no new reconciles start, running
   ones get `drain_timeout` seconds to finish, then they are cancelled (a second signal
   cancels them at once); the lease is released so a successor takes over at once. If
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
@@ -58,6 +60,7 @@ from fastctl.runtime._metrics import FastctlCollector
 from fastctl.runtime._process_metrics import register_process_metrics
 from fastctl.runtime._shared_watch import SharedWatch
 from fastctl.runtime._signals import stop_on_signals
+from fastctl.runtime._storage_migration import StorageMigrationCollector
 from fastctl.runtime.controller import Controller
 from fastctl.runtime.controller._environment import Environment
 from fastctl.runtime.leader import LeaderElection, LeaderElector
@@ -66,6 +69,7 @@ from fastctl.runtime.manager._drain import cancel, describe
 from fastctl.runtime.manager._drain import drain as _drain
 from fastctl.runtime.manager._environments import build_environments
 from fastctl.runtime.manager._roles import Role, Tasks
+from fastctl.runtime.manager._runnables import Runnable, Started, needs_leader
 from fastctl.runtime.manager._servers import ServerOptions, Servers
 from fastctl.runtime.manager._watches import share_watches
 from fastctl.runtime.sharding._gate import ShardGate
@@ -78,15 +82,6 @@ __all__ = ["LeadershipLost", "Manager", "Runnable"]
 log = logging.getLogger("fastctl.manager")
 
 _DEFAULT_SERVERS = ServerOptions()
-
-
-class Runnable(Protocol):
-    """A component the Manager starts before its controllers and stops after them. One
-    that also has ``is_ready()`` (a bool, or ``(bool, reason)``) holds ``/readyz`` until it
-    says so: a webhook server that does not serve yet makes the replica not ready."""
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
 
 
 class Manager:
@@ -142,6 +137,8 @@ class Manager:
         self.registry.register(LeaderCollector(lambda: self.leader_election, lambda: self.elector))
         self.registry.register(ShardingCollector(lambda: self.member, self._gates.items))
         register_process_metrics(self.registry)  # process_*, python_*, rest_client_*
+        self.registry.register(StorageMigrationCollector())
+        self._started = Started()  # the runnables, stopped in reverse (`_runnables`)
 
     # -- configuring ------------------------------------------------------------------------
 
@@ -174,7 +171,8 @@ class Manager:
 
     def add_runnable(self, runnable: Runnable) -> Manager:
         """Add a component with ``async start()`` and ``async stop()`` (before `run`); it
-        runs on every replica, whether it leads or not. Returns the manager."""
+        runs on every replica, unless its ``need_leader_election()`` says it runs on the
+        leader only (`fastctl.runtime.manager._runnables`). Returns the manager."""
         if self._running:
             raise RuntimeError("Manager is running: add runnables before run()")
         self.runnables.append(runnable)
@@ -277,7 +275,6 @@ class Manager:
         tasks = Tasks()
         drain_gracefully = True
         lost_in_drain = False
-        started: list[Runnable] = []
         with stop_on_signals("manager", graceful=self.shutdown, at_once=self._cancel_at_once):
             try:
                 await self._running_servers.start(
@@ -287,9 +284,7 @@ class Manager:
                     ready=self.readiness,
                     controllers=lambda: self.controllers,
                 )
-                for runnable in self.runnables:
-                    await runnable.start()
-                    started.append(runnable)
+                await self._started.start(*(r for r in self.runnables if not self._deferred(r)))
                 self._start(loop, tasks, shared.watches, envs)
                 drain_gracefully, failure = await self._watch_tasks(loop, tasks)
                 if failure is not None:
@@ -300,8 +295,7 @@ class Manager:
                         tasks, shared.watches, drain=drain_gracefully
                     )
                 finally:
-                    for runnable in reversed(started):
-                        await runnable.stop()
+                    await self._started.stop()
                     self._running = False
         if lost_in_drain and self._led:
             raise LeadershipLost(
@@ -366,7 +360,15 @@ class Manager:
         restart a replica)."""
         if self.leader_election is None:
             return False
-        return self.sharding is None or any(self._elected(c) for c in self.controllers)
+        return (
+            self.sharding is None
+            or any(self._elected(c) for c in self.controllers)
+            or any(needs_leader(r) for r in self.runnables)
+        )
+
+    def _deferred(self, runnable: Runnable) -> bool:
+        """Started once this replica leads, not at once."""
+        return needs_leader(runnable) and self._campaigns()
 
     async def _drain_slots(self, slots: frozenset[int], urgent: bool) -> None:
         """The member's drainer: every controller's reconciles of `slots` have ended."""
@@ -379,6 +381,7 @@ class Manager:
         log.info("leading (%s, term %d): reconciling", self.elector.identity, term)
         self._leading.set()
         self._led = True
+        await self._started.start(*(r for r in self.runnables if self._deferred(r)))
         await self.elector.wait_lost(term)
         self._leading.clear()
         if not self._stop.is_set():  # during the drain, `drain` acts on this task's end

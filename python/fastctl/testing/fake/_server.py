@@ -905,11 +905,15 @@ class FakeApiServer:
             self.add_kind(kind)
         names = (crd.get("spec") or {}).get("names") or {}
         crd = copy.deepcopy(crd)
+        # As the API server keeps it: every version objects may be stored in, the storage
+        # version added on each change, the others removed only by a status write.
+        stored = list((crd.get("status") or {}).get("storedVersions") or ())
+        for v in (crd.get("spec") or {}).get("versions") or ():
+            if v.get("storage") and v["name"] not in stored:
+                stored.append(v["name"])
         crd["status"] = {
             "acceptedNames": names,
-            "storedVersions": [
-                v["name"] for v in (crd.get("spec") or {}).get("versions") or () if v.get("storage")
-            ],
+            "storedVersions": stored,
             "conditions": [
                 {"type": t, "status": "True", "reason": r, "lastTransitionTime": _now()}
                 for t, r in (
