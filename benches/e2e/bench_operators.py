@@ -19,6 +19,12 @@ anything else (the event caused by that very patch) is a no-op.
 - ``fastctl-traced``: ``fastctl`` with tracing on (`fastctl.tracing.enable`), every span
   made and handed to a batch processor whose exporter drops it: the span work, not the
   encoding and sending of an OTLP export.
+- ``fastctl-otlp``: ``fastctl`` with tracing on as a user turns it on (``fastctl run
+  --tracing``: the provider built from the ``OTEL_*`` variables, OTLP over HTTP in
+  protobuf), exporting every span to a receiver in a process of its own that answers each
+  export with 200 and reads nothing: the operator pays for encoding and sending its spans.
+- ``fastctl-sampled``: ``fastctl-otlp`` with ``OTEL_TRACES_SAMPLER=parentbased_traceidratio``
+  and ``OTEL_TRACES_SAMPLER_ARG=0.1``: a tenth of the reconciles traced.
 - ``kopf``: ``@kopf.on.create`` + ``@kopf.on.update``, with kopf's bookkeeping kept in the
   status (`StatusProgressStorage`, `StatusDiffBaseStorage`), so each change costs kopf one
   status patch, as it costs fastctl; Events posting and cluster scanning off.
@@ -42,8 +48,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import logging
+import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -60,6 +70,8 @@ WIDGET_MODES = (
     "fastctl-no-ryw",
     "fastctl-no-otel",
     "fastctl-traced",
+    "fastctl-otlp",
+    "fastctl-sampled",
     "kopf",
     "kopf-default",
     "kopf-event",
@@ -138,11 +150,69 @@ def _trace_to_nowhere() -> None:
     assert fastctl.tracing.enable(provider)
 
 
+def _count_loop_iterations(stats: dict[str, int]) -> None:
+    """Count the event loop's iterations (wake-ups) and the ready events each brought, into
+    `stats`: an experiment's figure (``FASTCTL_BENCH_STATS``), not for CPU measurements."""
+    import selectors
+
+    loop = asyncio.get_running_loop()
+    selector = loop._selector  # type: ignore[attr-defined]
+    select = selector.select
+
+    def counted(timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = select(timeout)
+        stats["loop_iterations"] = stats.get("loop_iterations", 0) + 1
+        stats["ready_events"] = stats.get("ready_events", 0) + len(ready)
+        return ready
+
+    selector.select = counted
+
+
+_SINK = """
+import http.server, sys
+class Sink(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def _trace_by_otlp(sampled: bool) -> Any:
+    """Tracing on as ``fastctl run --tracing`` turns it on, exporting by OTLP/HTTP to a
+    receiver process that reads each export and answers 200 (``fastctl-otlp``); with
+    `sampled`, a tenth of the traces (``fastctl-sampled``). Returns the receiver process."""
+    import subprocess
+
+    import fastctl.tracing
+
+    sink = subprocess.Popen([sys.executable, "-c", _SINK], stdout=subprocess.PIPE, text=True)
+    assert sink.stdout is not None
+    port = int(sink.stdout.readline())
+    os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"http://127.0.0.1:{port}/v1/traces"
+    os.environ["OTEL_TRACES_EXPORTER"] = "otlp"
+    if sampled:
+        os.environ["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+        os.environ["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
+    assert fastctl.tracing.enable()
+    return sink
+
+
 async def run_fastctl_widgets(args: argparse.Namespace, model: bool) -> None:
     if args.mode == "fastctl-no-otel":
         sys.meta_path.insert(0, _HideOpenTelemetry())
     if args.mode == "fastctl-traced":
         _trace_to_nowhere()
+    sink = None
+    if args.mode in ("fastctl-otlp", "fastctl-sampled"):
+        sink = _trace_by_otlp(sampled=args.mode == "fastctl-sampled")
     from fastctl import Resource
     from fastctl.kube._client import load_client
     from fastctl.kube._objects import patch
@@ -165,11 +235,50 @@ async def run_fastctl_widgets(args: argparse.Namespace, model: bool) -> None:
                 subresource="status",
             )
 
+    stats: dict[str, int] = {}
+    if os.environ.get("FASTCTL_BENCH_STATS"):
+        _count_loop_iterations(stats)
+        plain = reconcile
+
+        async def reconcile(obj: dict[str, Any], ctx: object) -> None:
+            # Reconciles by generation (1: the initial list, 2: the update burst), and
+            # which of them wrote: what a change cost in reconciles, mode against mode.
+            wrote = "patch" if status_for(obj) is not None else "noop"
+            name = f"gen{obj['metadata'].get('generation')}-{wrote}"
+            stats[name] = stats.get(name, 0) + 1
+            if name.startswith("gen2") and "burst_from_iteration" not in stats:
+                stats["burst_from_iteration"] = stats.get("loop_iterations", 0)
+                stats["burst_from_ready"] = stats.get("ready_events", 0)
+            await plain(obj, ctx)
+            fence = ctl._run.fence if ctl._run is not None else None
+            if fence is not None:
+                stats["fences_max"] = max(stats.get("fences_max", 0), len(fence))
+                stats["followed_max"] = max(stats.get("followed_max", 0), len(fence.written))
+
     ctl = _controller(client, widgets.resource, reconcile, args, model)
     try:
         await ctl.run()
     finally:
         await client.close()
+        if sink is not None:
+            import fastctl.tracing
+
+            fastctl.tracing.disable()  # the spans still buffered are exported
+            sink.kill()
+        if os.environ.get("FASTCTL_BENCH_STATS"):
+            import gc
+
+            report = {"reconciles": stats, "counters": dataclasses.asdict(ctl.counters)}
+            report["gc"] = gc.get_stats()
+            import resource
+
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            report["rusage"] = {
+                name: getattr(usage, name)
+                for name in ("ru_utime", "ru_stime", "ru_minflt", "ru_nvcsw", "ru_nivcsw")
+            }
+            report["threads"] = threading.active_count()
+            print(json.dumps(report), file=sys.stderr)
 
 
 async def run_fastctl_configmaps(args: argparse.Namespace) -> None:
@@ -291,6 +400,13 @@ def main() -> None:
         run_kopf(args)
     elif args.mode in CM_MODES:
         asyncio.run(run_fastctl_configmaps(args))
+    elif os.environ.get("FASTCTL_BENCH_CPROFILE"):
+        # An experiment's profile (every call counted), not for CPU measurements.
+        import cProfile
+
+        with cProfile.Profile() as profile:
+            asyncio.run(run_fastctl_widgets(args, model=args.mode == "fastctl-model"))
+        profile.dump_stats(f"{os.environ['FASTCTL_BENCH_CPROFILE']}-{args.mode}.prof")
     else:
         asyncio.run(run_fastctl_widgets(args, model=args.mode == "fastctl-model"))
 

@@ -17,6 +17,8 @@ LABELS = {
     "fastctl-no-ryw": "fastctl, read-your-writes guard off",
     "fastctl-no-otel": "fastctl, otel extra not installed",
     "fastctl-traced": "fastctl, tracing on (spans dropped by the exporter)",
+    "fastctl-otlp": "fastctl, tracing on, exported by OTLP/HTTP to a local receiver",
+    "fastctl-sampled": "fastctl, tracing on, 10 % of traces sampled, OTLP/HTTP",
     "kopf": "kopf (on.create/update, status storage)",
     "kopf-default": "kopf (on.create/update, default storage)",
     "kopf-event": "kopf (on.event)",

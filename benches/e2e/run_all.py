@@ -177,7 +177,15 @@ def main() -> None:
         default=[
             m
             for m in WIDGET_MODES
-            if m not in ("kopf-limited", "fastctl-no-ryw", "fastctl-no-otel", "fastctl-traced")
+            if m
+            not in (
+                "kopf-limited",
+                "fastctl-no-ryw",
+                "fastctl-no-otel",
+                "fastctl-traced",
+                "fastctl-otlp",
+                "fastctl-sampled",
+            )
         ],
         help="modes for counts up to 1,000 (see bench_operators.py)",
     )

@@ -44,6 +44,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from fastctl._clock import monotonic
+from fastctl._otel_spans import ROOT, SpanMaker
 from fastctl._reasons import error_text
 from fastctl._redact import scrub
 from fastctl._version import version
@@ -113,6 +114,7 @@ class Tracing:
         self._owned = provider is None
         self.provider = provider if provider is not None else provider_from_environment()
         self.tracer = self.provider.get_tracer("fastctl", version())
+        self.spans = SpanMaker(self.tracer)
 
     def close(self) -> None:
         """Flush and shut down the provider this object built (a given one is the
@@ -121,14 +123,14 @@ class Tracing:
             self.provider.shutdown()
 
     def controller(self, name: str, kind: str) -> ControllerTracing:
-        return ControllerTracing(self.tracer, name, kind)
+        return ControllerTracing(self.tracer, name, kind, self.spans)
 
     def request(self, method: str, path: str) -> RequestSpan | _Untraced:
         """A client span for one API request, beneath the current span; a request made
         outside any span (a watch, a Lease renewal) gets none: it answers no reconcile."""
         if not trace.get_current_span().get_span_context().is_valid:
             return _UNTRACED
-        return RequestSpan(self.tracer, method, path)
+        return RequestSpan(self.spans, method, path)
 
     def webhook(self, path: str, headers: Mapping[str, str]) -> WebhookSpan:
         return WebhookSpan(self.tracer, path, headers)
@@ -194,11 +196,12 @@ class RequestSpan:
 
     __slots__ = ("_resends", "_span")
 
-    def __init__(self, tracer: trace.Tracer, method: str, path: str) -> None:
-        self._span = tracer.start_span(
+    def __init__(self, spans: SpanMaker, method: str, path: str) -> None:
+        self._span = spans.start(
             _request_name(method, path),
-            kind=SpanKind.CLIENT,
-            attributes={"http.request.method": method, "url.path": path},
+            None,
+            SpanKind.CLIENT,
+            {"http.request.method": method, "url.path": path},
         )
         self._resends = 0
 
@@ -263,64 +266,31 @@ class WebhookSpan:
         self._span.end()
 
 
-@dataclass(frozen=True, slots=True)
-class LinkedTrigger(Trigger):
-    """A trigger that carries the link to the watch event that caused it (made only while
-    tracing is on; the applier treats it as the `Trigger` it is)."""
+class EventLink:
+    """The link to one watch event, made when a run that is kept (sampled) first asks for
+    it (`link`) and shared by every run the event triggered: a span context of its own (no
+    span is made or exported for it) and the event's attributes, few (each is copied per
+    link): the reason, the ``resourceVersion``, and the kind and object unless they are the
+    run's own (``own_change``). A run the sampler drops never builds it."""
 
-    link: Link | None = None
+    __slots__ = ("_built", "_event", "_ids", "_kind", "_reason")
 
+    def __init__(self, ids: IdGenerator, kind: str, reason: str, event: Any) -> None:
+        self._ids = ids
+        self._kind = kind
+        self._reason = reason
+        self._event = event
+        self._built: Link | None = None
 
-@dataclass(slots=True)
-class _Pending:
-    """What a key's next run is for: its links (the first `MAX_LINKS`; the others
-    counted), when the first of its triggers came or its retry was due (on the applier's
-    clock), and the highest priority among them (the scheduler keeps the highest)."""
-
-    links: list[Link]
-    since: float
-    priority: int
-    dropped: int = 0
-
-
-_UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
-
-_ROOT = otel_context.Context()
-"""The parent context of a reconcile span: none, whatever is current where the applier
-starts it (a run is a trace of its own; its causes are links). Given, it also spares the
-SDK looking the current one up."""
-
-
-class ControllerTracing:
-    """The spans of one controller run: a reconcile span per run, with its links to the
-    watch events and runs that caused it. Everything is called from the event loop's
-    thread."""
-
-    def __init__(self, tracer: trace.Tracer, name: str, kind: str) -> None:
-        self.tracer = tracer
-        self.name = name
-        self.kind = kind
-        self.clock: Callable[[], float] = monotonic
-        """The applier's clock (`bind` sets it): queue waits and retry delays read it."""
-        self._pending: dict[str, _Pending] = {}
-        self._span_name = f"reconcile {name}"
-        ids = getattr(tracer, "id_generator", None)
-        self._ids: IdGenerator = ids if isinstance(ids, IdGenerator) else RandomIdGenerator()
-
-    def bind(self, clock: Callable[[], float]) -> None:
-        self.clock = clock
-
-    # -- watch events -----------------------------------------------------------------------
-
-    def _event_link(self, kind: str, reason: str, event: Any) -> Link:
-        """The link that stands for one watch event: a span context of its own (no span is
-        made or exported for it) and the event's attributes, few (the SDK checks and copies
-        each, per link): the reason, the ``resourceVersion``, and the kind and object
-        unless they are the run's own (``own_change``)."""
+    def link(self) -> Link:
+        built = self._built
+        if built is not None:
+            return built
+        reason, event = self._reason, self._event
         attrs: dict[str, Any] = {"fastctl.trigger.reason": reason}
         obj = getattr(event, "obj", None)  # an ObjectEvent; a list's end (ListFrame) has none
         if reason != Reason.OWN_CHANGE:  # else the run's own kind and object: not repeated
-            attrs["fastctl.watch.kind"] = kind
+            attrs["fastctl.watch.kind"] = self._kind
         if obj is not None:
             meta = obj.get("metadata") or {}
             if reason != Reason.OWN_CHANGE:
@@ -335,14 +305,73 @@ class ControllerTracing:
         context = SpanContext(
             ids.generate_trace_id(), ids.generate_span_id(), False, trace_flags=_UNSAMPLED
         )
-        return Link(context, attrs)
+        self._built = built = Link(context, attrs)
+        self._event = None  # what it needed is in the link now
+        return built
+
+
+@dataclass(frozen=True, slots=True)
+class LinkedTrigger(Trigger):
+    """A trigger that carries the link to the watch event that caused it (made only while
+    tracing is on; the applier treats it as the `Trigger` it is)."""
+
+    link: EventLink | None = None
+
+
+@dataclass(slots=True)
+class _Pending:
+    """What a key's next run is for: its links (the first `MAX_LINKS`; the others
+    counted), when the first of its triggers came or its retry was due (on the applier's
+    clock), and the highest priority among them (the scheduler keeps the highest)."""
+
+    links: list[EventLink | Link]
+    since: float
+    priority: int
+    dropped: int = 0
+
+
+_UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
+
+_ROOT = ROOT
+"""The parent context of a reconcile span: none, whatever is current where the applier
+starts it (a run is a trace of its own; its causes are links). Given, it also spares the
+SDK looking the current one up."""
+
+
+class ControllerTracing:
+    """The spans of one controller run: a reconcile span per run, with its links to the
+    watch events and runs that caused it. Everything is called from the event loop's
+    thread."""
+
+    def __init__(
+        self, tracer: trace.Tracer, name: str, kind: str, spans: SpanMaker | None = None
+    ) -> None:
+        self.tracer = tracer
+        self.spans = spans if spans is not None else SpanMaker(tracer)
+        self.name = name
+        self.kind = kind
+        self.clock: Callable[[], float] = monotonic
+        """The applier's clock (`bind` sets it): queue waits and retry delays read it."""
+        self._pending: dict[str, _Pending] = {}
+        self._span_name = f"reconcile {name}"
+        ids = getattr(tracer, "id_generator", None)
+        self._ids: IdGenerator = ids if isinstance(ids, IdGenerator) else RandomIdGenerator()
+
+    def bind(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+
+    # -- watch events -----------------------------------------------------------------------
+
+    def _event_link(self, kind: str, reason: str, event: Any) -> EventLink:
+        """The link that stands for one watch event (`EventLink`), built when first used."""
+        return EventLink(self._ids, kind, reason, event)
 
     def linked(
         self, kind: str, reason: str, event: Any, triggers: Iterable[ObjectRef | Trigger]
     ) -> Iterator[ObjectRef | Trigger]:
         """`triggers` (those of one watch event), each carrying the link to the event. The
         link is made at the first trigger: an event that triggers nothing costs nothing."""
-        link: Link | None = None
+        link: EventLink | None = None
         for item in triggers:
             if link is None:
                 link = self._event_link(kind, reason, event)
@@ -378,7 +407,7 @@ class ControllerTracing:
         elif isinstance(item, ObjectRef):
             self._add(item.key, None, self.clock(), 0)
 
-    def _add(self, key: str, link: Link | None, since: float, priority: int) -> None:
+    def _add(self, key: str, link: EventLink | Link | None, since: float, priority: int) -> None:
         pending = self._pending.get(key)
         if pending is None:
             pending = self._pending[key] = _Pending([], since, priority)
@@ -398,26 +427,36 @@ class ControllerTracing:
     def start(self, key: str, scheduler: Any) -> RunSpan:
         """The span of `key`'s run (just popped), starting now, with the links merged into
         it; the scheduler says its attempt (its failure count) and fair group, two cheap
-        reads (its ``inspect`` builds a whole record)."""
+        reads (its ``inspect`` builds a whole record). Its attributes and links are built
+        only for a span the sampler keeps (`SpanMaker.start`)."""
         now = self.clock()
         pending = self._pending.pop(key, None)
-        attrs: dict[str, Any] = {"fastctl.controller": self.name, "fastctl.object": key}
-        failures = getattr(scheduler, "failures", None)
-        attrs["fastctl.reconcile.attempt"] = failures(key) + 1 if failures is not None else 1
-        links: list[Link] = []
-        priority = 0
-        if pending is not None:
-            links = pending.links
-            priority = pending.priority
-            attrs["fastctl.reconcile.queue_wait"] = max(0.0, now - pending.since)
-            if pending.dropped:
-                attrs["fastctl.reconcile.links_dropped"] = pending.dropped
-        attrs["fastctl.reconcile.priority"] = priority
-        group_of = getattr(scheduler, "group_of", None)
-        group = group_of(key) if group_of is not None else None
-        if group is not None:
-            attrs["fastctl.reconcile.fair_group"] = group
-        span = self.tracer.start_span(self._span_name, _ROOT, SpanKind.INTERNAL, attrs, links)
+        priority = pending.priority if pending is not None else 0
+
+        def attributes() -> dict[str, Any]:
+            attrs: dict[str, Any] = {"fastctl.controller": self.name, "fastctl.object": key}
+            failures = getattr(scheduler, "failures", None)
+            attrs["fastctl.reconcile.attempt"] = failures(key) + 1 if failures is not None else 1
+            if pending is not None:
+                attrs["fastctl.reconcile.queue_wait"] = max(0.0, now - pending.since)
+                if pending.dropped:
+                    attrs["fastctl.reconcile.links_dropped"] = pending.dropped
+            attrs["fastctl.reconcile.priority"] = priority
+            group_of = getattr(scheduler, "group_of", None)
+            group = group_of(key) if group_of is not None else None
+            if group is not None:
+                attrs["fastctl.reconcile.fair_group"] = group
+            return attrs
+
+        def links() -> list[Link]:
+            if pending is None:
+                return []
+            return [
+                item.link() if type(item) is EventLink else item  # type: ignore[misc]
+                for item in pending.links
+            ]
+
+        span = self.spans.start(self._span_name, _ROOT, SpanKind.INTERNAL, attributes, links)
         return RunSpan(self, key, span, scheduler, priority)
 
 
