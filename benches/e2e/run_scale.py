@@ -42,7 +42,7 @@ from typing import Any
 import compiled_peers
 from common import PYTHON, Child, child_argv, load_average, log, run_bounded
 from run_all import RESULTS, machine, save
-from scale import OPERATORS, SEQ_ANNOTATION, combine, configmap, summarize_run
+from scale import OPERATORS, SEQ_ANNOTATION, combine, configmap, median, summarize_run
 from scale_report import make_plots, render
 
 from fastctl import Resource, load_client
@@ -214,8 +214,8 @@ def run_store(counts: list[int], rounds: int) -> list[dict[str, Any]]:
                 text=True,
             ).stdout
             runs.append(json.loads(out))
-        per = sorted(r["rss_bytes_per_object"] for r in runs)
-        row = {**runs[0], "mode": "fastctl-store", "rss_bytes_per_object": per[len(per) // 2]}
+        per = median(r["rss_bytes_per_object"] for r in runs)
+        row = {**runs[0], "mode": "fastctl-store", "rss_bytes_per_object": per}
         row["rounds"] = [r["rss_bytes_per_object"] for r in runs]
         log(f"Store alone, {n:,} objects: {row['rss_bytes_per_object']:.0f} B per object")
         rows.append(row)
