@@ -361,6 +361,7 @@ def decode_object(
     lenient: bool = False,
 ) -> Item:
     """`lenient`: an object made in Python; only ``metadata.name`` must be right."""
+
 def decode_list(
     page: bytes,
     strip_managed_fields: bool = False,

@@ -42,10 +42,14 @@ every failure the API server or the network can produce into a retry:
   off, or an older server ignores the parameter), `shard_filter` keeps on the client only
   the objects the selector would have returned, so both paths give the same objects.
 
-Objects are parsed with orjson from the raw response bytes, never through
-kubernetes-asyncio's models; list items get their ``apiVersion``/``kind`` filled in (the
-API server omits them inside lists), so every object looks the same whichever path it came
-by.
+Frames and list pages are decoded once, in the extension (`fastctl._core.decode_frame`,
+``decode_list``), from the raw response bytes, never through kubernetes-asyncio's models:
+the type, the object's JSON (without managedFields when stripped) and the metadata fastctl
+reads, checked there. List items get their ``apiVersion``/``kind`` filled in (the API
+server omits them inside lists), so every object looks the same whichever path it came
+by. An event parses its object into a dict only when something reads ``event.obj`` (a
+transform, secret redaction, an event filter, a mapper of ``watches``); the store keeps
+the bytes.
 """
 
 from __future__ import annotations
@@ -830,12 +834,12 @@ class _Watcher:
                 payload = orjson.dumps(payload)
             else:
                 identity, replace = self._identity(listed=False)
-                api_version, kind = identity if identity is not None else (None, None)
+                given = identity if identity is not None else (None, None)
                 payload = decode_object(
                     orjson.dumps(payload),
                     bool(self.config.strip_managed_fields),
-                    api_version,
-                    kind,
+                    given[0],
+                    given[1],
                     replace,
                     lenient=True,
                 )
