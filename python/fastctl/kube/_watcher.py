@@ -830,8 +830,12 @@ class _Watcher:
         line would have been.)"""
         state = self.state
         if isinstance(payload, dict):
-            if etype == "ERROR":
-                payload = orjson.dumps(payload)
+            if etype in ("ERROR", "BOOKMARK"):  # a Status; a bookmark needs no name
+                identity, replace = self._identity(listed=False)
+                line = orjson.dumps({"type": etype, "object": payload})
+                etype, payload = decode_watch_line(
+                    line, strip_managed_fields=False, identity=identity, replace=replace
+                )
             else:
                 identity, replace = self._identity(listed=False)
                 given = identity if identity is not None else (None, None)
