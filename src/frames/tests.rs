@@ -290,7 +290,7 @@ fn controller_uid_is_the_first_truthy_controller() {
 
 #[test]
 fn lenient_objects_need_only_a_name() {
-    let input = r#"{"metadata":{"name":"a","uid":"u","ownerReferences":[{"uid":"o","controller":true}],"labels":{"k":1}}}"#;
+    let input = r#"{"metadata":{"name":"a","uid":"u","ownerReferences":[{"uid":"f","controller":false},{"uid":"o","controller":true}],"labels":{"k":1}}}"#;
     assert!(decode_object(input.as_bytes(), plain()).is_err());
     let lenient = Options {
         lenient: true,
