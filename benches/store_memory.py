@@ -1,11 +1,13 @@
 """Memory per cached object in a `Store`, with and without a transform (no API server).
 
 Each measurement runs in a fresh subprocess: one object at a time, it builds a ConfigMap
-as the JSON bytes an API server would send, parses them with orjson (as the watcher does),
-applies the transform under test (as the watcher does, identity restored), and feeds it to
-the store as one list (``INIT``, ``INIT_APPLY`` each, ``INIT_DONE``); nothing else is
-kept, so what grows is the store alone. RSS is read before and after (after a full
-collection) and divided by N.
+as the JSON bytes an API server would send (a watch line), decodes them as the imported
+build's watcher does (in the extension, managedFields cut there when stripped, in builds
+that decode frames so; parsed with orjson and stripped on the dict before), applies the
+transform under test (as the watcher does, identity restored), and feeds it to the store
+as one list (``INIT``, ``INIT_APPLY`` each, ``INIT_DONE``); nothing else is kept, so what
+grows is the store alone. RSS is read before and after (after a full collection) and
+divided by N.
 
 Two shapes of ConfigMap:
 
@@ -15,9 +17,10 @@ Two shapes of ConfigMap:
   ``metadata.managedFields`` (two managers) and the
   ``kubectl.kubernetes.io/last-applied-configuration`` annotation (the object again).
 
-Transforms: ``none`` (the store as it was before transforms: what the watcher parsed,
-managedFields included), ``drop_managed_fields`` (a Controller's default), and
-``drop_managed_fields + drop_annotations()`` (no annotation at all).
+Transforms: ``none`` (what the watcher decoded, managedFields included),
+``drop_managed_fields`` (a Controller's default: ``strip_managed_fields``, done by the
+decoder), and ``drop_managed_fields + drop_annotations()`` (no annotation at all: the
+decoder strips, then the transform runs on a dict and its result is encoded again).
 
     flock /tmp/fastctl-heavy.lock .venv/bin/python benches/store_memory.py [N] [--rounds R]
 
@@ -121,33 +124,55 @@ def _rss() -> int:
         return int(f.read().split()[1]) * 4096
 
 
+def _decoder(strip: bool, transform: Any) -> Any:
+    """How the imported build's watcher turns a watch line into a list item's event."""
+    from fastctl.kube import _wire
+    from fastctl.kube._transforms import apply_transform
+    from fastctl.kube._watcher import EventKind, ObjectEvent
+
+    if hasattr(_wire, "decode_watch_line"):
+
+        def decode(line: bytes) -> Any:
+            _, item = _wire.decode_watch_line(line, strip_managed_fields=strip)
+            assert not isinstance(item, bytes)
+            if transform is not None:
+                obj = apply_transform(transform, orjson.loads(item.json))
+                item = _wire.item_of(obj)
+            return ObjectEvent._of_item(EventKind.INIT_APPLY, item)
+
+        return decode
+
+    def parse(line: bytes) -> Any:
+        _, obj = _wire.watch_frame(line)
+        if strip:
+            obj["metadata"].pop("managedFields", None)
+        if transform is not None:
+            obj = apply_transform(transform, obj)
+        return ObjectEvent(EventKind.INIT_APPLY, obj)
+
+    return parse
+
+
 def measure(n: int, shape: str, transform_name: str) -> dict[str, Any]:
     """In this process: RSS per object of a store of `n` objects."""
-    from fastctl.kube import Store, drop_annotations, drop_managed_fields
-    from fastctl.kube._transforms import apply_transform, chain_transforms
-    from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent
+    from fastctl.kube import Store, drop_annotations
+    from fastctl.kube._watcher import EventKind, ListFrame
 
-    transform = {
-        "none": None,
-        "drop_managed_fields": drop_managed_fields,
-        "drop_managed_fields+annotations": chain_transforms(
-            drop_managed_fields, drop_annotations()
-        ),
-    }[transform_name]
+    strip = transform_name != "none"
+    transform = drop_annotations() if transform_name == "drop_managed_fields+annotations" else None
+    decode = _decoder(strip, transform)
     json_bytes = len(orjson.dumps(configmap(0, shape)))
     store = Store()
     gc.collect()
     before = _rss()
     store.apply(ListFrame(EventKind.INIT))
-    for i in range(n):
-        obj = orjson.loads(orjson.dumps(configmap(i, shape)))  # as received, then parsed
-        if transform is not None:
-            obj = apply_transform(transform, obj)
-        store.apply(ObjectEvent(EventKind.INIT_APPLY, obj))
+    for i in range(n):  # as received, then decoded; the line let go, as the watcher does
+        store.apply(decode(orjson.dumps({"type": "ADDED", "object": configmap(i, shape)})))
     store.apply(ListFrame(EventKind.INIT_DONE))
     gc.collect()
     after = _rss()
-    kept = statistics.mean(len(orjson.dumps(o)) for o in list(store.values())[:1000])
+    refs = list(store)[:1000]
+    kept = statistics.mean(len(orjson.dumps(store[ref])) for ref in refs)
     return {
         "objects": n,
         "shape": shape,
@@ -162,14 +187,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("objects", type=int, nargs="?", default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated")
+    parser.add_argument("--transforms", default=",".join(TRANSFORMS), help="comma-separated")
     parser.add_argument("--one", nargs=2, metavar=("SHAPE", "TRANSFORM"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure(args.objects, *args.one)))
         return
     results = []
-    for shape in SHAPES:
-        for transform in TRANSFORMS:
+    for shape in args.shapes.split(","):
+        for transform in args.transforms.split(","):
             rounds = []
             for _ in range(args.rounds):
                 out = subprocess.run(

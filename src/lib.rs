@@ -1,6 +1,10 @@
-//! fastctl's scheduling core: the keyed priority/delay scheduler (`scheduler`, plain Rust)
-//! and its thin Python binding (`binding`), built by maturin into `fastctl._core`.
+//! fastctl's core: the keyed priority/delay scheduler (`scheduler`), the watch-frame
+//! decoder (`frames`) and the compact object cache (`cache`), all plain Rust, and their
+//! thin Python binding (`binding`, `cache_binding`), built by maturin into `fastctl._core`.
 
 mod binding;
+pub mod cache;
+mod cache_binding;
 mod clock;
+pub mod frames;
 pub mod scheduler;

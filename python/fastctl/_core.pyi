@@ -3,7 +3,17 @@
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final, Literal, Self, TypedDict, final
 
-__all__ = ["MAX_DELAY", "SCHEDULER_DEFAULTS", "Scheduler", "__version__"]
+__all__ = [
+    "MAX_DELAY",
+    "SCHEDULER_DEFAULTS",
+    "CompactMap",
+    "Item",
+    "Scheduler",
+    "__version__",
+    "decode_frame",
+    "decode_list",
+    "decode_object",
+]
 
 __version__: Final[str]
 
@@ -300,3 +310,93 @@ class Scheduler:
     def backoff_base(self) -> float: ...
     @property
     def backoff_max(self) -> float: ...
+
+# -- watch frames and the compact cache (docs/kubernetes.md, "The store") ------------------
+
+@final
+class Item:
+    """One decoded object: its JSON as kept and the metadata fastctl reads."""
+
+    @property
+    def json(self) -> bytes: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def namespace(self) -> str | None: ...
+    @property
+    def uid(self) -> str | None: ...
+    @property
+    def resource_version(self) -> str | None: ...
+    @property
+    def controller_uid(self) -> str | None: ...
+    @property
+    def generation(self) -> int | None: ...
+    @property
+    def deletion_timestamp(self) -> str | None: ...
+    @property
+    def api_version(self) -> str | None:
+        """The object's own, as received (before any identity was given)."""
+    @property
+    def kind(self) -> str | None:
+        """The object's own, as received."""
+    @property
+    def initial_events_end(self) -> bool: ...
+    def labels(self) -> dict[str, str]: ...
+    def owners(self) -> list[tuple[str, str, str, str, bool]]:
+        """(apiVersion, kind, name, uid, controller) of each owner reference."""
+
+def decode_frame(
+    line: bytes,
+    strip_managed_fields: bool = False,
+    api_version: str | None = None,
+    kind: str | None = None,
+    replace_identity: bool = False,
+) -> tuple[str, Item | bytes]:
+    """A watch line: (type, Item), or ("ERROR", the Status's JSON); ValueError naming what
+    is wrong."""
+
+def decode_object(
+    json: bytes,
+    strip_managed_fields: bool = False,
+    api_version: str | None = None,
+    kind: str | None = None,
+    replace_identity: bool = False,
+    lenient: bool = False,
+) -> Item:
+    """`lenient`: an object made in Python; only ``metadata.name`` must be right."""
+
+def decode_list(
+    page: bytes,
+    strip_managed_fields: bool = False,
+    api_version: str | None = None,
+    kind: str | None = None,
+    replace_identity: bool = False,
+) -> tuple[list[Item], str | None, str | None, str | None, bool]:
+    """(items, kind, continue, resourceVersion, shard_info)."""
+
+@final
+class CompactMap:
+    """Objects as JSON bytes by (name, namespace), indexed by controller owner uid."""
+
+    def __init__(self) -> None: ...
+    def __len__(self) -> int: ...
+    def put(self, item: Item) -> None: ...
+    def put_listed(self, item: Item, held: CompactMap) -> None: ...
+    def get(self, name: str, namespace: str | None = None) -> bytes | None: ...
+    def contains(self, name: str, namespace: str | None = None) -> bool: ...
+    def version(
+        self, name: str, namespace: str | None = None
+    ) -> tuple[str | None, str | None] | None: ...
+    def remove(self, name: str, namespace: str | None = None) -> bytes | None: ...
+    def keys(self, namespace: str | None = None) -> list[tuple[str, str | None]]: ...
+    def values(self, namespace: str | None = None) -> list[bytes]: ...
+    def owned_by(self, uid: str) -> list[bytes]: ...
+    def missing_from(
+        self, other: CompactMap, namespace: str | None = None
+    ) -> list[tuple[str, str | None, bytes]]: ...
+    def merge(self, other: CompactMap) -> int: ...
+    def holds_same(self, other: CompactMap, name: str, namespace: str | None = None) -> bool: ...
+    def label(self, key: str, name: str, namespace: str | None = None) -> str | None: ...
+    def label_values(self, key: str) -> list[tuple[str, str | None, str]]: ...
+    def labels(self, name: str, namespace: str | None = None) -> dict[str, str]: ...
+    def heap_bytes(self) -> int: ...

@@ -288,11 +288,11 @@ class EventLink:
             return built
         reason, event = self._reason, self._event
         attrs: dict[str, Any] = {"fastctl.trigger.reason": reason}
-        obj = getattr(event, "obj", None)  # an ObjectEvent; a list's end (ListFrame) has none
+        meta_of = getattr(event, "_meta", None)  # an ObjectEvent; a ListFrame has none
         if reason != Reason.OWN_CHANGE:  # else the run's own kind and object: not repeated
             attrs["fastctl.watch.kind"] = self._kind
-        if obj is not None:
-            meta = obj.get("metadata") or {}
+        if meta_of is not None:
+            meta = meta_of()  # the decoded metadata: the object is not parsed for a link
             if reason != Reason.OWN_CHANGE:
                 ns, name = meta.get("namespace"), meta.get("name", "")
                 attrs["fastctl.watch.object"] = f"{ns}/{name}" if ns else str(name)

@@ -81,22 +81,6 @@ def test_relist_keeps_serving_old_state_and_reports_vanished() -> None:
     assert store[ObjectRef("b", "default")]["metadata"]["resourceVersion"] == "9"
 
 
-def test_a_relist_keeps_the_held_copy_of_an_unchanged_object() -> None:
-    """A relist must not hold the whole store twice: an object listed again at the same
-    resourceVersion (and uid) stays the copy already held, and the list's copy is dropped;
-    a changed one (another resourceVersion, or a new uid under the same name) is replaced."""
-    store = Store()
-    same, changed, recreated = cm("same", rv="5"), cm("changed", rv="5"), cm("new", rv="5")
-    recreated["metadata"]["uid"] = "old-uid"
-    feed(store, listed(same, changed, recreated))
-    again = cm("new", rv="5")
-    again["metadata"]["uid"] = "new-uid"
-    feed(store, listed(cm("same", rv="5"), cm("changed", rv="6"), again))
-    assert store[ObjectRef("same", "default")] is same
-    assert store[ObjectRef("changed", "default")]["metadata"]["resourceVersion"] == "6"
-    assert store[ObjectRef("new", "default")] is again
-
-
 def test_restarted_list_discards_the_partial_one() -> None:
     store = Store()
     store.apply(INIT)

@@ -15,11 +15,16 @@ found here, by comparing the store with the new list: `Store.apply` returns the 
 swap removed and `reflector` emits a `DELETE` event for each, after `INIT_DONE`. Doing it
 here rather than in the watcher costs no memory: the store already holds those objects.
 
-Memory matters with 5,000-100,000 objects, so each object is kept as the parsed dict the
-watcher produced and nothing more. The indexes hold `ObjectRef`s, not copies:
+Memory matters with 5,000-1,000,000 objects, so each object is kept compactly, in the
+extension (`fastctl._core.CompactMap`): its JSON bytes as the watcher decoded them (after
+its transform and without managedFields), with its name, namespace, uid, resourceVersion
+and controller owner uid beside them in the same allocation. A dict of dicts and strings
+costs several times the JSON; the bytes cost about the JSON. The price is a parse per
+read, which is also the copy a reader needs: **every read returns a new object**, so a
+caller may change what it got and the cache stays as the API server sent it.
 
-- by controller owner UID (`owned_by`): maintained for every object, cheap because most
-  objects have at most one controller reference;
+- by controller owner UID (`owned_by`): kept in the extension for every object, beside the
+  objects (a table slot each);
 - by label (`with_label`): built lazily for a label key on its first query, then kept up to
   date, so only the keys a controller actually asks about cost memory.
 """
@@ -31,7 +36,11 @@ import builtins
 from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
+import orjson
+
+from fastctl._core import CompactMap, Item
 from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
+from fastctl.kube._wire import item_of
 from fastctl.types import ObjectRef
 
 __all__ = ["Store", "controller_uid", "reflector"]
@@ -39,6 +48,7 @@ __all__ = ["Store", "controller_uid", "reflector"]
 Obj = dict[str, Any]
 _T = TypeVar("_T")
 _NOTHING: Sequence[Obj] = ()
+_loads = orjson.loads
 
 
 def controller_uid(obj: Mapping[str, Any]) -> str | None:
@@ -49,77 +59,87 @@ def controller_uid(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    labels: Mapping[str, str] = (obj.get("metadata") or {}).get("labels") or {}
-    return labels
+def _item(event: ObjectEvent) -> Item:
+    """The decoded form of `event`'s object: the watcher's, or the dict encoded once (an
+    event made by hand), remembered on the event for the next store that applies it."""
+    item = event._decoded
+    if item is None:
+        item = item_of(event.obj)
+        object.__setattr__(event, "_item", item)
+    return item
 
 
 class Store(Mapping[ObjectRef, Obj]):
-    """A cache of parsed objects keyed by `ObjectRef`, fed by `apply` (or `reflector`)."""
+    """A cache of objects keyed by `ObjectRef`, fed by `apply` (or `reflector`); every read
+    returns a new object."""
 
-    __slots__ = ("_buffers", "_label_index", "_objects", "_owner_index", "_ready")
+    __slots__ = ("_buffers", "_label_index", "_map", "_ready")
 
     def __init__(self) -> None:
-        self._objects: dict[ObjectRef, Obj] = {}
-        self._buffers: dict[str | None, dict[ObjectRef, Obj]] = {}
+        self._map = CompactMap()
+        self._buffers: dict[str | None, CompactMap] = {}
         """The (re)lists in progress: the whole state's (None), or one namespace's each."""
-        self._owner_index: dict[str, set[ObjectRef]] = {}
         self._label_index: dict[str, dict[str, set[ObjectRef]]] = {}
         self._ready = asyncio.Event()
 
     # -- Mapping ------------------------------------------------------------------------
 
     def __getitem__(self, ref: ObjectRef) -> Obj:
-        return self._objects[ref]
+        data = self._map.get(ref.name, ref.namespace)
+        if data is None:
+            raise KeyError(ref)
+        return _loads(data)  # type: ignore[no-any-return]
 
     @overload
     def get(self, ref: ObjectRef, /) -> Obj | None: ...
     @overload
     def get(self, ref: ObjectRef, /, default: Obj | _T) -> Obj | _T: ...
     def get(self, ref: ObjectRef, /, default: Any = None) -> Any:
-        """`Mapping.get` without its ``try: self[ref]``: one dict lookup (every write a
-        reconcile makes looks its object up here, for the read-your-writes guard)."""
-        return self._objects.get(ref, default)
+        """`Mapping.get` without its ``try: self[ref]``: one lookup and one parse."""
+        data = self._map.get(ref.name, ref.namespace)
+        return default if data is None else _loads(data)
 
     def __iter__(self) -> Iterator[ObjectRef]:
-        return iter(self._objects)
+        trusted = ObjectRef._trusted
+        return iter([trusted(name, ns) for name, ns in self._map.keys()])  # noqa: SIM118
 
     def __len__(self) -> int:
-        return len(self._objects)
+        return len(self._map)
 
     def __contains__(self, ref: object) -> bool:
-        return ref in self._objects
+        return isinstance(ref, ObjectRef) and self._map.contains(ref.name, ref.namespace)
 
     def __repr__(self) -> str:
         state = "ready" if self.is_ready else "not ready"
-        return f"<Store {len(self._objects)} objects, {state}>"
+        return f"<Store {len(self._map)} objects, {state}>"
 
     # -- queries --------------------------------------------------------------------------
 
     def list(self, namespace: str | None = None) -> list[Obj]:
-        """Every cached object (a new list; the objects themselves are shared, do not mutate
-        them), or those in one `namespace`."""
-        if namespace is None:
-            return list(self._objects.values())
-        return [obj for ref, obj in self._objects.items() if ref.namespace == namespace]
+        """Every cached object (new objects, the caller's own), or those in one
+        `namespace`."""
+        return [_loads(data) for data in self._map.values(namespace)]
 
     def owned_by(self, uid: str) -> builtins.list[Obj]:
         """Objects whose controller ``ownerReference`` has this UID."""
-        refs = self._owner_index.get(uid)
-        return [self._objects[ref] for ref in refs] if refs else []
+        return [_loads(data) for data in self._map.owned_by(uid)]
 
     def with_label(self, key: str, value: str) -> builtins.list[Obj]:
         """Objects labelled ``key=value``. The first query for a `key` indexes it (one pass
         over the store); from then on the index is kept up to date incrementally."""
         index = self._label_index.get(key)
         if index is None:
-            index = self._label_index[key] = {}
-            for ref, obj in self._objects.items():
-                value_of = _labels(obj).get(key)
-                if value_of is not None:
-                    index.setdefault(value_of, set()).add(ref)
+            index = self._label_index[key] = self._indexed(self._map, key)
         refs = index.get(value)
-        return [self._objects[ref] for ref in refs] if refs else []
+        if not refs:
+            return []
+        get = self._map.get
+        return [_loads(data) for ref in refs if (data := get(ref.name, ref.namespace))]
+
+    def _version(self, ref: ObjectRef) -> tuple[str | None, str | None] | None:
+        """The object's ``(uid, resourceVersion)``, or None if it is not cached: without
+        parsing it (the read-your-writes bookkeeping asks on every write)."""
+        return self._map.version(ref.name, ref.namespace)
 
     @property
     def is_ready(self) -> bool:
@@ -140,29 +160,28 @@ class Store(Mapping[ObjectRef, Obj]):
         caller should report them as deleted); empty for every other event.
         """
         if event.kind is EventKind.APPLY:
-            self._put(ObjectRef.from_object(event.obj), event.obj)
+            self._put(_item(event))
         elif event.kind is EventKind.DELETE:
-            self._remove(ObjectRef.from_object(event.obj))
+            self._remove(event._ref())
         elif event.kind is EventKind.INIT_APPLY:
-            obj = event.obj
-            ref = ObjectRef.from_object(obj)
+            item = _item(event)
             buffers = self._buffers
             buffer = buffers.get(None)
             if buffer is None:
-                buffer = buffers.get(ref.namespace) if buffers else None
+                namespace = item.namespace
+                buffer = buffers.get(namespace) if buffers else None
                 if buffer is None:  # tolerate a missing INIT
-                    buffer = buffers[None if not buffers else ref.namespace] = {}
-            held = self._objects.get(ref)
+                    buffer = buffers[None if not buffers else namespace] = CompactMap()
             # An object the relist brings back unchanged (same uid and resourceVersion) is
             # kept as the copy already held: the list's copy is dropped now, so a relist
             # holds the changed objects twice, not the whole store (a relist used to double
             # the heap once, and the process's RSS kept that high-water mark).
-            buffer[ref] = held if held is not None and _same_version(held, obj) else obj
+            buffer.put_listed(item, self._map)
         elif event.kind is EventKind.INIT:
             if event.namespace is None:
-                self._buffers = {None: {}}
+                self._buffers = {None: CompactMap()}
             else:
-                self._buffers[event.namespace] = {}
+                self._buffers[event.namespace] = CompactMap()
         else:  # INIT_DONE
             if event.namespace is None:
                 return self._swap()
@@ -172,22 +191,12 @@ class Store(Mapping[ObjectRef, Obj]):
     def _swap(self) -> Sequence[Obj]:
         new = self._buffers.pop(None, None)
         if new is None:
-            new = {}
-        old = self._objects
-        vanished = [obj for ref, obj in old.items() if ref not in new] if old else []
-        self._objects = new
-        self._owner_index = {}
-        for ref, obj in new.items():
-            uid = controller_uid(obj)
-            if uid is not None:
-                self._owner_index.setdefault(uid, set()).add(ref)
+            new = CompactMap()
+        old = self._map
+        vanished = [_loads(data) for _, _, data in old.missing_from(new)] if len(old) else []
+        self._map = new
         for key in self._label_index:
-            index: dict[str, set[ObjectRef]] = {}
-            for ref, obj in new.items():
-                value = _labels(obj).get(key)
-                if value is not None:
-                    index.setdefault(value, set()).add(ref)
-            self._label_index[key] = index
+            self._label_index[key] = self._indexed(new, key)
         if not self._buffers:
             self._ready.set()
         return vanished
@@ -198,34 +207,37 @@ class Store(Mapping[ObjectRef, Obj]):
         One pass over the store, as a whole relist makes."""
         new = self._buffers.pop(namespace, None)
         if new is None:
-            new = {}
-        vanished = [
-            obj
-            for ref, obj in self._objects.items()
-            if ref.namespace == namespace and ref not in new
-        ]
-        for obj in vanished:
-            self._remove(ObjectRef.from_object(obj))
-        for ref, obj in new.items():
-            if self._objects.get(ref) is not obj:
-                self._put(ref, obj)
+            new = CompactMap()
+        gone = self._map.missing_from(new, namespace)
+        for name, ns, _ in gone:
+            self._map.remove(name, ns)
+        self._map.merge(new)
+        for key, index in self._label_index.items():
+            for refs in index.values():
+                refs.difference_update([ref for ref in refs if ref.namespace == namespace])
+            for name, ns, value in self._map.label_values(key):
+                if ns == namespace:
+                    index.setdefault(value, set()).add(ObjectRef._trusted(name, ns))
+            for value in [v for v, refs in index.items() if not refs]:
+                del index[value]
         if not self._buffers:
             self._ready.set()
-        return vanished
+        return [_loads(data) for _, _, data in gone]
 
-    def _put(self, ref: ObjectRef, obj: Obj) -> None:
-        old = self._objects.get(ref)
-        self._objects[ref] = obj
-        old_uid = controller_uid(old) if old is not None else None
-        uid = controller_uid(obj)
-        if old_uid != uid:
-            if old_uid is not None:
-                _discard(self._owner_index, old_uid, ref)
-            if uid is not None:
-                self._owner_index.setdefault(uid, set()).add(ref)
+    @staticmethod
+    def _indexed(objects: CompactMap, key: str) -> dict[str, set[ObjectRef]]:
+        index: dict[str, set[ObjectRef]] = {}
+        trusted = ObjectRef._trusted
+        for name, ns, value in objects.label_values(key):
+            index.setdefault(value, set()).add(trusted(name, ns))
+        return index
+
+    def _put(self, item: Item) -> None:
         if self._label_index:
-            old_labels = _labels(old) if old is not None else {}
-            labels = _labels(obj)
+            name, namespace = item.name, item.namespace
+            ref = ObjectRef._trusted(name, namespace)
+            old_labels = self._map.labels(name, namespace)
+            labels = item.labels()
             for key, index in self._label_index.items():
                 before, after = old_labels.get(key), labels.get(key)
                 if before != after:
@@ -233,30 +245,16 @@ class Store(Mapping[ObjectRef, Obj]):
                         _discard(index, before, ref)
                     if after is not None:
                         index.setdefault(after, set()).add(ref)
+        self._map.put(item)
 
     def _remove(self, ref: ObjectRef) -> None:
-        old = self._objects.pop(ref, None)
-        if old is None:
-            return
-        uid = controller_uid(old)
-        if uid is not None:
-            _discard(self._owner_index, uid, ref)
         if self._label_index:
-            labels = _labels(old)
+            labels = self._map.labels(ref.name, ref.namespace)
             for key, index in self._label_index.items():
                 value = labels.get(key)
                 if value is not None:
                     _discard(index, value, ref)
-
-
-def _same_version(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two copies of an object are the same version of it: the API server changes
-    ``resourceVersion`` on every write, so equal uid and resourceVersion mean equal content."""
-    meta_a, meta_b = a.get("metadata") or {}, b.get("metadata") or {}
-    rv = meta_a.get("resourceVersion")
-    return (
-        bool(rv) and rv == meta_b.get("resourceVersion") and meta_a.get("uid") == meta_b.get("uid")
-    )
+        self._map.remove(ref.name, ref.namespace)
 
 
 def _discard(index: dict[str, set[ObjectRef]], key: str, ref: ObjectRef) -> None:

@@ -42,10 +42,14 @@ every failure the API server or the network can produce into a retry:
   off, or an older server ignores the parameter), `shard_filter` keeps on the client only
   the objects the selector would have returned, so both paths give the same objects.
 
-Objects are parsed with orjson from the raw response bytes, never through
-kubernetes-asyncio's models; list items get their ``apiVersion``/``kind`` filled in (the
-API server omits them inside lists), so every object looks the same whichever path it came
-by.
+Frames and list pages are decoded once, in the extension (`fastctl._core.decode_frame`,
+``decode_list``), from the raw response bytes, never through kubernetes-asyncio's models:
+the type, the object's JSON (without managedFields when stripped) and the metadata fastctl
+reads, checked there. List items get their ``apiVersion``/``kind`` filled in (the API
+server omits them inside lists), so every object looks the same whichever path it came
+by. An event parses its object into a dict only when something reads ``event.obj`` (a
+transform, secret redaction, an event filter, a mapper of ``watches``); the store keeps
+the bytes.
 """
 
 from __future__ import annotations
@@ -53,15 +57,17 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import FrozenInstanceError, dataclass, replace
 from typing import Any, Literal, TypeAlias
 
 import aiohttp
+import orjson
 from aiohttp.http_exceptions import LineTooLong
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._clock import monotonic
+from fastctl._core import Item, decode_object
 from fastctl._options import pick
 from fastctl._redact import is_sensitive, remember
 from fastctl.errors import ApiError, WatchError, WatchStreamError
@@ -70,8 +76,9 @@ from fastctl.kube._kubeconfig_check import invalid_url_error
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import Backoff, resolve_patiently
 from fastctl.kube._transforms import Transform, apply_transform
-from fastctl.kube._wire import typed_list_page, watch_frame
+from fastctl.kube._wire import Identity, decode_list_page, decode_watch_line, item_of
 from fastctl.log import RedactingFilter
+from fastctl.types import ObjectRef
 
 __all__ = [
     "Backoff",
@@ -128,19 +135,140 @@ _OBJECT_KINDS = frozenset({EventKind.INIT_APPLY, EventKind.APPLY, EventKind.DELE
 _FRAME_KINDS = frozenset({EventKind.INIT, EventKind.INIT_DONE})
 
 
-@dataclass(frozen=True, slots=True)
 class ObjectEvent:
     """An event about one object (`INIT_APPLY`, `APPLY`, `DELETE`): it always carries the
-    parsed object, so no consumer checks for a missing one."""
+    parsed object, so no consumer checks for a missing one.
+
+    Frozen, compared by `kind` and `obj`. An event the watcher made from a watch frame
+    holds the frame's decoded form (the object's JSON and the metadata fastctl reads,
+    decoded once in the extension) and parses `obj` from it on first access only: a
+    `Store`, the triggers and the read-your-writes bookkeeping read what they need without
+    building the object."""
+
+    __slots__ = ("_head", "_item", "_obj", "kind")
+    __match_args__ = ("kind", "obj")
 
     kind: ObjectKind
-    obj: dict[str, Any]
+    _obj: dict[str, Any] | None
+    _item: Item | None
+    _head: dict[str, Any] | None
 
-    def __post_init__(self) -> None:
-        if self.kind not in _OBJECT_KINDS:
-            raise ValueError(f"an ObjectEvent is INIT_APPLY, APPLY or DELETE, not {self.kind}")
-        if not isinstance(self.obj, dict):
-            raise TypeError(f"an ObjectEvent carries a dict, not {type(self.obj).__name__}")
+    def __init__(self, kind: ObjectKind, obj: dict[str, Any]) -> None:
+        if kind not in _OBJECT_KINDS:
+            raise ValueError(f"an ObjectEvent is INIT_APPLY, APPLY or DELETE, not {kind}")
+        if not isinstance(obj, dict):
+            raise TypeError(f"an ObjectEvent carries a dict, not {type(obj).__name__}")
+        _set(self, "kind", kind)
+        _set(self, "_obj", obj)
+        _set(self, "_item", None)
+        _set(self, "_head", None)
+
+    @classmethod
+    def _of_item(cls, kind: ObjectKind, item: Item) -> ObjectEvent:
+        """The event of a decoded frame (trusted: the watcher's own)."""
+        event = object.__new__(cls)
+        _set(event, "kind", kind)
+        _set(event, "_obj", None)
+        _set(event, "_item", item)
+        _set(event, "_head", None)
+        return event
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        """The object, parsed (once per event, shared by everything that reads the event:
+        do not mutate it)."""
+        obj = self._obj
+        if obj is None:
+            item = self._item
+            assert item is not None
+            obj = orjson.loads(item.json)
+            _set(self, "_obj", obj)
+        return obj
+
+    @property
+    def _decoded(self) -> Item | None:
+        """The decoded frame this event came from, if the watcher made it."""
+        return self._item
+
+    def _meta(self) -> Mapping[str, Any]:
+        """The object's ``metadata`` as fastctl's own consumers read it: the parsed one,
+        or, for a frame not parsed yet, a dict of what the extension read (name,
+        namespace, uid, resourceVersion, generation, deletionTimestamp, labels,
+        ownerReferences; no annotations or finalizers)."""
+        if self._obj is not None:
+            meta = self._obj.get("metadata")
+            return meta if isinstance(meta, dict) else {}
+        head = self._head
+        if head is None:
+            item = self._item
+            assert item is not None
+            head = {"name": item.name}
+            for key, value in (
+                ("namespace", item.namespace),
+                ("uid", item.uid),
+                ("resourceVersion", item.resource_version),
+                ("generation", item.generation),
+                ("deletionTimestamp", item.deletion_timestamp),
+            ):
+                if value is not None:
+                    head[key] = value
+            labels = item.labels()
+            if labels:
+                head["labels"] = labels
+            owners = item.owners()
+            if owners:
+                head["ownerReferences"] = [
+                    {"apiVersion": a, "kind": k, "name": n, "uid": u, "controller": c}
+                    for a, k, n, u, c in owners
+                ]
+            _set(self, "_head", head)
+        return head
+
+    def _names(self) -> tuple[str, str, str, str]:
+        """``(namespace, name, uid, resourceVersion)``, each ``""`` when absent, without
+        parsing the object (read on every event while a write is followed)."""
+        item = self._item
+        if item is not None:
+            return (
+                item.namespace or "",
+                item.name,
+                item.uid or "",
+                item.resource_version or "",
+            )
+        meta = self._meta()
+        return (
+            str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
+            str(meta.get("uid") or ""),
+            str(meta.get("resourceVersion") or ""),
+        )
+
+    def _ref(self) -> ObjectRef:
+        """The object's `ObjectRef`, without parsing it."""
+        item = self._item
+        if item is not None:
+            return ObjectRef._trusted(item.name, item.namespace or None)
+        return ObjectRef.from_object(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ObjectEvent):
+            return NotImplemented
+        return self.kind is other.kind and self.obj == other.obj
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.obj))  # a dict: unhashable, as the dataclass was
+
+    def __repr__(self) -> str:
+        return f"ObjectEvent(kind={self.kind!r}, obj={self.obj!r})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+_set = object.__setattr__
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,25 +611,42 @@ class _Watcher:
             f"(PartialObjectMetadata): {reason}; watch it with full objects instead"
         )
 
-    def _check_metadata(self, obj: dict[str, Any], expected: str) -> None:
-        """A metadata-only object must be what was asked for; then it gets the resource's
-        ``apiVersion``/``kind`` back (mappers, refs and logs see the real kind)."""
-        if obj.get("kind") != expected or obj.get("apiVersion") != "meta.k8s.io/v1":
-            raise self._no_metadata(f"it answered with a {obj.get('kind')!r}, not {expected}")
-        obj["apiVersion"] = self.resource.api_version
-        obj["kind"] = self.resource.kind
+    def _check_metadata(self, item: Item, expected: str) -> None:
+        """A metadata-only object must be what was asked for (it was given the resource's
+        ``apiVersion``/``kind`` while decoded: mappers, refs and logs see the real kind)."""
+        if item.kind != expected or item.api_version != "meta.k8s.io/v1":
+            raise self._no_metadata(f"it answered with a {item.kind!r}, not {expected}")
 
-    def _kept(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """What the watch keeps of `obj`: without managedFields if so configured, then
-        through the transform (its identity put back)."""
-        config = self.config
-        if config.strip_managed_fields:
-            meta = obj.get("metadata")
-            if isinstance(meta, dict):
-                meta.pop("managedFields", None)
-        if config.transform is not None:
-            return apply_transform(config.transform, obj)
-        return obj
+    def _identity(self, *, listed: bool) -> tuple[Identity, bool]:
+        """What identity the decoder gives each object, and whether it writes over the
+        object's own: the resource's, over a metadata-only object's; filled into a list's
+        items (the API server omits them inside lists)."""
+        resource = self.resource
+        if self.config.metadata_only:
+            return (resource.api_version, resource.kind), True
+        if listed:
+            return (resource.api_version, resource.kind), False
+        return None, False
+
+    def _object_event(self, kind: ObjectKind, item: Item) -> ObjectEvent:
+        """The event of one decoded object: secrets remembered (`fastctl._redact`), the
+        transform applied (its identity put back, the result decoded again); without a
+        transform the object is never parsed here."""
+        transform = self.config.transform
+        if transform is None and not self.sensitive:
+            return ObjectEvent._of_item(kind, item)
+        obj = orjson.loads(item.json)
+        if self.sensitive:
+            remember(obj)
+        if transform is not None:
+            obj = apply_transform(transform, obj)
+            try:
+                item = item_of(obj)
+            except ValueError as exc:
+                raise TypeError(f"{self}: the transform's result is refused: {exc}") from None
+        event = ObjectEvent._of_item(kind, item)
+        object.__setattr__(event, "_obj", obj)
+        return event
 
     async def _get(self, query: dict[str, str | int | bool | None]) -> aiohttp.ClientResponse:
         """GET the collection; no total timeout (lists can be long, watches are), but a
@@ -545,27 +690,29 @@ class _Watcher:
                         self.state.continue_expired()
                         raise _Gone(f"list continue token expired ({err.message})")
                     raise err
-            items, meta, list_kind = typed_list_page(data)
+            identity, replace = self._identity(listed=True)
+            first = cont is None
+            items, list_kind, next_cont, rv, shard_info = decode_list_page(
+                data,
+                strip_managed_fields=bool(self.config.strip_managed_fields),
+                identity=identity,
+                replace=replace,
+            )
             if self.config.metadata_only and list_kind != "PartialObjectMetadataList":
                 raise self._no_metadata(f"it answered with a {list_kind!r} list")
-            if cont is None:
-                self._check_sharded(meta)
+            if first:
+                self._check_sharded(shard_info)
                 yield _INIT
-            api_version, kind = self.resource.api_version, self.resource.kind
             keep = self.shard_filter if self.state.filtering else None
-            for obj in items:
-                if keep is not None and not keep(obj):
-                    continue
+            for item in items:
                 if self.config.metadata_only:
-                    self._check_metadata(obj, "PartialObjectMetadata")
-                obj.setdefault("apiVersion", api_version)
-                obj.setdefault("kind", kind)
-                if self.sensitive:
-                    remember(obj)
-                yield ObjectEvent(EventKind.INIT_APPLY, self._kept(obj))
-            cont = meta.get("continue") or None
+                    self._check_metadata(item, "PartialObjectMetadata")
+                event = self._object_event(EventKind.INIT_APPLY, item)
+                if keep is not None and not keep(event.obj):
+                    continue
+                yield event
+            cont = next_cont or None
             if cont is None:
-                rv = str(meta.get("resourceVersion") or "")
                 if not rv:  # pragma: no cover - every real server sets it
                     raise WatchStreamError("list response without metadata.resourceVersion")
                 self.state.listed(rv)
@@ -573,11 +720,12 @@ class _Watcher:
                 yield _INIT_DONE
                 return
 
-    def _check_sharded(self, meta: dict[str, Any]) -> None:
-        """From a list's first page: did the server apply ``shardSelector``?"""
+    def _check_sharded(self, shard_info: bool) -> None:
+        """From a list's first page: did the server apply ``shardSelector`` (the page's
+        metadata has ``shardInfo``)?"""
         if "shardSelector" not in self.selectors:
             return
-        filtering = "shardInfo" not in meta and self.shard_filter is not None
+        filtering = not shard_info and self.shard_filter is not None
         if filtering and not self.state.filtering:
             log.info("%s: the server does not shard lists; filtering on the client", self)
         self.state.filtering = filtering
@@ -621,6 +769,8 @@ class _Watcher:
                 yield _INIT
             lines = 0
             content = resp.content
+            strip = bool(self.config.strip_managed_fields)
+            identity, replace = self._identity(listed=False)
             while True:
                 try:
                     line = await content.readline(max_line_length=_MAX_LINE)
@@ -645,7 +795,9 @@ class _Watcher:
                 if line.isspace():
                     continue
                 try:
-                    etype, obj = watch_frame(line)
+                    etype, payload = decode_watch_line(
+                        line, strip_managed_fields=strip, identity=identity, replace=replace
+                    )
                 except WatchStreamError as exc:
                     log.error(
                         "%s: %s: %s; resuming from resourceVersion %s",
@@ -655,9 +807,11 @@ class _Watcher:
                         state.rv,
                     )
                     raise
-                if self.sensitive:
-                    remember(obj)
-                event = self._event(etype, obj)
+                # The line is decoded: let it go before the next one is read, so the
+                # cache's objects are not laid out between two live lines (a heap
+                # fragmented so cost about 150 B of RSS per cached object).
+                del line
+                event = self._event(etype, payload)
                 if event is None:
                     continue
                 if event.kind is EventKind.INIT_DONE:
@@ -673,42 +827,65 @@ class _Watcher:
         elif lines == 0:
             self.backoff.reset()  # quiet but held open: a healthy watch of a quiet resource
 
-    def _event(self, etype: str, obj: dict[str, Any]) -> WatchEvent | None:
-        """Turn one watch frame into an event (or None), tracking the resourceVersion: the
-        frames of a streaming list while the state needs a list, watch events after."""
+    def _event(self, etype: str, payload: Item | bytes | dict[str, Any]) -> WatchEvent | None:
+        """Turn one decoded watch frame into an event (or None), tracking the
+        resourceVersion: the frames of a streaming list while the state needs a list,
+        watch events after. (A frame's object already parsed, a dict, is decoded as the
+        line would have been.)"""
         state = self.state
-        if etype == "ERROR":
-            err = ApiError.from_status(obj, method="WATCH", path=self.path)
+        if isinstance(payload, dict):
+            if etype in ("ERROR", "BOOKMARK"):  # a Status; a bookmark needs no name
+                identity, replace = self._identity(listed=False)
+                line = orjson.dumps({"type": etype, "object": payload})
+                etype, payload = decode_watch_line(
+                    line, strip_managed_fields=False, identity=identity, replace=replace
+                )
+            else:
+                identity, replace = self._identity(listed=False)
+                given = identity if identity is not None else (None, None)
+                payload = decode_object(
+                    orjson.dumps(payload),
+                    bool(self.config.strip_managed_fields),
+                    given[0],
+                    given[1],
+                    replace,
+                    lenient=True,
+                )
+        if not isinstance(payload, Item):  # ERROR: a Status
+            status = orjson.loads(payload)
+            err = ApiError.from_status(status, method="WATCH", path=self.path)
             if err.status == 410:
                 raise _Gone(f"resourceVersion {state.rv} is gone ({err.message})")
             raise err
-        meta = obj.get("metadata") or {}
-        rv = meta.get("resourceVersion")
+        item = payload
+        rv = item.resource_version
         if etype == "BOOKMARK":
             if state.needs_list:
-                if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) != "true":
+                if not item.initial_events_end:
                     raise _StreamingListUnsupported("bookmark without initial-events-end")
                 if not rv:
                     raise WatchStreamError("the initial-events-end bookmark has no resourceVersion")
-                state.listed(str(rv))
+                state.listed(rv)
                 return _INIT_DONE
             if rv:
-                state.advanced(str(rv))
+                state.advanced(rv)
             return None
         if self.config.metadata_only:
-            self._check_metadata(obj, "PartialObjectMetadata")
-        obj = self._kept(obj)
+            self._check_metadata(item, "PartialObjectMetadata")
         if state.needs_list:
             if etype != "ADDED":
                 raise _StreamingListUnsupported(f"{etype} event before initial-events-end")
-            return ObjectEvent(EventKind.INIT_APPLY, obj)
+            return self._object_event(EventKind.INIT_APPLY, item)
         if rv:
-            state.advanced(str(rv))
-        if state.filtering and self.shard_filter is not None and not self.shard_filter(obj):
-            return None
+            state.advanced(rv)
         if etype in ("ADDED", "MODIFIED"):
-            return ObjectEvent(EventKind.APPLY, obj)
-        if etype == "DELETED":
-            return ObjectEvent(EventKind.DELETE, obj)
-        log.warning("%s: unknown watch event type %r ignored", self, etype)
-        return None
+            kind: ObjectKind = EventKind.APPLY
+        elif etype == "DELETED":
+            kind = EventKind.DELETE
+        else:
+            log.warning("%s: unknown watch event type %r ignored", self, etype)
+            return None
+        event = self._object_event(kind, item)
+        if state.filtering and self.shard_filter is not None and not self.shard_filter(event.obj):
+            return None
+        return event

@@ -16,9 +16,60 @@ from typing import Any
 
 import orjson
 
+from fastctl._core import Item, decode_frame, decode_list, decode_object
 from fastctl.errors import WatchStreamError
 
-__all__ = ["list_page", "metadata_problem", "typed_list_page", "watch_frame"]
+__all__ = [
+    "decode_list_page",
+    "decode_watch_line",
+    "item_of",
+    "list_page",
+    "metadata_problem",
+    "typed_list_page",
+    "watch_frame",
+]
+
+Identity = tuple[str, str] | None
+"""An ``(apiVersion, kind)`` to give each object (filled in where missing, or written over
+what it has when `replace`), or None."""
+
+
+def decode_watch_line(
+    line: bytes, *, strip_managed_fields: bool, identity: Identity = None, replace: bool = False
+) -> tuple[str, Item | bytes]:
+    """One watch line decoded in the extension: its ``type`` and its object as an `Item`
+    (JSON bytes and the metadata fastctl reads, checked as `watch_frame` checks them), or
+    for an ``ERROR`` frame the Status's JSON; `WatchStreamError` naming what is wrong."""
+    api_version, kind = identity if identity is not None else (None, None)
+    try:
+        return decode_frame(line, strip_managed_fields, api_version, kind, replace)
+    except ValueError as exc:
+        raise WatchStreamError(str(exc)) from None
+
+
+def decode_list_page(
+    data: bytes, *, strip_managed_fields: bool, identity: Identity = None, replace: bool = False
+) -> tuple[list[Item], str | None, str | None, str | None, bool]:
+    """A list response decoded in the extension: ``(items, kind, continue,
+    resourceVersion, shard_info)``, or `WatchStreamError` naming what is wrong."""
+    api_version, kind = identity if identity is not None else (None, None)
+    try:
+        return decode_list(data, strip_managed_fields, api_version, kind, replace)
+    except ValueError as exc:
+        raise WatchStreamError(str(exc)) from None
+
+
+def item_of(obj: Mapping[str, Any]) -> Item:
+    """A parsed object as an `Item` (a transform's result, an object put in a `Store` by
+    hand): `ValueError` if it has no ``metadata.name`` (what else of its metadata is of
+    the wrong type reads as absent, as the Python indexes read it), `TypeError` if it is
+    not JSON."""
+    try:
+        data = orjson.dumps(obj)
+    except orjson.JSONEncodeError as exc:
+        raise TypeError(f"not a JSON object: {exc}") from None
+    return decode_object(data, lenient=True)
+
 
 Obj = dict[str, Any]
 

@@ -31,7 +31,6 @@ from typing import Any
 
 from fastctl.kube._resource import Resource
 from fastctl.kube._store import Store
-from fastctl.runtime._copy_on_read import copy_object
 from fastctl.runtime._triggers import RelatedTriggers
 from fastctl.types import ObjectRef
 
@@ -44,9 +43,10 @@ class RelatedCache:
     """The cached objects of one related resource (``owns``/``watches`` with
     ``cache=True``); read-only, from inside a reconcile or anywhere on the event loop.
 
-    Each read returns copies (`fastctl.runtime._copy_on_read`): a reconcile may change
-    what it read without changing the cache. With ``metadata_only=True`` the objects carry
-    ``apiVersion``, ``kind`` and ``metadata`` alone; with a transform, what it kept.
+    Each read returns new objects (the `Store` parses each object it is asked for from
+    the bytes it keeps): a reconcile may change what it read without changing the cache.
+    With ``metadata_only=True`` the objects carry ``apiVersion``, ``kind`` and
+    ``metadata`` alone; with a transform, what it kept.
     """
 
     __slots__ = ("_index", "metadata_only", "resource", "store")
@@ -72,13 +72,12 @@ class RelatedCache:
 
     def get(self, name: str, namespace: str | None = None) -> Obj | None:
         """The cached object `name` (in `namespace` for a namespaced resource), or None."""
-        obj = self.store.get(ObjectRef(name, namespace))
-        return None if obj is None else copy_object(obj)
+        return self.store.get(ObjectRef(name, namespace))
 
     def owned_by(self, owner: Any) -> list[Obj]:
         """The cached objects whose controller owner reference names `owner`: a parsed
         object, a `CustomResource`, or its UID as a string."""
-        return [copy_object(obj) for obj in self.store.owned_by(_uid_of(owner))]
+        return self.store.owned_by(_uid_of(owner))
 
     def mapped_to(self, target: ObjectRef | Mapping[str, Any]) -> list[Obj]:
         """The cached objects the `watches` mapper last mapped to `target` (a primary
@@ -92,8 +91,8 @@ class RelatedCache:
         if self._index is None:
             raise RuntimeError(f"the cache of {self.resource} is not running yet")
         ref = target if isinstance(target, ObjectRef) else ObjectRef.from_object(target)
-        store = self.store
-        return [copy_object(store[r]) for r in self._index.sources_of(ref) if r in store]
+        get = self.store.get
+        return [obj for r in self._index.sources_of(ref) if (obj := get(r)) is not None]
 
     def __repr__(self) -> str:
         return f"<RelatedCache {self.resource}: {len(self.store)} objects>"

@@ -15,9 +15,11 @@ falls back to `copy.deepcopy`. Freezing the cached objects instead would cost as
 build (a frozen copy of each) and would break every reconcile that passes its object to
 code expecting a dict.
 
-The copy is made here, outside the `Store`, so a store that keeps objects in a compact form
-and builds a fresh dict on each read can take its place without a second copy: its reads
-would be the copies, and this wrapper would then pass them through.
+The `Store` now keeps each object as its JSON bytes and parses it anew on every read
+(`fastctl.kube._store`): its reads are the copies, so a controller reconciling from a
+`Store` skips this wrapper (``reconcile_view(..., fresh_reads=True)``) and the object is
+parsed once per reconcile, not parsed, encoded and parsed again. The wrapper stays for a
+store that hands out shared objects (any other ``Mapping`` given to the runtime).
 """
 
 from __future__ import annotations

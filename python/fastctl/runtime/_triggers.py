@@ -40,7 +40,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from fastctl.kube._watcher import EventKind, WatchEvent
+from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
 from fastctl.runtime._filters import EventFilter
 from fastctl.types import Mapper, ObjectRef, Trigger
 
@@ -62,7 +62,7 @@ def primary_triggers(
     if event_filter is not None and not event_filter.admits(event):
         return ()
     if event.kind is EventKind.APPLY:
-        return (ObjectRef.from_object(event.obj),)
+        return (event._ref(),)
     if event.kind is EventKind.INIT_DONE:
         # A snapshot of the refs: the caller awaits between triggers, the store moves on.
         # The list of one namespace of a set triggers that namespace's objects.
@@ -86,6 +86,7 @@ class RelatedTriggers:
         "_kind",
         "_listings",
         "_mapper",
+        "_metadata_mapper",
         "_reason",
         "_sources",
         "_targets",
@@ -100,8 +101,13 @@ class RelatedTriggers:
         kind: str,
         index: bool = False,
         event_filter: EventFilter | None = None,
+        metadata_mapper: bool = False,
     ) -> None:
         self._filter = event_filter
+        self._metadata_mapper = metadata_mapper
+        """The mapper reads nothing but ``metadata`` (the owner mapper of ``owns``): it is
+        given ``{"metadata": ...}`` with what the watcher decoded, and the object is not
+        parsed for it."""
         self._held: set[ObjectRef] = set()  # listed objects the filter held back
         self._mapper = mapper
         self._reason = reason
@@ -154,30 +160,33 @@ class RelatedTriggers:
         elif event.kind is EventKind.INIT_DONE:
             return self._swap(event.namespace)
         elif event.kind is EventKind.INIT_APPLY:
-            obj = event.obj
-            ref = ObjectRef.from_object(obj)
+            ref = event._ref()
             listing = self._listing_of(ref)
-            targets = self._map(obj)
+            targets = self._map(self._mapped(event))
             if targets:
                 listing[ref] = targets
                 if not admitted:
                     self._held.add(ref)
         elif event.kind is EventKind.APPLY:
-            obj = event.obj
-            ref = ObjectRef.from_object(obj)
-            targets = self._map(obj)
+            ref = event._ref()
+            targets = self._map(self._mapped(event))
             before = self._targets.pop(ref, _NONE)
             self._retarget(ref, before, targets)
             if not admitted:  # the filter says this change needs no reconcile
                 return []
             return self._triggers(_union(before, targets), 0, ref)
         else:  # DELETE
-            obj = event.obj
-            ref = ObjectRef.from_object(obj)
+            ref = event._ref()
             before = self._targets.pop(ref, _NONE)
             self._retarget(ref, before, _NONE)
-            return self._triggers(_union(before, self._map(obj)), 0, ref)
+            return self._triggers(_union(before, self._map(self._mapped(event))), 0, ref)
         return []
+
+    def _mapped(self, event: ObjectEvent) -> Mapping[str, Any]:
+        """What the mapper is given: the object, or only its metadata (`_metadata_mapper`)."""
+        if self._metadata_mapper:
+            return {"metadata": event._meta()}
+        return event.obj
 
     def _listing_of(self, ref: ObjectRef) -> dict[ObjectRef, tuple[ObjectRef, ...]]:
         """The list in progress `ref` belongs to: the whole watch's, or its namespace's (a
@@ -248,10 +257,10 @@ class RelatedTriggers:
         reason = self._reason if source is None else f"{self._reason}: {source.key}"
         return [Trigger(ref, priority=priority, reason=reason) for ref in refs]
 
-    def _map(self, obj: dict[str, Any]) -> tuple[ObjectRef, ...]:
+    def _map(self, obj: Mapping[str, Any]) -> tuple[ObjectRef, ...]:
         """The mapper's refs for `obj` (a failing mapper or a wrong value is logged)."""
         try:
-            refs = tuple(self._mapper(obj))
+            refs = tuple(self._mapper(obj))  # type: ignore[arg-type]
         except Exception:
             log.exception(
                 "controller %s: mapper for %s failed; event skipped", self._controller, self._kind

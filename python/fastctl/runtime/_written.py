@@ -165,11 +165,10 @@ class WrittenObjects:
         target = self._targets.get(key)
         if target is None:
             target = self._targets[key] = _Target()
-            cached = self._caches[kind].get(ObjectRef._trusted(name, namespace or None))
-            if cached is not None:  # what the cache shows already (a no-op's answer)
-                meta = cached.get("metadata") or {}
-                target.uids.add(str(meta.get("uid") or ""))
-                target.versions.append(str(meta.get("resourceVersion") or ""))
+            shown = _cached_version(self._caches[kind], ObjectRef._trusted(name, namespace or None))
+            if shown is not None:  # what the cache shows already (a no-op's answer)
+                target.uids.add(shown[0])
+                target.versions.append(shown[1])
         target.refs += 1
 
     def answered(
@@ -290,17 +289,13 @@ class WrittenObjects:
                     for target, gone, uid, version, _ in listed:
                         apply(target, gone, uid, version)
                 return
-            meta = event.obj.get("metadata")
-            if type(meta) is not dict and not isinstance(meta, Mapping):
-                return
-            namespace = meta.get("namespace") or ""
-            found = targets.get((group, name_of_kind, namespace, meta.get("name") or ""))
+            namespace, name, uid, version = event._names()
+            found = targets.get((group, name_of_kind, namespace, name))
             gone = event.kind is delete
-            if creating and not gone and kind in creating and meta.get("uid"):
-                created.setdefault(kind, set()).add(str(meta["uid"]))
+            if creating and not gone and kind in creating and uid:
+                created.setdefault(kind, set()).add(uid)
             if found is None:
                 return
-            uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
             if event.kind is init_apply:  # applied when the list is complete
                 listing.setdefault(kind, []).append((found, False, uid, version, str(namespace)))
                 return
@@ -332,6 +327,20 @@ class WrittenObjects:
                 del versions[0]
         if target.waiters:
             self._on_shown(target.waiters)
+
+
+def _cached_version(cache: Mapping[ObjectRef, Any], ref: ObjectRef) -> tuple[str, str] | None:
+    """``(uid, resourceVersion)`` of the cached object (``""`` for one it lacks), or None
+    if it is not cached: a `Store` answers without parsing the object."""
+    version = getattr(cache, "_version", None)
+    if version is not None:
+        shown = version(ref)
+        return None if shown is None else (shown[0] or "", shown[1] or "")
+    cached = cache.get(ref)
+    if cached is None:
+        return None
+    meta = cached.get("metadata") or {}
+    return str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
 
 
 def _uid_of(answer: Mapping[str, Any]) -> str:

@@ -150,7 +150,11 @@ class ControllerRun:
                 task.add_done_callback(lambda t: _stop_on_failure(t, triggers, failures))
             driver = _Driver(
                 reconcile_view(
-                    spec.reconcile, own_writes=self.own_writes, fence=self.fence, shard=shard
+                    spec.reconcile,
+                    own_writes=self.own_writes,
+                    fence=self.fence,
+                    shard=shard,
+                    fresh_reads=isinstance(self.store, Store),
                 ),
                 spec.error_policy,
                 spec.context,
@@ -302,6 +306,7 @@ class ControllerRun:
             kind=rel.resource.kind,
             index=rel.cache is not None,
             event_filter=self._event_filter(rel.event_filter, rel.resource),
+            metadata_mapper=rel.mapper is None,
         )
         source = self.env.source(use)
         events = source.events(self.on_watch_error)
@@ -355,7 +360,7 @@ class ControllerRun:
         (key ``namespace``) or the cached target (key ``uid``) tells."""
         ref = trigger.ref if isinstance(trigger, Trigger) else trigger
         if rel.mapper is None and gate.key == "uid" and isinstance(event, ObjectEvent):
-            uid = _controller_uid(event.obj, ref.name)
+            uid = _controller_uid({"metadata": event._meta()}, ref.name)
             if uid is not None:
                 return gate.member.serves(gate.slot_of(uid))
         return gate.admits_ref(ref, self.store)

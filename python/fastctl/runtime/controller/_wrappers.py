@@ -37,11 +37,14 @@ def reconcile_view(
     own_writes: OwnWrites | None,
     fence: CacheFence | None = None,
     shard: ShardGate | None,
+    fresh_reads: bool = False,
 ) -> Reconcile:
     """`reconcile`, given its own copy of the object, its writes observed and tracked per
     slot, as the run needs. One observer per call: the fence's, which tells the own-writes
-    registry too, or the registry itself."""
-    reconcile = copied(reconcile)
+    registry too, or the registry itself. `fresh_reads`: the store already returns a new
+    object on every read (a `fastctl.Store`): that object is the copy."""
+    if not fresh_reads:
+        reconcile = copied(reconcile)
     if fence is not None:
         reconcile = fence.observing(reconcile, own_writes)
     elif own_writes is not None:
