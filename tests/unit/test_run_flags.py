@@ -378,7 +378,8 @@ def _loop(ran: list[Manager], capsys: Any, kubeconfig: Path) -> None:
     import uvloop
 
     mgr = run(ran, MAKE, "--kubeconfig", str(kubeconfig), "--loop", "asyncio")
-    assert mgr.controllers and RAN_ON[-1] is not uvloop.Loop
+    assert mgr.controllers
+    assert RAN_ON[-1] is not uvloop.Loop
     assert issubclass(RAN_ON[-1], asyncio.BaseEventLoop)
     ran.clear()
     run(ran, MAKE, "--kubeconfig", str(kubeconfig), "--loop", "uvloop")
