@@ -41,7 +41,6 @@ defaults to ``time.monotonic()``, as the Rust scheduler it models does.
 from __future__ import annotations
 
 import asyncio
-import functools
 import sys
 import time
 from collections.abc import Callable
@@ -73,14 +72,22 @@ def loop_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
     return loop.time
 
 
-@functools.cache
 def _reads_the_system_clock(loop_type: type) -> bool:
     """Whether loops of `loop_type` keep time on ``time.monotonic()``'s clock: asyncio's own
     (their ``time()`` only calls it), and uvloop's, whose ``time()`` reads the same
     monotonic clock through libuv but cut to whole milliseconds (a reconcile of 0.4 ms
     would last 0 or 1 ms there). A subclass that overrides ``time()`` (a virtual clock)
-    keeps its own."""
-    if loop_type.time is asyncio.BaseEventLoop.time:  # type: ignore[attr-defined]
-        return True
-    uvloop = sys.modules.get("uvloop")
-    return uvloop is not None and loop_type.time is uvloop.Loop.time  # type: ignore[attr-defined]
+    keeps its own. Remembered per type: `monotonic` asks on every call."""
+    known = _SYSTEM_CLOCK.get(loop_type)
+    if known is None:
+        time_of = getattr(loop_type, "time", None)
+        uvloop = sys.modules.get("uvloop")
+        known = time_of is asyncio.BaseEventLoop.time or (
+            uvloop is not None and time_of is uvloop.Loop.time
+        )
+        _SYSTEM_CLOCK[loop_type] = known
+    return known
+
+
+_SYSTEM_CLOCK: dict[type, bool] = {}
+"""`_reads_the_system_clock`'s answers, by loop type."""

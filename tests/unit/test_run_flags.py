@@ -33,6 +33,11 @@ RAN_ON: list[type] = []
 """The type of the loop each recorded `Manager.run` ran on."""
 
 
+def _ran_on() -> type:
+    """The type of the loop the last recorded `Manager.run` ran on."""
+    return RAN_ON[-1]
+
+
 @pytest.fixture
 def ran(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Manager]]:
     """The Managers `fastctl run` would have run (run() records instead of running)."""
@@ -379,11 +384,11 @@ def _loop(ran: list[Manager], capsys: Any, kubeconfig: Path) -> None:
 
     mgr = run(ran, MAKE, "--kubeconfig", str(kubeconfig), "--loop", "asyncio")
     assert mgr.controllers
-    assert RAN_ON[-1] is not uvloop.Loop
-    assert issubclass(RAN_ON[-1], asyncio.BaseEventLoop)
+    assert _ran_on() is not uvloop.Loop
+    assert issubclass(_ran_on(), asyncio.BaseEventLoop)
     ran.clear()
     run(ran, MAKE, "--kubeconfig", str(kubeconfig), "--loop", "uvloop")
-    assert RAN_ON[-1] is uvloop.Loop
+    assert _ran_on() is uvloop.Loop
     # Without the flag, $FASTCTL_LOOP chooses (the suite sets it to the loop it runs on).
     saved = os.environ.get("FASTCTL_LOOP")
     try:
@@ -391,11 +396,11 @@ def _loop(ran: list[Manager], capsys: Any, kubeconfig: Path) -> None:
             os.environ["FASTCTL_LOOP"] = choice
             ran.clear()
             run(ran, MAKE, "--kubeconfig", str(kubeconfig))
-            assert RAN_ON[-1] is kind, choice
+            assert _ran_on() is kind, choice
         os.environ["FASTCTL_LOOP"] = "asyncio"
         ran.clear()
         run(ran, MAKE, "--kubeconfig", str(kubeconfig))
-        assert RAN_ON[-1] is not uvloop.Loop
+        assert _ran_on() is not uvloop.Loop
         os.environ["FASTCTL_LOOP"] = "trio"
         refused(capsys, "FASTCTL_LOOP 'trio'", MAKE, "--kubeconfig", str(kubeconfig))
     finally:
