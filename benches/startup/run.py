@@ -5,7 +5,8 @@ side by side::
         --variant old=/work/before --variant new=. --variant new-asyncio=.:asyncio --rounds 7
 
 Starts one local control plane with one ConfigMap in a namespace, then, in rounds that
-alternate the variants, runs ``python -m fastctl.cli run benches/startup/widget_free_operator.py:make``
+alternate the variants, runs ``python -m fastctl.cli run`` on
+``benches/startup/widget_free_operator.py:make``
 (``NAME=TREE[:LOOP]``: that tree's package first on the path, ``--loop LOOP`` when given,
 else the tree's default) with its metrics (HTTPS, a certificate made at start) and probe
 servers on, as an operator runs, and measures until the reconcile's first line: the
