@@ -93,3 +93,41 @@ print(json.dumps(steps))
     assert "aiohttp.web" in got["health"]
     assert got["app"] == "Application"
     assert got["version"] == __import__("fastctl").__version__
+
+
+def test_fastctl_run_loads_the_webhook_package_only_for_an_operator_with_webhooks() -> None:
+    """What ``fastctl run`` imports to describe its target (`describe`) and the `needs` an
+    operator module declares its RBAC with leave the webhook package (its server and
+    certificates) and the manifests alone until a module has ``WEBHOOKS``."""
+    got = _run(
+        """
+import json, sys, types
+import fastctl.cli.run
+from fastctl import Controller, Resource
+from fastctl.deploy import needs
+from fastctl.deploy._operator import describe
+
+async def reconcile(obj, ctx):
+    return None
+
+ctl = Controller(None, Resource("v1", "ConfigMap"), reconcile, name="cms")
+module = types.ModuleType("op")
+steps = {}
+describe(ctl, module)
+steps["without"] = [m for m in ("fastctl.webhook", "fastctl.deploy._manifests") if m in sys.modules]
+module.WEBHOOKS = "not webhooks"
+try:
+    describe(ctl, module)
+except TypeError as exc:
+    steps["refused"] = str(exc)
+from fastctl.webhook import Webhooks
+module.WEBHOOKS = Webhooks()
+steps["with"] = describe(ctl, module).webhooks is module.WEBHOOKS
+print(json.dumps(steps))
+"""
+    )
+    assert got == {
+        "without": [],
+        "refused": "WEBHOOKS must be a fastctl.webhook.Webhooks, not <class 'str'>",
+        "with": True,
+    }
