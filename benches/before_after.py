@@ -104,6 +104,9 @@ def main() -> None:
     parser.add_argument("--path-rounds", type=int, default=9)
     parser.add_argument("--e2e-counts", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--e2e-repeat", type=int, default=3)
+    parser.add_argument(
+        "--no-e2e", action="store_true", help="skip step 4 (run_peers.py measures it apart)"
+    )
     parser.add_argument("--out", type=Path, default=HERE / "e2e" / "results" / "before_after.md")
     args = parser.parse_args()
     old, new = args.old.resolve(), args.new.resolve()
@@ -135,7 +138,17 @@ def main() -> None:
             ]
         )
     )
-    report += ["```", "", "### End to end (Widget operator)", ""]
+    report += ["```"]
+    if not args.no_e2e:
+        report += e2e(old, new, args)
+    text = "\n".join(report)
+    args.out.write_text(text)
+    print(text)
+
+
+def e2e(old: Path, new: Path, args: argparse.Namespace) -> list[str]:
+    """Step 4: `run_peers.py` with the two trees."""
+    report = ["", "### End to end (Widget operator)", ""]
     e2e_out = args.out.with_name(args.out.stem + "_e2e.json")
     _run(
         [
@@ -155,9 +168,7 @@ def main() -> None:
         env=_env(new),
     )
     report.append(e2e_out.with_suffix(".md").read_text())
-    text = "\n".join(report)
-    args.out.write_text(text)
-    print(text)
+    return report
 
 
 if __name__ == "__main__":

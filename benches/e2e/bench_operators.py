@@ -57,7 +57,7 @@ import threading
 import time
 from typing import Any
 
-from common import emit
+from common import emit, loop_factory, run_on_chosen_loop
 
 GROUP = "demo.fastctl.dev"
 SEQ_ANNOTATION = "e2e.fastctl.dev/seq"
@@ -374,7 +374,10 @@ def run_kopf(args: argparse.Namespace) -> None:
             if status is not None:
                 patch.status.update(status)
 
-    kopf.run(standalone=True, namespaces=[args.namespace])
+    # The loop the run asks for (``FASTCTL_LOOP``, as the other Python operators): kopf's
+    # own command line picks uvloop when installed; `kopf.run` takes the loop it is given.
+    loop = loop_factory()() if os.environ.get("FASTCTL_LOOP") else None
+    kopf.run(standalone=True, namespaces=[args.namespace], loop=loop)
 
 
 def main() -> None:
@@ -399,16 +402,16 @@ def main() -> None:
     if args.mode.startswith("kopf"):
         run_kopf(args)
     elif args.mode in CM_MODES:
-        asyncio.run(run_fastctl_configmaps(args))
+        run_on_chosen_loop(run_fastctl_configmaps(args))
     elif os.environ.get("FASTCTL_BENCH_CPROFILE"):
         # An experiment's profile (every call counted), not for CPU measurements.
         import cProfile
 
         with cProfile.Profile() as profile:
-            asyncio.run(run_fastctl_widgets(args, model=args.mode == "fastctl-model"))
+            run_on_chosen_loop(run_fastctl_widgets(args, model=args.mode == "fastctl-model"))
         profile.dump_stats(f"{os.environ['FASTCTL_BENCH_CPROFILE']}-{args.mode}.prof")
     else:
-        asyncio.run(run_fastctl_widgets(args, model=args.mode == "fastctl-model"))
+        run_on_chosen_loop(run_fastctl_widgets(args, model=args.mode == "fastctl-model"))
 
 
 if __name__ == "__main__":

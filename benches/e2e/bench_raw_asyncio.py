@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 import orjson
 from bench_operators import GROUP, status_for
-from common import emit
+from common import emit, run_on_chosen_loop
 
 WATCH_TIMEOUT = 300
 """Seconds the server keeps a watch open before it ends it (the watch then resumes)."""
@@ -194,7 +194,7 @@ def main() -> None:
     if args.concurrency < 1:
         parser.error(f"--concurrency must be at least 1, not {args.concurrency}")
     emit({"started": time.monotonic()})
-    asyncio.run(main_async(args))
+    run_on_chosen_loop(main_async(args))  # FASTCTL_LOOP, as the operators beside it
 
 
 if __name__ == "__main__":

@@ -301,3 +301,27 @@ def emit(message: dict[str, Any]) -> None:
     """A child's report line (stdout, one JSON object a line)."""
     sys.stdout.write(json.dumps(message, separators=(",", ":")) + "\n")
     sys.stdout.flush()
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop a Python operator of the benches runs on, as ``FASTCTL_LOOP`` says
+    (``run_peers.py --loop`` sets it for all of them): ``uvloop``, ``auto`` (uvloop when
+    installed: ``fastctl run``'s default) or ``asyncio``; unset, asyncio's own. Read here,
+    not through fastctl, so that the raw loop and kopf (which do not import fastctl) and
+    an older fastctl tree (``fastctl@TREE``) choose the same way."""
+    choice = os.environ.get("FASTCTL_LOOP") or "asyncio"
+    if choice in ("uvloop", "auto"):
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise
+        else:
+            return uvloop.new_event_loop
+    return asyncio.DefaultEventLoopPolicy().new_event_loop
+
+
+def run_on_chosen_loop(main: Awaitable[Any]) -> Any:
+    """``asyncio.run(main)`` on `loop_factory`'s loop."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main)  # type: ignore[arg-type]

@@ -85,6 +85,13 @@ def build(modes: list[str]) -> None:
         build_rust()
 
 
+def require_built(modes: list[str]) -> None:
+    """Fail unless the compiled peers among `modes` are built (``run_peers.py --no-build``)."""
+    for mode, binary in (("controller-runtime", GO_BINARY), ("kube-rs", RUST_BINARY)):
+        if mode in modes and not binary.exists():
+            raise SystemExit(f"{mode}: {binary} is not built (run without --no-build)")
+
+
 def argv(
     mode: str, *, kubeconfig: str, namespace: str, concurrency: int, login: list[str]
 ) -> list[str] | None:
@@ -93,7 +100,8 @@ def argv(
     kubeconfig)."""
     common = [f"--namespace={namespace}", f"--concurrency={concurrency}"]
     if mode == "controller-runtime":
-        return [str(build_go()), f"--kubeconfig={kubeconfig}", *common]
+        binary = GO_BINARY if GO_BINARY.exists() else build_go()  # built by `build` before
+        return [str(binary), f"--kubeconfig={kubeconfig}", *common]
     if mode == "kube-rs":
         return [
             str(RUST_BINARY if RUST_BINARY.exists() else build_rust()),

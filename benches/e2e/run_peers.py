@@ -8,13 +8,15 @@ from the module proxy and the crate registry on first use: see `compiled_peers`)
 scenario is `scenario_operators.run_operator` on its own fresh control plane; rounds
 interleave the operators. Writes ``benches/e2e/results/peers.json`` and ``peers.md`` and
 the plots ``docs/img/e2e-peers-*.png``; exits 1, after writing them, if any operator did
-not do the same work as the others (`compiled_peers.same_work`).
+not do the same work as the others (`compiled_peers.same_work`). The Python operators
+(fastctl, kopf, the raw asyncio loop) all run on the loop ``--loop`` names.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,7 +39,10 @@ def _mode(text: str) -> str:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     log_dir = Path(args.log_dir)
-    compiled_peers.build(args.modes)
+    if args.no_build:  # as they are: each must exist
+        compiled_peers.require_built(args.modes)
+    else:
+        compiled_peers.build(args.modes)
     results: dict[str, Any] = {
         "machine": {**machine(), **compiled_peers.versions()},
         "args": vars(args),
@@ -84,7 +89,21 @@ def main() -> int:
     parser.add_argument("--out", default=str(RESULTS / "peers.json"))
     parser.add_argument("--log-dir", default="/tmp/fastctl-e2e-logs")
     parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument(
+        "--no-build",
+        action="store_true",
+        help="run the compiled peers as built before (say, by another worktree whose target "
+        "folders these are linked to), without checking their sources",
+    )
+    parser.add_argument(
+        "--loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
+        help="the event loop of every Python operator (FASTCTL_LOOP in their environment): "
+        "uvloop when installed (auto, fastctl run's default), uvloop, or asyncio's own",
+    )
     args = parser.parse_args()
+    os.environ["FASTCTL_LOOP"] = args.loop  # the children inherit it
     if args.repeat < 1 or any(c < 1 for c in args.counts):
         parser.error("--repeat and every --counts value must be at least 1")
     Path(args.log_dir).mkdir(parents=True, exist_ok=True)

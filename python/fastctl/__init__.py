@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from fastctl._applier import ApplierConfig, applier
 from fastctl._core import Scheduler
 from fastctl._rate import RateLimit
-from fastctl._version import version as _installed_version
 from fastctl.errors import (
     ApiError,
     DiscoveryError,
@@ -85,11 +84,17 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    """`CustomResource` and `KubeModel` load pydantic: only on first use."""
+    """`CustomResource` and `KubeModel` load pydantic, `__version__` the installed
+    metadata: only on first use."""
     if name in ("CustomResource", "KubeModel"):
         from fastctl.kube import _model
 
         return getattr(_model, name)
+    if name == "__version__":
+        from fastctl._version import version
+
+        globals()["__version__"] = found = version()
+        return found
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -154,5 +159,6 @@ __all__ = [
     "watcher",
 ]
 
-__version__: str = _installed_version()
-"""The version of fastctl: the one in Cargo.toml (see `fastctl._version`)."""
+__version__: str
+"""The version of fastctl: the one in Cargo.toml (see `fastctl._version`); read on first
+use (the installed metadata costs imports most processes never need)."""

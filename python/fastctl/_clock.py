@@ -5,6 +5,8 @@ It is the running event loop's clock, ``loop.time()``: asyncio arms every timer 
 ``asyncio.timeout`` on it, so what the runtime measures and what it waits for are one
 clock. On asyncio's own loops that is ``time.monotonic()``, which is also what this module
 reads where no loop runs, and what the Rust `Scheduler` reads when it is given no ``now``.
+On uvloop, whose ``time()`` is that same clock cut to whole milliseconds, it reads
+``time.monotonic()`` too: the same instants, to the microsecond.
 A loop whose ``time()`` is virtual (`fastctl.testing.VirtualTimeLoop`) therefore moves the
 time of the whole runtime with nothing patched; and since the applier passes this clock's
 time to its scheduler (``now=``), the scheduler's ready times are on it too.
@@ -39,6 +41,7 @@ defaults to ``time.monotonic()``, as the Rust scheduler it models does.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable
 
@@ -55,6 +58,8 @@ def monotonic(loop: asyncio.AbstractEventLoop | None = None) -> float:
         loop = _running_loop()
         if loop is None:
             return _system()
+    if _reads_the_system_clock(type(loop)):
+        return _system()
     return loop.time()
 
 
@@ -62,6 +67,27 @@ def loop_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
     """`loop`'s clock as a function, for a hot path that reads it often on that loop (the
     applier): the readings of `monotonic`, at a fraction of its cost (``time.monotonic``
     itself for asyncio's own loops, whose ``time()`` only calls it)."""
-    if type(loop).time is asyncio.BaseEventLoop.time:
+    if _reads_the_system_clock(type(loop)):
         return _system
     return loop.time
+
+
+def _reads_the_system_clock(loop_type: type) -> bool:
+    """Whether loops of `loop_type` keep time on ``time.monotonic()``'s clock: asyncio's own
+    (their ``time()`` only calls it), and uvloop's, whose ``time()`` reads the same
+    monotonic clock through libuv but cut to whole milliseconds (a reconcile of 0.4 ms
+    would last 0 or 1 ms there). A subclass that overrides ``time()`` (a virtual clock)
+    keeps its own. Remembered per type: `monotonic` asks on every call."""
+    known = _SYSTEM_CLOCK.get(loop_type)
+    if known is None:
+        time_of = getattr(loop_type, "time", None)
+        uvloop = sys.modules.get("uvloop")
+        known = time_of is asyncio.BaseEventLoop.time or (
+            uvloop is not None and time_of is uvloop.Loop.time
+        )
+        _SYSTEM_CLOCK[loop_type] = known
+    return known
+
+
+_SYSTEM_CLOCK: dict[type, bool] = {}
+"""`_reads_the_system_clock`'s answers, by loop type."""

@@ -13,8 +13,6 @@ one that describes the code that runs.
 
 from __future__ import annotations
 
-from importlib import metadata
-
 from fastctl._core import __version__ as _core_version
 
 __all__ = ["DISTRIBUTION", "version"]
@@ -25,6 +23,10 @@ DISTRIBUTION = "fastctl"
 
 def version() -> str:
     """The installed distribution's version, else the one compiled into ``fastctl._core``."""
+    # Imported here: ``importlib.metadata`` brings zipfile, csv, email and tempfile, a good
+    # share of ``import fastctl``'s time, for a string most processes never ask for.
+    from importlib import metadata
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:

@@ -78,11 +78,26 @@ class ObjectRef:
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> ObjectRef:
-        """The reference of a parsed Kubernetes object (its ``metadata.name``/``namespace``)."""
+        """The reference of a parsed Kubernetes object (its ``metadata.name``/``namespace``).
+
+        On the path of every watch event (the cache and the trigger each take one): a served
+        object's name and namespace are plain non-empty strings, so they are checked by
+        type here and the dataclass's own validation runs only for anything else, to raise
+        its error."""
         try:
             meta = obj["metadata"]
-            return cls(meta["name"], meta.get("namespace") or None)
-        except (KeyError, TypeError) as exc:
+            name = meta["name"]
+            namespace = meta.get("namespace") or None
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not a Kubernetes object with metadata.name: {obj!r:.200}") from exc
+        if type(name) is str and name and (namespace is None or type(namespace) is str):
+            ref = object.__new__(cls)
+            _set(ref, "name", name)
+            _set(ref, "namespace", namespace)
+            return ref
+        try:
+            return cls(name, namespace)
+        except TypeError as exc:
             raise ValueError(f"not a Kubernetes object with metadata.name: {obj!r:.200}") from exc
 
     def __str__(self) -> str:

@@ -43,6 +43,12 @@ class Work:
         return None
 
 
+def _handled(sig: signal.Signals) -> bool:
+    """Whether the running loop has a handler for `sig` (removing it: the answer of
+    ``remove_signal_handler``, the same on asyncio's loops and on uvloop)."""
+    return asyncio.get_running_loop().remove_signal_handler(sig)
+
+
 async def _running_one_of_two(
     monkeypatch: pytest.MonkeyPatch,
 ) -> tuple[Work, asyncio.Task[None]]:
@@ -77,9 +83,8 @@ async def test_the_first_signal_drains(
     assert task.exception() is None
     assert work.ended == work.started  # the running one finished; the queued one never began
     assert len(work.started) == 1
-    handlers = asyncio.get_running_loop()._signal_handlers  # type: ignore[attr-defined]
-    assert signal.SIGINT not in handlers
-    assert signal.SIGTERM not in handlers
+    assert not _handled(signal.SIGINT)
+    assert not _handled(signal.SIGTERM)
 
 
 async def test_a_second_signal_cancels_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,8 +137,7 @@ async def test_a_managers_first_signal_drains(
     assert task.exception() is None
     assert work.ended == work.started == ["a"]
     assert "drained widgets" in [r.getMessage() for r in caplog.records]
-    handlers = asyncio.get_running_loop()._signal_handlers  # type: ignore[attr-defined]
-    assert signal.SIGTERM not in handlers
+    assert not _handled(signal.SIGTERM)
 
 
 async def test_a_managers_second_signal_cancels_the_running_reconciles_at_once(

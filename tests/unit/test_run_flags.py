@@ -10,7 +10,9 @@ when a flag is added to ``fastctl run`` without a case here.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,14 @@ MAKE, BARE, ELECTED, CONTROLLERS = (
     f"{OPS}:{n}" for n in ("make", "bare", "elected", "controllers")
 )
 
+RAN_ON: list[type] = []
+"""The type of the loop each recorded `Manager.run` ran on."""
+
+
+def _ran_on() -> type:
+    """The type of the loop the last recorded `Manager.run` ran on."""
+    return RAN_ON[-1]
+
 
 @pytest.fixture
 def ran(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Manager]]:
@@ -35,6 +45,7 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Manager]]:
 
     async def record(self: Manager) -> None:
         seen.append(self)
+        RAN_ON.append(type(asyncio.get_running_loop()))
 
     monkeypatch.setattr(Manager, "run", record)
     root = logging.getLogger()
@@ -365,6 +376,38 @@ def _no_webhooks(ran: list[Manager], capsys: Any, kubeconfig: Path) -> None:
     assert not any(isinstance(r, WebhookServer) for r in mgr.runnables)
     # A module with WEBHOOKS and no way to serve them is refused, naming the way out.
     refused(capsys, "--no-webhooks", MAKE, "--kubeconfig", str(kubeconfig))
+
+
+@case("--loop")
+def _loop(ran: list[Manager], capsys: Any, kubeconfig: Path) -> None:
+    import uvloop
+
+    mgr = run(ran, MAKE, "--kubeconfig", str(kubeconfig), "--loop", "asyncio")
+    assert mgr.controllers
+    assert _ran_on() is not uvloop.Loop
+    assert issubclass(_ran_on(), asyncio.BaseEventLoop)
+    ran.clear()
+    run(ran, MAKE, "--kubeconfig", str(kubeconfig), "--loop", "uvloop")
+    assert _ran_on() is uvloop.Loop
+    # Without the flag, $FASTCTL_LOOP chooses (the suite sets it to the loop it runs on).
+    saved = os.environ.get("FASTCTL_LOOP")
+    try:
+        for choice, kind in (("uvloop", uvloop.Loop), ("", uvloop.Loop)):
+            os.environ["FASTCTL_LOOP"] = choice
+            ran.clear()
+            run(ran, MAKE, "--kubeconfig", str(kubeconfig))
+            assert _ran_on() is kind, choice
+        os.environ["FASTCTL_LOOP"] = "asyncio"
+        ran.clear()
+        run(ran, MAKE, "--kubeconfig", str(kubeconfig))
+        assert _ran_on() is not uvloop.Loop
+        os.environ["FASTCTL_LOOP"] = "trio"
+        refused(capsys, "FASTCTL_LOOP 'trio'", MAKE, "--kubeconfig", str(kubeconfig))
+    finally:
+        if saved is None:
+            os.environ.pop("FASTCTL_LOOP", None)
+        else:
+            os.environ["FASTCTL_LOOP"] = saved
 
 
 def _run_flags() -> set[str]:

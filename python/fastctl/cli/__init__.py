@@ -52,14 +52,27 @@ class _CommandModule(Protocol):
     def register(self, subcommands: Subcommands) -> None: ...
 
 
+class _Version(argparse.Action):
+    """``--version``: the version is read when asked for, not when the parser is built (the
+    installed metadata costs imports every other command does without)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"fastctl {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastctl",
         description="Kubernetes controllers in Python on a Rust scheduling core.",
     )
-    parser.add_argument(
-        "--version", action="version", version=f"fastctl {version()}", help="print the version"
-    )
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version")
     subcommands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name in COMMANDS:
         module: _CommandModule = importlib.import_module(name)

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastctl.cli import CliError, Subcommands
+from fastctl.cli.run import add_loop_option, run_on_chosen_loop
 
 __all__ = ["register"]
 
@@ -56,13 +57,14 @@ def register(subcommands: Subcommands) -> None:
         default="127.0.0.1",
         help="the address the API server calls the webhooks at (default 127.0.0.1)",
     )
+    add_loop_option(parser)
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     if args.objects < 1:
         raise CliError(f"--objects must be >= 1, got {args.objects}")
-    return asyncio.run(_demo(args))
+    return run_on_chosen_loop(_demo(args), args.loop)
 
 
 @contextlib.asynccontextmanager

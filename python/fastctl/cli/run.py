@@ -14,6 +14,8 @@ only for callers allowed to ``get`` ``/metrics``; ``--metrics-insecure`` for pla
 and, with ``--leader-elect``, leader election, or with ``--shard-group``, active-active
 sharding: the replicas of the group split the objects, each reconciling its share
 (``--shard-key uid`` or ``namespace``; the Lease options apply to the member Leases).
+It runs on uvloop when that is installed (``--loop asyncio`` or ``FASTCTL_LOOP=asyncio``
+for asyncio's own loop).
 With both, ``--unsharded NAME`` (repeatable) names the controllers that are leader-elected
 instead of sharded; the others are sharded. A Manager returned by `attr` is run as it is.
 
@@ -31,10 +33,10 @@ for them: they may still write, and only ending the process stops them.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
+from collections.abc import Coroutine
 from typing import Any
 
 from fastctl.cli import CliError, Subcommands
@@ -42,7 +44,7 @@ from fastctl.cli._run_options import configure
 from fastctl.cli._run_webhooks import serve_webhooks
 from fastctl.cli._target import Target, build, load
 
-__all__ = ["exit_now_if_threads_run", "register"]
+__all__ = ["add_loop_option", "exit_now_if_threads_run", "register", "run_on_chosen_loop"]
 
 
 def register(subcommands: Subcommands) -> None:
@@ -151,7 +153,31 @@ def register(subcommands: Subcommands) -> None:
     parser.add_argument(
         "--log-format", choices=("text", "json"), default="text", help="text or JSON lines"
     )
+    add_loop_option(parser)
     parser.set_defaults(handler=handle)
+
+
+def add_loop_option(parser: argparse.ArgumentParser) -> None:
+    """``--loop``: the event loop the command runs on (`fastctl._loop`)."""
+    from fastctl._loop import CHOICES, ENV
+
+    parser.add_argument(
+        "--loop",
+        choices=CHOICES,
+        help=f"event loop: uvloop when installed (auto), uvloop, or asyncio's own "
+        f"(default: ${ENV}, else auto)",
+    )
+
+
+def run_on_chosen_loop(main: Coroutine[Any, Any, int], choice: str | None) -> int:
+    """Run `main` on the loop `choice` (``--loop``) or ``$FASTCTL_LOOP`` asks for; a choice
+    that cannot be honoured is a `CliError`."""
+    from fastctl._loop import LoopChoiceError, run
+
+    try:
+        return run(main, loop=choice)
+    except LoopChoiceError as exc:
+        raise CliError(str(exc)) from None
 
 
 def configure_logging(level: str, fmt: str = "text", *, tracing: bool = False) -> None:
@@ -200,7 +226,7 @@ def handle(args: argparse.Namespace) -> int:
         port = getattr(args, flag)
         if port is not None and not 0 <= port <= 65535:
             raise CliError(f"--{flag.replace('_', '-')} {port} is not a port number")
-    return asyncio.run(_run(target, args))
+    return run_on_chosen_loop(_run(target, args), args.loop)
 
 
 async def _run(target: Target, args: argparse.Namespace) -> int:

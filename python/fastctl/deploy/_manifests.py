@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fastctl.deploy._operator import collect_crds
 from fastctl.deploy._rbac import Permissions, PolicyRule
 from fastctl.deploy._webhooks import (
     CERT_DIR,
@@ -91,19 +92,6 @@ class DeployOptions:
     @property
     def labels(self) -> dict[str, str]:
         return {"app.kubernetes.io/name": self.name, "app.kubernetes.io/managed-by": "fastctl"}
-
-
-def collect_crds(declared: Iterable[Any]) -> list[Obj]:
-    """CRD dicts from `declared`: dicts as they are, and anything with a callable ``crd()``
-    (a typed resource model) by calling it; the first of each name wins."""
-    out: dict[str, Obj] = {}
-    for item in declared:
-        make = getattr(item, "crd", None)
-        crd = make() if callable(make) else item
-        if not isinstance(crd, Mapping) or crd.get("kind") != "CustomResourceDefinition":
-            continue
-        out.setdefault(str(crd["metadata"]["name"]), dict(crd))
-    return list(out.values())
 
 
 def _meta(name: str, namespace: str | None, labels: Mapping[str, str]) -> Obj:

@@ -19,17 +19,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastctl.deploy._manifests import collect_crds
 from fastctl.deploy._rbac import PolicyRule, resolve_offline
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.runtime.controller import Controller
 from fastctl.runtime.leader._rules import LeaderElection
 from fastctl.runtime.manager import Manager
-from fastctl.webhook._registry import Webhooks
 
-__all__ = ["Operator", "describe", "resolve_resources"]
+if TYPE_CHECKING:
+    from fastctl.webhook._registry import Webhooks
+
+__all__ = ["Operator", "collect_crds", "describe", "resolve_resources"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +72,13 @@ def describe(built: Any, module: ModuleType | None = None) -> Operator:
     declared: list[Any] = []
     rules: list[PolicyRule] = []
     webhooks = getattr(module, "WEBHOOKS", None) if module is not None else None
-    if webhooks is not None and not isinstance(webhooks, Webhooks):
-        raise TypeError(f"WEBHOOKS must be a fastctl.webhook.Webhooks, not {type(webhooks)}")
+    if webhooks is not None:
+        # Imported here: the webhook package (its server, certificates) is only needed by
+        # an operator that has webhooks, and `fastctl run` starts sooner without it.
+        from fastctl.webhook._registry import Webhooks
+
+        if not isinstance(webhooks, Webhooks):
+            raise TypeError(f"WEBHOOKS must be a fastctl.webhook.Webhooks, not {type(webhooks)}")
     if module is not None:
         declared.extend(getattr(module, "CRDS", None) or ())
         if isinstance(getattr(module, "CRD", None), Mapping):
@@ -89,6 +95,19 @@ def describe(built: Any, module: ModuleType | None = None) -> Operator:
         sharded=manager and built.sharding is not None,
         webhooks=webhooks,
     )
+
+
+def collect_crds(declared: Iterable[Any]) -> list[dict[str, Any]]:
+    """CRD dicts from `declared`: dicts as they are, and anything with a callable ``crd()``
+    (a typed resource model) by calling it; the first of each name wins."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in declared:
+        make = getattr(item, "crd", None)
+        crd = make() if callable(make) else item
+        if not isinstance(crd, Mapping) or crd.get("kind") != "CustomResourceDefinition":
+            continue
+        out.setdefault(str(crd["metadata"]["name"]), dict(crd))
+    return list(out.values())
 
 
 async def resolve_resources(

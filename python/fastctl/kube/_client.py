@@ -14,8 +14,6 @@ import os
 import re
 from pathlib import Path
 
-import yaml  # type: ignore[import-untyped]
-from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.errors import KubeconfigError
@@ -27,6 +25,10 @@ __all__ = ["KubeconfigError", "load_client"]
 async def load_client(kubeconfig: str | os.PathLike[str] | None = None) -> ApiClient:
     """An ApiClient for `kubeconfig`; without one, ``$KUBECONFIG``, ``~/.kube/config``, or
     the in-cluster service account, in that order."""
+    # Imported here, not with fastctl: the loaders bring PyYAML, urllib3, dateutil and
+    # importlib.metadata, which only loading a configuration needs.
+    from kubernetes_asyncio import config as kube_config
+
     cfg = Configuration()
     path = kubeconfig if kubeconfig is not None else _default_kubeconfig()
     if path is None:
@@ -53,6 +55,8 @@ def _check_shape(file: Path) -> None:
     """Fail naming the field when the file parses but cannot be a kubeconfig, or when its
     server URL can never be reached (`check_kubeconfig`); a file that does not parse is
     left to the loader, whose YAML error says where."""
+    import yaml  # type: ignore[import-untyped]
+
     try:
         parsed = yaml.safe_load(file.read_text(errors="replace"))
     except (OSError, yaml.YAMLError):

@@ -24,13 +24,15 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
-from aiohttp import web
 
 from fastctl.runtime._health import IDLE_TIMEOUT, _bind_error, _bound_port
 from fastctl.runtime._inspect import ObjectInspection, QueueSummary
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 __all__ = ["DEFAULT_PORT", "DebugQueueServer", "is_loopback"]
 
@@ -100,6 +102,8 @@ class DebugQueueServer:
         return f"<DebugQueueServer {self.host}:{self.port} {state}>"
 
     def app(self) -> web.Application:
+        from aiohttp import web
+
         app = web.Application(client_max_size=4096)
         app.router.add_get("/debug/queue", self._all)
         app.router.add_get("/debug/queue/{controller}", self._one)
@@ -108,6 +112,8 @@ class DebugQueueServer:
         return app
 
     async def start(self) -> None:
+        from aiohttp import web
+
         if self._runner is not None:
             raise RuntimeError("DebugQueueServer is already started")
         runner = web.AppRunner(
@@ -183,6 +189,8 @@ class DebugQueueServer:
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
+    from aiohttp import web
+
     return web.Response(
         body=orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS),
         status=status,

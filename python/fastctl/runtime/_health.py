@@ -38,11 +38,12 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 if TYPE_CHECKING:
     from typing import Self
+
+    from aiohttp import web
 
     from fastctl.runtime._metrics_auth import Verdict
 
@@ -130,6 +131,8 @@ class HealthServer:
         """Listen and serve. Raises `PortInUseError` ("metrics port 8080 is already in
         use") or `HealthServerError` for other bind failures, without a chained traceback:
         the message is all an operator needs."""
+        from aiohttp import web
+
         if self._runner is not None:
             raise RuntimeError("HealthServer is already started")
         app = web.Application(client_max_size=4096)  # GETs only: no body worth reading
@@ -179,6 +182,8 @@ class HealthServer:
     # -- handlers --------------------------------------------------------------------
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         if self.authorizer is not None:
             verdict = await self.authorizer.check(request.headers.get("Authorization"))
             if not verdict.allowed:
@@ -199,6 +204,8 @@ class HealthServer:
 
 
 def _answer(check: Check, what: str) -> web.Response:
+    from aiohttp import web
+
     try:
         result = check()
     except Exception as exc:  # a probe answers; the failure becomes the reason
