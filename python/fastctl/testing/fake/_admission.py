@@ -22,13 +22,13 @@ real server's ``matchPolicy: Equivalent`` would convert it first; the fake does 
 from __future__ import annotations
 
 import base64
-import copy
 import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from fastctl.testing.fake._clone import clone
 from fastctl.testing.fake._kinds import Kind
 from fastctl.testing.fake._patches import JsonPatchError, json_patch
 
@@ -190,9 +190,9 @@ class Admission:
             "name": meta.get("name") or "",
             "namespace": meta.get("namespace") or "",
             "operation": operation,
-            "userInfo": copy.deepcopy(dict(user)),
-            "object": copy.deepcopy(new),
-            "oldObject": copy.deepcopy(old),
+            "userInfo": clone(dict(user)),
+            "object": clone(new),
+            "oldObject": clone(old),
             "dryRun": False,
         }
         request = AdmissionRequest(

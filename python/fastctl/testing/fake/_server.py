@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import functools
 import itertools
 import re
@@ -41,6 +40,7 @@ import orjson
 from fastctl._clock import monotonic
 from fastctl.runtime.sharding._slots import fnv1a_64
 from fastctl.testing.fake._admission import ADMIN, Admission, Denied
+from fastctl.testing.fake._clone import clone
 from fastctl.testing.fake._kinds import BUILTIN, CRD_KIND, Kind, kinds_of_crd
 from fastctl.testing.fake._patches import (
     ApplyConflict,
@@ -187,7 +187,7 @@ class _Paused(Exception):
 
     def __init__(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         super().__init__("paused for admission")
-        self.old, self.new = copy.deepcopy(old), copy.deepcopy(new)
+        self.old, self.new = clone(old), clone(new)
 
 
 class _Changed(Exception):
@@ -229,7 +229,7 @@ def _as_admitted(
     kind: Kind, stored: dict[str, Any], admitted: dict[str, Any], subresource: str | None
 ) -> dict[str, Any]:
     """What the webhooks admitted, with what only the server sets kept from `stored`."""
-    out = copy.deepcopy(admitted)
+    out = clone(admitted)
     meta = {k: v for k, v in (out.get("metadata") or {}).items() if k not in _SERVER_SET}
     meta.update({k: stored["metadata"][k] for k in _SERVER_SET if k in stored["metadata"]})
     out["metadata"] = meta
@@ -237,12 +237,19 @@ def _as_admitted(
     if kind.status and subresource is None:
         out.pop("status", None)
         if "status" in stored:
-            out["status"] = copy.deepcopy(stored["status"])
+            out["status"] = clone(stored["status"])
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _timestamp(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The wall clock in the server's form (to the second, as the server keeps it), each
+    second formatted once (``strftime`` was a tenth of a write's cost)."""
+    return _timestamp(int(datetime.now(UTC).timestamp()))
 
 
 def _key(namespace: str | None, name: str) -> str:
@@ -827,7 +834,7 @@ class FakeApiServer:
         """Create an object (409 if it exists)."""
         if not isinstance(doc, dict):
             raise Fail(400, "BadRequest", "the body of a create is an object")
-        obj = copy.deepcopy(doc)
+        obj = clone(doc)
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise Fail(400, "BadRequest", "metadata is not an object")
@@ -904,7 +911,7 @@ class FakeApiServer:
         for kind in kinds_of_crd(crd):
             self.add_kind(kind)
         names = (crd.get("spec") or {}).get("names") or {}
-        crd = copy.deepcopy(crd)
+        crd = clone(crd)
         crd["status"] = {
             "acceptedNames": names,
             "storedVersions": [
@@ -936,7 +943,7 @@ class FakeApiServer:
         """PUT: replace the object (or its status)."""
         old = self._get(kind, namespace, name)
         wanted = (doc.get("metadata") or {}).get("resourceVersion")
-        new = copy.deepcopy(doc)
+        new = clone(doc)
         new.setdefault("metadata", {})
         if not wanted:
             new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
@@ -960,7 +967,7 @@ class FakeApiServer:
                 kind, namespace, name, doc, subresource, manager, q.get("force") == "true"
             )
         old = self._get(kind, namespace, name)
-        current = copy.deepcopy(old)
+        current = clone(old)
         if ctype == "application/json-patch+json":
             if not isinstance(doc, list):
                 raise Fail(400, "BadRequest", "a JSON patch is a list of operations")
@@ -1006,7 +1013,7 @@ class FakeApiServer:
             raise Fail(
                 400, "BadRequest", "the name of the object does not match the name in the URL"
             )
-        applied = copy.deepcopy(doc)
+        applied = clone(doc)
         old = self.objects.get((kind.key, _key(namespace, name)))
         if old is None:
             if subresource is not None:
@@ -1014,7 +1021,7 @@ class FakeApiServer:
             created = self.create(
                 kind, namespace, {**applied, "metadata": {**meta, "name": name}}, None
             )
-            fresh = copy.deepcopy(created)
+            fresh = clone(created)
             fresh["metadata"]["managedFields"] = []
             mine = fields_of(_owned_part(applied, None))
             self._own(fresh, manager, "Apply", mine, None)
@@ -1048,7 +1055,7 @@ class FakeApiServer:
                     ]
                 },
             )
-        new = merged(copy.deepcopy(old), part)
+        new = merged(clone(old), part)
         for path in sorted(before - mine, key=len, reverse=True):
             if not any(overlaps(path, f) for fs in others.values() for f in fs):
                 without(new, path)
@@ -1080,7 +1087,7 @@ class FakeApiServer:
             )
         if kind.status and subresource == "status":
             status = new.get("status")
-            new = copy.deepcopy(old)
+            new = clone(old)
             if status is None:
                 new.pop("status", None)
             else:
@@ -1088,7 +1095,7 @@ class FakeApiServer:
         elif kind.status:
             new = {k: v for k, v in new.items() if k != "status"}
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = clone(old["status"])
         kept = {
             k: old_meta[k]
             for k in (
@@ -1215,7 +1222,7 @@ class FakeApiServer:
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
                 return old
-            new = copy.deepcopy(old)
+            new = clone(old)
             new["metadata"]["deletionTimestamp"] = _now()
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             if kind.generation:
@@ -1223,7 +1230,7 @@ class FakeApiServer:
             if kind.key == "namespaces":
                 new["status"] = {"phase": "Terminating"}
             return self._commit(kind, new, "MODIFIED")
-        return self._remove(kind, copy.deepcopy(old))
+        return self._remove(kind, clone(old))
 
     def _remove(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
         gone = self._commit(kind, obj, "DELETED")
@@ -1249,7 +1256,7 @@ class FakeApiServer:
 
     def _orphan(self, uid: str | None) -> None:
         for kind, obj in self._dependents(uid):
-            new = copy.deepcopy(obj)
+            new = clone(obj)
             refs = [r for r in new["metadata"]["ownerReferences"] if r.get("uid") != uid]
             if refs:
                 new["metadata"]["ownerReferences"] = refs
@@ -1269,7 +1276,7 @@ class FakeApiServer:
                 continue
             refs = obj["metadata"].get("ownerReferences") or ()
             if any(r.get("uid") in live for r in refs if r.get("uid") != uid):
-                new = copy.deepcopy(obj)
+                new = clone(obj)
                 new["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
                 self._commit(kind, new, "MODIFIED")
             else:
