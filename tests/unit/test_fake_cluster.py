@@ -139,10 +139,10 @@ def test_what_a_caller_holds_is_a_copy_of_what_is_stored() -> None:
     assert cluster.get("v1", "ConfigMap", "c")["data"] == {"k": "v"}  # type: ignore[index]
     # Past 64 bits, JSON's round trip refuses a value: the deep copy takes it.
     assert clone({"n": 2**70, "t": (1, 2)}) == {"n": 2**70, "t": (1, 2)}
-    inner = {"x": [1, {"y": 2}]}
+    inner: dict[str, list[dict[str, int]]] = {"x": [{"y": 2}]}
     copied = clone(inner)
-    copied["x"][1]["y"] = 3
-    assert inner == {"x": [1, {"y": 2}]}
+    copied["x"][0]["y"] = 3
+    assert inner == {"x": [{"y": 2}]}
     cluster.forget()
 
 
