@@ -171,7 +171,7 @@ def fields_of(obj: Any, prefix: Path = ()) -> set[Path]:
     """The leaf fields `obj` sets (a map is opened, anything else is one field), without
     the identity and server-set fields."""
     out: set[Path] = set()
-    if isinstance(obj, Mapping) and (obj or not prefix):
+    if isinstance(obj, dict) and (obj or not prefix):
         for key, value in obj.items():
             path = (*prefix, str(key))
             if path in _IDENTITY:
@@ -186,7 +186,7 @@ def value_at(obj: Any, path: Path) -> tuple[bool, Any]:
     """``(True, value)`` at `path` in `obj`, or ``(False, None)`` where there is none."""
     node = obj
     for part in path:
-        if not isinstance(node, Mapping) or part not in node:
+        if not isinstance(node, dict) or part not in node:
             return False, None
         node = node[part]
     return True, node
@@ -194,7 +194,7 @@ def value_at(obj: Any, path: Path) -> tuple[bool, Any]:
 
 def merged(base: Any, applied: Any) -> Any:
     """`applied` laid over `base`: maps merge key by key, anything else replaces."""
-    if not isinstance(applied, Mapping) or not isinstance(base, Mapping):
+    if not isinstance(applied, dict) or not isinstance(base, dict):
         return clone(applied)
     out = dict(base)
     for key, value in applied.items():
@@ -240,7 +240,7 @@ def from_fields_v1(doc: Mapping[str, Any], prefix: Path = ()) -> set[Path]:
         if not key.startswith("f:"):
             continue
         path = (*prefix, key[2:])
-        inner = from_fields_v1(value, path) if isinstance(value, Mapping) and value else set()
+        inner = from_fields_v1(value, path) if isinstance(value, dict) and value else set()
         out |= inner or {path}
     return out
 

@@ -73,7 +73,7 @@ def _walk(value: Any, schema: Mapping[str, Any], path: str, problems: list[Probl
         value = _walk_object(value, schema, path, problems)
     elif isinstance(value, list):
         items = schema.get("items")
-        if isinstance(items, Mapping):
+        if isinstance(items, dict):
             value = [_walk(v, items, f"{path}[{i}]", problems) for i, v in enumerate(value)]
         _bounds(len(value), schema.get("minItems"), schema.get("maxItems"), path, "items", problems)
     _scalar(value, schema, path, problems)
@@ -90,7 +90,7 @@ def _walk_object(
     for key, item in value.items():
         if props and key in props:
             out[key] = _walk(item, props[key], f"{path}.{key}", problems)
-        elif isinstance(extra, Mapping):
+        elif isinstance(extra, dict):
             out[key] = _walk(item, extra, f"{path}.{key}", problems)
         elif extra is True or preserve:
             out[key] = item
