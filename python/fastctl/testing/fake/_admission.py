@@ -16,7 +16,8 @@ version and plural (the main resource only: a write of the status subresource is
 sent), its operations (an apply or a patch that creates the object is a CREATE), its
 namespace selector (the labels of the object's Namespace) and object selector (the labels
 of the new or the old object). A request at another version than the rule's is not sent (a
-real server's ``matchPolicy: Equivalent`` would convert it first; the fake does not).
+real server's ``matchPolicy: Equivalent`` would convert it first), unless the CRD has a
+converter on the fake: then the write is admitted at the storage version it is converted to.
 """
 
 from __future__ import annotations

@@ -157,8 +157,10 @@ class FakeCluster:
 
     def add_webhooks(self, webhooks: Webhooks) -> None:
         """Call the admission webhooks of `webhooks` (a `fastctl.webhook.Webhooks`) too,
-        after those given before."""
+        after those given before, and its converters on requests at a version other than
+        the storage one (`fastctl.testing.fake._conversion`)."""
         self.server.admission.add(webhooks)
+        self.server.conversion.add(webhooks)
 
     # -- clients -----------------------------------------------------------------------
 

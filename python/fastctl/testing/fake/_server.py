@@ -14,6 +14,8 @@ and field selectors, and custom resources checked against their CRD's schema.
 
 Admission webhooks, when given (`fastctl.testing.fake._admission`): a write their rules
 name is computed up to where it would be stored, admitted, then stored as admitted.
+Conversion webhooks, when given (`fastctl.testing.fake._conversion`): a request at a
+version other than the CRD's storage version is converted to it, and its answer back.
 
 Faults on demand: outages (open streams cut, every request refused), watches expired (the
 next watch from an old version gets 410 and the watcher relists), chosen requests
@@ -41,6 +43,7 @@ from fastctl._clock import monotonic
 from fastctl.runtime.sharding._slots import fnv1a_64
 from fastctl.testing.fake._admission import ADMIN, Admission, Denied
 from fastctl.testing.fake._clone import clone
+from fastctl.testing.fake._conversion import Conversion, ConversionFailed
 from fastctl.testing.fake._kinds import BUILTIN, CRD_KIND, Kind, kinds_of_crd
 from fastctl.testing.fake._patches import (
     ApplyConflict,
@@ -288,6 +291,7 @@ class FakeApiServer:
         self.requests: list[RecordedRequest] = []
         self.faults: list[Fault] = []
         self.admission = Admission()
+        self.conversion = Conversion()
         self._hook: Hook | None = None
         self._uids = itertools.count(1)
         self._names = itertools.count(1)
@@ -424,17 +428,161 @@ class FakeApiServer:
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
                 data = status_body(fault.status, fault.reason, fault.message)
                 return Response(fault.status, data, headers=headers)
+        meta_only = bool(accept and "as=PartialObjectMetadata" in accept)
+        if route.kind is not None and not meta_only and self._converting(route.kind):
+            answer = await self._converted(route, path, body, content_type, accept, user or ADMIN)
+        else:
+            answer = await self._dispatch(route, path, body, content_type, accept, user or ADMIN)
+        self._record(method, path, route, q, body, answer.status)
+        return answer
+
+    async def _dispatch(
+        self,
+        route: _Route,
+        path: str,
+        body: bytes | None,
+        content_type: str,
+        accept: str | None,
+        user: Mapping[str, Any],
+    ) -> Response:
+        """The answer to a routed request: through the admission webhooks when their rules
+        name it, else at once."""
         if route.kind is not None and self.admission.rules_name(
             route.kind, route.verb, route.subresource
         ):
-            answer = await self._admitted(route, path, body, content_type, accept, user or ADMIN)
+            return await self._admitted(route, path, body, content_type, accept, user)
+        try:
+            return self._answer(route, path, body, content_type, accept)
+        except Fail as exc:
+            return exc.response()
+
+    # -- conversion --------------------------------------------------------------------
+
+    def storage_of(self, kind: Kind) -> Kind:
+        """The kind at its CRD's storage version (`kind` itself for a single version)."""
+        for k in self.kinds.values():
+            if k.key == kind.key and k.storage:
+                return k
+        return kind
+
+    def _converting(self, kind: Kind) -> bool:
+        """Whether a request at `kind`'s version goes through the CRD's converter."""
+        return self.conversion.converts(kind) and self.storage_of(kind) != kind
+
+    async def _convert(
+        self, kind: Kind, objects: list[dict[str, Any]], desired: str
+    ) -> list[dict[str, Any]]:
+        try:
+            return await self.conversion.convert(kind, objects, desired)
+        except ConversionFailed as exc:
+            raise Fail(500, "InternalError", str(exc)) from None
+
+    async def _converted(
+        self,
+        route: _Route,
+        path: str,
+        body: bytes | None,
+        content_type: str,
+        accept: str | None,
+        user: Mapping[str, Any],
+    ) -> Response:
+        """A request at a version other than the storage one (`fastctl.testing.fake._conversion`):
+        its object converted to the storage version, served there, the answer converted back."""
+        kind = route.kind
+        assert kind is not None
+        storage = self.storage_of(kind)
+        at_storage = _Route(
+            route.method,
+            route.verb,
+            storage,
+            route.namespace,
+            route.name,
+            route.subresource,
+            route.query,
+        )
+        stored_path = path.replace(
+            f"/{kind.group}/{kind.version}/", f"/{storage.group}/{storage.version}/", 1
+        )
+        try:
+            if route.verb == "patch":
+                return await self._patched_at(route, stored_path, body, content_type, accept, user)
+            if route.verb in ("create", "update", "apply"):
+                doc = _parse(body, content_type)
+                if isinstance(doc, dict):
+                    doc.setdefault("apiVersion", kind.api_version)
+                    doc.setdefault("kind", kind.kind)
+                    [doc] = await self._convert(kind, [doc], storage.api_version)
+                    body = orjson.dumps(doc)
+            answer = await self._dispatch(at_storage, stored_path, body, content_type, accept, user)
+            if route.verb == "watch" and answer.content is not None:
+                stream = answer.content
+
+                async def shown(obj: dict[str, Any]) -> dict[str, Any]:
+                    [out] = await self.conversion.convert(kind, [obj], kind.api_version)
+                    return out
+
+                stream.convert = shown
+                stream.bookmark["apiVersion"] = kind.api_version
+                return answer
+            return await self._answered_at(kind, answer)
+        except Fail as exc:
+            return exc.response()
+
+    async def _answered_at(self, kind: Kind, answer: Response) -> Response:
+        """`answer` (an object or a list, at the storage version) at `kind`'s version."""
+        if answer.status >= 300 or answer.content is not None:
+            return answer
+        doc = orjson.loads(await answer.read())
+        if doc.get("kind") == "Status":
+            return answer
+        if isinstance(doc.get("items"), list):
+            doc["items"] = await self._convert(kind, doc["items"], kind.api_version)
+            doc["apiVersion"] = kind.api_version
         else:
-            try:
-                answer = self._answer(route, path, body, content_type, accept)
-            except Fail as exc:
-                answer = exc.response()
-        self._record(method, path, route, q, body, answer.status)
-        return answer
+            [doc] = await self._convert(kind, [doc], kind.api_version)
+        return Response(answer.status, orjson.dumps(doc), headers=answer.headers)
+
+    async def _patched_at(
+        self,
+        route: _Route,
+        stored_path: str,
+        body: bytes | None,
+        content_type: str,
+        accept: str | None,
+        user: Mapping[str, Any],
+    ) -> Response:
+        """A merge or JSON patch at another version than the storage one: applied to the
+        object converted to the request's version, the result converted back and stored
+        (as an update, unless the object changed meanwhile: then again)."""
+        kind = route.kind
+        assert kind is not None
+        assert route.name is not None
+        storage = self.storage_of(kind)
+        ctype = content_type.split(";")[0].strip()
+        doc = _parse(body, content_type)
+        while True:
+            current = self._get(storage, route.namespace, route.name)
+            version = current["metadata"]["resourceVersion"]
+            [shown] = await self._convert(kind, [clone(current)], kind.api_version)
+            new = _patched(kind, shown, doc, ctype)
+            new["metadata"] = {**new.get("metadata", {}), "resourceVersion": version}
+            [new] = await self._convert(kind, [new], storage.api_version)
+            now = self.objects.get((storage.key, _key(route.namespace, route.name)))
+            if now is not None and now["metadata"]["resourceVersion"] != version:
+                continue  # written meanwhile: patch what is there now, as the server retries
+            update = _Route(
+                "PUT",
+                "update",
+                storage,
+                route.namespace,
+                route.name,
+                route.subresource,
+                route.query,
+            )
+            answer = await self._dispatch(
+                update, stored_path, orjson.dumps(new), "application/json", accept, user
+            )
+            return await self._answered_at(kind, answer)
 
     async def _admitted(
         self,
@@ -967,30 +1115,7 @@ class FakeApiServer:
                 kind, namespace, name, doc, subresource, manager, q.get("force") == "true"
             )
         old = self._get(kind, namespace, name)
-        current = clone(old)
-        if ctype == "application/json-patch+json":
-            if not isinstance(doc, list):
-                raise Fail(400, "BadRequest", "a JSON patch is a list of operations")
-            try:
-                new = json_patch(current, doc)
-            except JsonPatchError as exc:
-                raise Fail(422, "Invalid", str(exc)) from None
-        elif ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
-            if ctype.startswith("application/strategic") and kind.schema is not None:
-                raise Fail(
-                    415,
-                    "UnsupportedMediaType",
-                    "strategic merge patch is not supported for custom resources",
-                )
-            if not isinstance(doc, dict):
-                raise Fail(400, "BadRequest", "a merge patch is an object")
-            new = merge_patch(current, doc)
-        else:
-            raise Fail(
-                415,
-                "UnsupportedMediaType",
-                f"the body of the request was in an unknown format: {ctype}",
-            )
+        new = _patched(kind, clone(old), doc, ctype)
         return 200, self._write(kind, old, new, subresource, manager or "unknown", "Update", None)
 
     def apply(
@@ -1282,6 +1407,34 @@ class FakeApiServer:
             else:
                 meta = obj["metadata"]
                 self.delete(kind, meta.get("namespace"), meta["name"], {})
+
+
+def _patched(kind: Kind, current: dict[str, Any], doc: Any, ctype: str) -> dict[str, Any]:
+    """`current` (a copy, changed in place) with a merge or JSON patch applied."""
+    if ctype == "application/json-patch+json":
+        if not isinstance(doc, list):
+            raise Fail(400, "BadRequest", "a JSON patch is a list of operations")
+        try:
+            out: dict[str, Any] = json_patch(current, doc)
+        except JsonPatchError as exc:
+            raise Fail(422, "Invalid", str(exc)) from None
+        return out
+    if ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+        if ctype.startswith("application/strategic") and kind.schema is not None:
+            raise Fail(
+                415,
+                "UnsupportedMediaType",
+                "strategic merge patch is not supported for custom resources",
+            )
+        if not isinstance(doc, dict):
+            raise Fail(400, "BadRequest", "a merge patch is an object")
+        patched: dict[str, Any] = merge_patch(current, doc)
+        return patched
+    raise Fail(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format: {ctype}",
+    )
 
 
 def _qs(value: Any) -> str:
