@@ -47,6 +47,7 @@ from fastctl.testing import (
     run_virtual,
     virtual_time,
 )
+from fastctl.testing.fake._clone import clone
 
 CM = Resource("v1", "ConfigMap")
 
@@ -113,6 +114,36 @@ async def test_create_get_and_the_server_set_fields() -> None:
         with pytest.raises(ApiError) as missing:
             await get(client, GADGET, "b", namespace="default")
         assert missing.value.status == 404
+
+
+def test_what_a_caller_holds_is_a_copy_of_what_is_stored() -> None:
+    """Objects go in and come out copied (a round trip through JSON, or a deep copy for
+    what JSON cannot hold): changing the dict given, or the one got back, changes nothing
+    stored."""
+    cluster = FakeCluster()
+    given: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "labels": {"a": "1"}},
+        "data": {"k": "v"},
+    }
+    made = cluster.create(given)
+    given["data"]["k"] = "changed by the caller"
+    given["metadata"]["labels"]["a"] = "2"
+    made["data"]["k"] = "changed in the answer"
+    stored = cluster.get("v1", "ConfigMap", "c")
+    assert stored is not None
+    assert stored["data"] == {"k": "v"}
+    assert stored["metadata"]["labels"] == {"a": "1"}
+    stored["data"]["k"] = "changed in a read"
+    assert cluster.get("v1", "ConfigMap", "c")["data"] == {"k": "v"}  # type: ignore[index]
+    # Past 64 bits, JSON's round trip refuses a value: the deep copy takes it.
+    assert clone({"n": 2**70, "t": (1, 2)}) == {"n": 2**70, "t": (1, 2)}
+    inner: dict[str, list[dict[str, int]]] = {"x": [{"y": 2}]}
+    copied = clone(inner)
+    copied["x"][0]["y"] = 3
+    assert inner == {"x": [{"y": 2}]}
+    cluster.forget()
 
 
 @virtual_time

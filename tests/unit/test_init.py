@@ -1,5 +1,6 @@
-"""``fastctl init``: the project it writes passes its own tests on the fake cluster, and
-``fastctl crd`` and ``fastctl manifests`` take its operator as it is."""
+"""``fastctl init``: the project it writes passes its own tests on the fake cluster (its
+reconcile, its webhooks called by the fake, a conflict retried, its manifests), and
+``fastctl crd`` and ``fastctl manifests`` take its operator as it is, webhooks included."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_the_new_project_passes_its_own_tests_on_the_fake_cluster(tmp_path: Path
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 passed, 1 deselected" in result.stdout
+    assert "4 passed, 1 deselected" in result.stdout
 
 
 def test_its_operator_has_a_crd_and_manifests(
@@ -60,9 +61,13 @@ def test_its_operator_has_a_crd_and_manifests(
     manifests = capsys.readouterr().out
     assert "kind: CustomResourceDefinition" in manifests
     assert "kind: Deployment" in manifests
+    assert "kind: MutatingWebhookConfiguration" in manifests
+    assert "kind: ValidatingWebhookConfiguration" in manifests
+    assert "validate.shop.example.org" in manifests
     readme = (tmp_path / "p" / "README.md").read_text()
     assert "python -m pip install -e '.[test]'\npython -m pytest\n" in readme
-    assert "fastctl run shop_op.operator:make" in readme
+    assert "fastctl run shop_op.operator:make --webhook-managed shop-op" in readme
+    assert "PIP_FIND_LINKS" in readme
 
 
 def test_it_refuses_a_bad_name_and_a_used_directory(tmp_path: Path) -> None:

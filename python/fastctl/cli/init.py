@@ -1,12 +1,14 @@
 """``fastctl init NAME``: a new operator project, ready to test and to run.
 
 It writes, into ``NAME/`` (or ``--directory``): a ``pyproject.toml``; a package with a typed
-custom resource and a reconcile that renders a ConfigMap it owns and reports a ``Ready``
-condition and ``observedGeneration``; tests that run on a fake cluster in memory and on a
-real control plane (the ``cluster`` fixture), and one of a fault (a conflict, retried) on
-the fake alone; a Dockerfile; and a README whose two commands install the project and run
-its tests. ``fastctl crd``, ``fastctl run`` and ``fastctl manifests`` take its operator as
-they are.
+custom resource, a reconcile that renders a ConfigMap it owns and reports a ``Ready``
+condition and ``observedGeneration``, and two admission webhooks (``WEBHOOKS``: a defaulting
+one that records who created an object, a validating one that refuses what the reconcile
+could never render); tests that run on a fake cluster in memory and on a real control plane
+(the ``cluster`` fixture), tests of the webhooks and of a fault (a conflict, retried) on the
+fake alone, and one of the manifests; a Dockerfile; and a README whose two commands install
+the project and run its tests. ``fastctl crd``, ``fastctl run`` and ``fastctl manifests``
+take its operator as they are.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ version = "0.1.0"
 description = "A Kubernetes operator written with fastctl"
 readme = "README.md"
 requires-python = ">=3.11"
-dependencies = ["fastctl[typed]>=$fastctl_version"]
+dependencies = ["fastctl[typed,webhook]>=$fastctl_version"]
 
 [project.optional-dependencies]
 test = ["fastctl[testing,typed]>=$fastctl_version", "pytest>=8"]
@@ -121,17 +123,24 @@ _OPERATOR = '''\
 """The $kind operator: each $kind renders a ConfigMap it owns, and reports a Ready
 condition and the generation it has seen in its status.
 
-Run it with ``fastctl run $package.operator:make``; its CRD is ``fastctl crd
+Two admission webhooks guard it (``WEBHOOKS``): a defaulting one records who created each
+$kind in an annotation (which no schema default can know), and a validating one refuses
+data keys a ConfigMap cannot hold (the reconcile could never render them).
+
+Run it with ``fastctl run $package.operator:make --webhook-managed $name`` (which serves the
+webhooks and installs their configurations); its CRD is ``fastctl crd
 $package.operator:$kind``; ``fastctl manifests $package.operator:make --image IMAGE`` writes
-everything a cluster needs to run it.
+everything a cluster needs to run it, the webhook configurations included.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastctl import Action, Controller, CustomResource, KubeModel, Resource
 from fastctl.kube import Condition, apply, apply_status, owner_reference, set_condition
+from fastctl.webhook import AdmissionRequest, Allow, Deny, Webhooks
 from kubernetes_asyncio.client import ApiClient
 from pydantic import Field
 
@@ -198,21 +207,55 @@ async def reconcile(obj: $kind, client: ApiClient) -> Action | None:
 def make(client: ApiClient) -> Controller:
     """The operator, as ``fastctl run`` builds it."""
     return Controller(client, $kind, reconcile, context=client).owns(CONFIGMAP)
+
+
+# -- webhooks --------------------------------------------------------------------------------
+
+WEBHOOKS = Webhooks()
+"""The admission webhooks ``fastctl run`` serves and ``fastctl manifests`` configures."""
+
+CREATED_BY = "$group/created-by"
+KEY = re.compile(r"^[-._a-zA-Z0-9]+$$")
+"""What a ConfigMap's data key may be."""
+
+
+@WEBHOOKS.mutating($kind.resource(), name="default.$group", operations=["CREATE"])
+def default(request: AdmissionRequest) -> dict[str, Any]:
+    """Record who created the $kind, which no schema default can know."""
+    obj = request.object
+    assert obj is not None  # CREATE only
+    annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations.setdefault(CREATED_BY, str(request.user_info.get("username") or "unknown"))
+    return obj
+
+
+@WEBHOOKS.validating($kind.resource(), name="validate.$group")
+def validate(request: AdmissionRequest) -> Allow | Deny:
+    """Refuse data keys a ConfigMap cannot hold: the reconcile could never render them."""
+    data = ((request.object or {}).get("spec") or {}).get("data") or {}
+    bad = sorted(key for key in data if not KEY.match(key))
+    if bad:
+        return Deny(f"spec.data keys must be letters, digits, '-', '_' or '.': {bad}")
+    return Allow()
 '''
 
 _TESTS = '''\
 """The operator's tests. ``test_..._on_either`` runs twice: on a fake cluster in memory
 and on a real etcd + kube-apiserver (marked ``kube``; ``pytest -m "not kube"`` skips it).
-The last test breaks the first write on purpose, which only a fake cluster can do."""
+On the fake alone: the webhooks, called by the fake API server as a real one calls them,
+and a conflict on the first write, which only a fake cluster can make on purpose. Last,
+the manifests ``fastctl manifests`` writes configure both webhooks."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastctl.kube import create, get
+import pytest
+from fastctl.cli import main as fastctl
+from fastctl.kube import ApiError, create, get
 from fastctl.testing import Cluster, FakeCluster, run_until_quiet, run_virtual
 
-from $package.operator import CONFIGMAP, $kind, make
+from $package.operator import CONFIGMAP, CREATED_BY, WEBHOOKS, $kind, make
 
 
 def ${snake}(name: str, namespace: str, **data: str) -> dict[str, Any]:
@@ -256,6 +299,37 @@ def test_a_conflict_on_the_first_write_is_retried(fake_cluster: FakeCluster) -> 
         await client.close()
 
     run_virtual(main())
+
+
+def test_the_webhooks_default_and_refuse(fake_cluster: FakeCluster) -> None:
+    async def main() -> None:
+        fake_cluster.install($kind)
+        fake_cluster.add_webhooks(WEBHOOKS)
+        client = fake_cluster.client(user="alice")
+        made = await create(client, $kind.resource(), ${snake}("example", "default", a="1"))
+        assert made["metadata"]["annotations"][CREATED_BY] == "alice"
+        with pytest.raises(ApiError) as refused:
+            await create(client, $kind.resource(), ${snake}("bad", "default", **{"no/slash": "1"}))
+        assert refused.value.status == 403
+        assert "spec.data keys must be" in str(refused.value)
+        assert fake_cluster.get("$group/v1", "$kind", "bad") is None
+        await run_until_quiet(make(client))  # the operator's own writes pass the webhooks
+        child = fake_cluster.get("v1", "ConfigMap", "example")
+        assert child is not None
+        assert child["data"] == {"a": "1"}
+        await client.close()
+
+    run_virtual(main())
+
+
+def test_the_manifests_configure_both_webhooks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert fastctl(["manifests", "$package.operator:make", "--image", "$name:test"]) == 0
+    manifests = capsys.readouterr().out
+    assert "kind: CustomResourceDefinition" in manifests
+    assert "kind: MutatingWebhookConfiguration" in manifests
+    assert "kind: ValidatingWebhookConfiguration" in manifests
+    assert "default.$group" in manifests
+    assert "validate.$group" in manifests
 '''
 
 _DOCKERFILE = """\
@@ -283,7 +357,9 @@ _README = """\
 # $name
 
 A Kubernetes operator written with fastctl: each `$kind` (`$group/v1`) renders a
-ConfigMap it owns, and reports a `Ready` condition and the generation it has seen.
+ConfigMap it owns, and reports a `Ready` condition and the generation it has seen. Two
+admission webhooks guard it: a defaulting one records who created each `$kind`, a
+validating one refuses data keys a ConfigMap cannot hold.
 
 Install it and run its tests:
 
@@ -292,19 +368,29 @@ python -m pip install -e '.[test]'
 python -m pytest
 ```
 
+Where fastctl comes from no package index, point pip at a directory holding its wheel
+first (`maturin build --release` or `scripts/build-wheels` in fastctl's checkout put one
+in its `dist/`): `export PIP_FIND_LINKS=/path/to/fastctl/dist`. pip takes fastctl from
+there and the rest from the index.
+
 The tests run on a fake cluster in memory, and the same test again on a real etcd +
 kube-apiserver (`fastctl control-plane build` makes them, with Go installed; without them
 those tests fail and say how to get them). `python -m pytest -m "not kube"` runs the fake
-half only, in well under a second.
+half only, in about a second.
 
-Run it against the cluster of your kubeconfig:
+Run it against a local control plane, its webhooks served by the same process
+(`--webhook-managed` certifies them and installs their configurations, pointing at this
+process):
 
 ```sh
+eval "$$(fastctl control-plane up)"
 fastctl crd $package.operator:$kind | kubectl apply -f -
-fastctl run $package.operator:make
+fastctl run $package.operator:make --webhook-managed $name
 ```
 
-Deploy it (the CRD, a ServiceAccount, its RBAC and a Deployment):
+Against a remote cluster the API server cannot call this process: run it there with
+`--no-webhooks`, or deploy it (the CRD, a ServiceAccount, its RBAC, the webhook
+configurations and a Deployment; the webhooks' certificate from cert-manager):
 
 ```sh
 docker build -t IMAGE .

@@ -16,19 +16,20 @@ version and plural (the main resource only: a write of the status subresource is
 sent), its operations (an apply or a patch that creates the object is a CREATE), its
 namespace selector (the labels of the object's Namespace) and object selector (the labels
 of the new or the old object). A request at another version than the rule's is not sent (a
-real server's ``matchPolicy: Equivalent`` would convert it first; the fake does not).
+real server's ``matchPolicy: Equivalent`` would convert it first), unless the CRD has a
+converter on the fake: then the write is admitted at the storage version it is converted to.
 """
 
 from __future__ import annotations
 
 import base64
-import copy
 import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from fastctl.testing.fake._clone import clone
 from fastctl.testing.fake._kinds import Kind
 from fastctl.testing.fake._patches import JsonPatchError, json_patch
 
@@ -190,9 +191,9 @@ class Admission:
             "name": meta.get("name") or "",
             "namespace": meta.get("namespace") or "",
             "operation": operation,
-            "userInfo": copy.deepcopy(dict(user)),
-            "object": copy.deepcopy(new),
-            "oldObject": copy.deepcopy(old),
+            "userInfo": clone(dict(user)),
+            "object": clone(new),
+            "oldObject": clone(old),
             "dryRun": False,
         }
         request = AdmissionRequest(

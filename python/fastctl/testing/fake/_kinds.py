@@ -30,6 +30,8 @@ class Kind:
     schema: Mapping[str, Any] | None = None
     singular: str = ""
     short_names: tuple[str, ...] = ()
+    storage: bool = False
+    """Its CRD stores objects at this version."""
 
     @property
     def api_version(self) -> str:
@@ -130,6 +132,7 @@ def kinds_of_crd(crd: Mapping[str, Any]) -> list[Kind]:
                 schema=schema,
                 singular=str(names.get("singular") or ""),
                 short_names=tuple(names.get("shortNames") or ()),
+                storage=bool(version.get("storage")),
             )
         )
     return out

@@ -14,9 +14,10 @@ lists marked ``x-kubernetes-list-type: map`` or ``set`` item by item).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from fastctl.testing.fake._clone import clone
 
 __all__ = [
     "ApplyConflict",
@@ -116,25 +117,23 @@ def _add(doc: Any, parts: list[str], value: Any) -> Any:
 
 def json_patch(doc: Any, ops: list[Any]) -> Any:
     """RFC 6902 JSON patch (add, remove, replace, move, copy, test) on a copy of `doc`."""
-    result = copy.deepcopy(doc)
+    result = clone(doc)
     for op in ops:
         if not isinstance(op, Mapping) or "op" not in op or "path" not in op:
             raise JsonPatchError(f"invalid operation {op!r}")
         kind, parts = op["op"], _pointer(str(op["path"]))
         if kind == "add":
-            result = _add(result, parts, copy.deepcopy(op.get("value")))
+            result = _add(result, parts, clone(op.get("value")))
         elif kind == "remove":
             _remove(result, parts)
         elif kind == "replace":
             _get(result, parts)
             if parts:
                 _remove(result, parts)
-            result = _add(result, parts, copy.deepcopy(op.get("value")))
+            result = _add(result, parts, clone(op.get("value")))
         elif kind in ("move", "copy"):
             source = _pointer(str(op.get("from", "")))
-            value = (
-                _remove(result, source) if kind == "move" else copy.deepcopy(_get(result, source))
-            )
+            value = _remove(result, source) if kind == "move" else clone(_get(result, source))
             result = _add(result, parts, value)
         elif kind == "test":
             try:
@@ -172,7 +171,7 @@ def fields_of(obj: Any, prefix: Path = ()) -> set[Path]:
     """The leaf fields `obj` sets (a map is opened, anything else is one field), without
     the identity and server-set fields."""
     out: set[Path] = set()
-    if isinstance(obj, Mapping) and (obj or not prefix):
+    if isinstance(obj, dict) and (obj or not prefix):
         for key, value in obj.items():
             path = (*prefix, str(key))
             if path in _IDENTITY:
@@ -187,7 +186,7 @@ def value_at(obj: Any, path: Path) -> tuple[bool, Any]:
     """``(True, value)`` at `path` in `obj`, or ``(False, None)`` where there is none."""
     node = obj
     for part in path:
-        if not isinstance(node, Mapping) or part not in node:
+        if not isinstance(node, dict) or part not in node:
             return False, None
         node = node[part]
     return True, node
@@ -195,8 +194,8 @@ def value_at(obj: Any, path: Path) -> tuple[bool, Any]:
 
 def merged(base: Any, applied: Any) -> Any:
     """`applied` laid over `base`: maps merge key by key, anything else replaces."""
-    if not isinstance(applied, Mapping) or not isinstance(base, Mapping):
-        return copy.deepcopy(applied)
+    if not isinstance(applied, dict) or not isinstance(base, dict):
+        return clone(applied)
     out = dict(base)
     for key, value in applied.items():
         out[key] = merged(base.get(key), value)
@@ -241,7 +240,7 @@ def from_fields_v1(doc: Mapping[str, Any], prefix: Path = ()) -> set[Path]:
         if not key.startswith("f:"):
             continue
         path = (*prefix, key[2:])
-        inner = from_fields_v1(value, path) if isinstance(value, Mapping) and value else set()
+        inner = from_fields_v1(value, path) if isinstance(value, dict) and value else set()
         out |= inner or {path}
     return out
 

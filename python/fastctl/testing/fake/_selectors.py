@@ -84,7 +84,7 @@ _FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9_.]*)\s*(==|=|!=)\s*(.*)$")
 def _field_value(obj: Mapping[str, Any], path: str) -> str:
     node: Any = obj
     for part in path.split("."):
-        if not isinstance(node, Mapping):
+        if not isinstance(node, dict):
             return ""
         node = node.get(part)
     if node is None:

@@ -14,6 +14,8 @@ and field selectors, and custom resources checked against their CRD's schema.
 
 Admission webhooks, when given (`fastctl.testing.fake._admission`): a write their rules
 name is computed up to where it would be stored, admitted, then stored as admitted.
+Conversion webhooks, when given (`fastctl.testing.fake._conversion`): a request at a
+version other than the CRD's storage version is converted to it, and its answer back.
 
 Faults on demand: outages (open streams cut, every request refused), watches expired (the
 next watch from an old version gets 410 and the watcher relists), chosen requests
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import functools
 import itertools
 import re
@@ -41,6 +42,8 @@ import orjson
 from fastctl._clock import monotonic
 from fastctl.runtime.sharding._slots import fnv1a_64
 from fastctl.testing.fake._admission import ADMIN, Admission, Denied
+from fastctl.testing.fake._clone import clone
+from fastctl.testing.fake._conversion import Conversion, ConversionFailed
 from fastctl.testing.fake._kinds import BUILTIN, CRD_KIND, Kind, kinds_of_crd
 from fastctl.testing.fake._patches import (
     ApplyConflict,
@@ -187,7 +190,7 @@ class _Paused(Exception):
 
     def __init__(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         super().__init__("paused for admission")
-        self.old, self.new = copy.deepcopy(old), copy.deepcopy(new)
+        self.old, self.new = clone(old), clone(new)
 
 
 class _Changed(Exception):
@@ -229,7 +232,7 @@ def _as_admitted(
     kind: Kind, stored: dict[str, Any], admitted: dict[str, Any], subresource: str | None
 ) -> dict[str, Any]:
     """What the webhooks admitted, with what only the server sets kept from `stored`."""
-    out = copy.deepcopy(admitted)
+    out = clone(admitted)
     meta = {k: v for k, v in (out.get("metadata") or {}).items() if k not in _SERVER_SET}
     meta.update({k: stored["metadata"][k] for k in _SERVER_SET if k in stored["metadata"]})
     out["metadata"] = meta
@@ -237,12 +240,19 @@ def _as_admitted(
     if kind.status and subresource is None:
         out.pop("status", None)
         if "status" in stored:
-            out["status"] = copy.deepcopy(stored["status"])
+            out["status"] = clone(stored["status"])
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _timestamp(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The wall clock in the server's form (to the second, as the server keeps it), each
+    second formatted once (``strftime`` was a tenth of a write's cost)."""
+    return _timestamp(int(datetime.now(UTC).timestamp()))
 
 
 def _key(namespace: str | None, name: str) -> str:
@@ -281,6 +291,7 @@ class FakeApiServer:
         self.requests: list[RecordedRequest] = []
         self.faults: list[Fault] = []
         self.admission = Admission()
+        self.conversion = Conversion()
         self._hook: Hook | None = None
         self._uids = itertools.count(1)
         self._names = itertools.count(1)
@@ -417,17 +428,161 @@ class FakeApiServer:
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
                 data = status_body(fault.status, fault.reason, fault.message)
                 return Response(fault.status, data, headers=headers)
+        meta_only = bool(accept and "as=PartialObjectMetadata" in accept)
+        if route.kind is not None and not meta_only and self._converting(route.kind):
+            answer = await self._converted(route, path, body, content_type, accept, user or ADMIN)
+        else:
+            answer = await self._dispatch(route, path, body, content_type, accept, user or ADMIN)
+        self._record(method, path, route, q, body, answer.status)
+        return answer
+
+    async def _dispatch(
+        self,
+        route: _Route,
+        path: str,
+        body: bytes | None,
+        content_type: str,
+        accept: str | None,
+        user: Mapping[str, Any],
+    ) -> Response:
+        """The answer to a routed request: through the admission webhooks when their rules
+        name it, else at once."""
         if route.kind is not None and self.admission.rules_name(
             route.kind, route.verb, route.subresource
         ):
-            answer = await self._admitted(route, path, body, content_type, accept, user or ADMIN)
+            return await self._admitted(route, path, body, content_type, accept, user)
+        try:
+            return self._answer(route, path, body, content_type, accept)
+        except Fail as exc:
+            return exc.response()
+
+    # -- conversion --------------------------------------------------------------------
+
+    def storage_of(self, kind: Kind) -> Kind:
+        """The kind at its CRD's storage version (`kind` itself for a single version)."""
+        for k in self.kinds.values():
+            if k.key == kind.key and k.storage:
+                return k
+        return kind
+
+    def _converting(self, kind: Kind) -> bool:
+        """Whether a request at `kind`'s version goes through the CRD's converter."""
+        return self.conversion.converts(kind) and self.storage_of(kind) != kind
+
+    async def _convert(
+        self, kind: Kind, objects: list[dict[str, Any]], desired: str
+    ) -> list[dict[str, Any]]:
+        try:
+            return await self.conversion.convert(kind, objects, desired)
+        except ConversionFailed as exc:
+            raise Fail(500, "InternalError", str(exc)) from None
+
+    async def _converted(
+        self,
+        route: _Route,
+        path: str,
+        body: bytes | None,
+        content_type: str,
+        accept: str | None,
+        user: Mapping[str, Any],
+    ) -> Response:
+        """A request at a version other than the storage one (`fastctl.testing.fake._conversion`):
+        its object converted to the storage version, served there, the answer converted back."""
+        kind = route.kind
+        assert kind is not None
+        storage = self.storage_of(kind)
+        at_storage = _Route(
+            route.method,
+            route.verb,
+            storage,
+            route.namespace,
+            route.name,
+            route.subresource,
+            route.query,
+        )
+        stored_path = path.replace(
+            f"/{kind.group}/{kind.version}/", f"/{storage.group}/{storage.version}/", 1
+        )
+        try:
+            if route.verb == "patch":
+                return await self._patched_at(route, stored_path, body, content_type, accept, user)
+            if route.verb in ("create", "update", "apply"):
+                doc = _parse(body, content_type)
+                if isinstance(doc, dict):
+                    doc.setdefault("apiVersion", kind.api_version)
+                    doc.setdefault("kind", kind.kind)
+                    [doc] = await self._convert(kind, [doc], storage.api_version)
+                    body = orjson.dumps(doc)
+            answer = await self._dispatch(at_storage, stored_path, body, content_type, accept, user)
+            if route.verb == "watch" and answer.content is not None:
+                stream = answer.content
+
+                async def shown(obj: dict[str, Any]) -> dict[str, Any]:
+                    [out] = await self.conversion.convert(kind, [obj], kind.api_version)
+                    return out
+
+                stream.convert = shown
+                stream.bookmark["apiVersion"] = kind.api_version
+                return answer
+            return await self._answered_at(kind, answer)
+        except Fail as exc:
+            return exc.response()
+
+    async def _answered_at(self, kind: Kind, answer: Response) -> Response:
+        """`answer` (an object or a list, at the storage version) at `kind`'s version."""
+        if answer.status >= 300 or answer.content is not None:
+            return answer
+        doc = orjson.loads(await answer.read())
+        if doc.get("kind") == "Status":
+            return answer
+        if isinstance(doc.get("items"), list):
+            doc["items"] = await self._convert(kind, doc["items"], kind.api_version)
+            doc["apiVersion"] = kind.api_version
         else:
-            try:
-                answer = self._answer(route, path, body, content_type, accept)
-            except Fail as exc:
-                answer = exc.response()
-        self._record(method, path, route, q, body, answer.status)
-        return answer
+            [doc] = await self._convert(kind, [doc], kind.api_version)
+        return Response(answer.status, orjson.dumps(doc), headers=answer.headers)
+
+    async def _patched_at(
+        self,
+        route: _Route,
+        stored_path: str,
+        body: bytes | None,
+        content_type: str,
+        accept: str | None,
+        user: Mapping[str, Any],
+    ) -> Response:
+        """A merge or JSON patch at another version than the storage one: applied to the
+        object converted to the request's version, the result converted back and stored
+        (as an update, unless the object changed meanwhile: then again)."""
+        kind = route.kind
+        assert kind is not None
+        assert route.name is not None
+        storage = self.storage_of(kind)
+        ctype = content_type.split(";")[0].strip()
+        doc = _parse(body, content_type)
+        while True:
+            current = self._get(storage, route.namespace, route.name)
+            version = current["metadata"]["resourceVersion"]
+            [shown] = await self._convert(kind, [clone(current)], kind.api_version)
+            new = _patched(kind, shown, doc, ctype)
+            new["metadata"] = {**new.get("metadata", {}), "resourceVersion": version}
+            [new] = await self._convert(kind, [new], storage.api_version)
+            now = self.objects.get((storage.key, _key(route.namespace, route.name)))
+            if now is not None and now["metadata"]["resourceVersion"] != version:
+                continue  # written meanwhile: patch what is there now, as the server retries
+            update = _Route(
+                "PUT",
+                "update",
+                storage,
+                route.namespace,
+                route.name,
+                route.subresource,
+                route.query,
+            )
+            answer = await self._dispatch(
+                update, stored_path, orjson.dumps(new), "application/json", accept, user
+            )
+            return await self._answered_at(kind, answer)
 
     async def _admitted(
         self,
@@ -827,7 +982,7 @@ class FakeApiServer:
         """Create an object (409 if it exists)."""
         if not isinstance(doc, dict):
             raise Fail(400, "BadRequest", "the body of a create is an object")
-        obj = copy.deepcopy(doc)
+        obj = clone(doc)
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise Fail(400, "BadRequest", "metadata is not an object")
@@ -904,7 +1059,7 @@ class FakeApiServer:
         for kind in kinds_of_crd(crd):
             self.add_kind(kind)
         names = (crd.get("spec") or {}).get("names") or {}
-        crd = copy.deepcopy(crd)
+        crd = clone(crd)
         # As the API server keeps it: every version objects may be stored in, the storage
         # version added on each change, the others removed only by a status write.
         stored = list((crd.get("status") or {}).get("storedVersions") or ())
@@ -940,7 +1095,7 @@ class FakeApiServer:
         """PUT: replace the object (or its status)."""
         old = self._get(kind, namespace, name)
         wanted = (doc.get("metadata") or {}).get("resourceVersion")
-        new = copy.deepcopy(doc)
+        new = clone(doc)
         new.setdefault("metadata", {})
         if not wanted:
             new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
@@ -964,30 +1119,7 @@ class FakeApiServer:
                 kind, namespace, name, doc, subresource, manager, q.get("force") == "true"
             )
         old = self._get(kind, namespace, name)
-        current = copy.deepcopy(old)
-        if ctype == "application/json-patch+json":
-            if not isinstance(doc, list):
-                raise Fail(400, "BadRequest", "a JSON patch is a list of operations")
-            try:
-                new = json_patch(current, doc)
-            except JsonPatchError as exc:
-                raise Fail(422, "Invalid", str(exc)) from None
-        elif ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
-            if ctype.startswith("application/strategic") and kind.schema is not None:
-                raise Fail(
-                    415,
-                    "UnsupportedMediaType",
-                    "strategic merge patch is not supported for custom resources",
-                )
-            if not isinstance(doc, dict):
-                raise Fail(400, "BadRequest", "a merge patch is an object")
-            new = merge_patch(current, doc)
-        else:
-            raise Fail(
-                415,
-                "UnsupportedMediaType",
-                f"the body of the request was in an unknown format: {ctype}",
-            )
+        new = _patched(kind, clone(old), doc, ctype)
         return 200, self._write(kind, old, new, subresource, manager or "unknown", "Update", None)
 
     def apply(
@@ -1010,7 +1142,7 @@ class FakeApiServer:
             raise Fail(
                 400, "BadRequest", "the name of the object does not match the name in the URL"
             )
-        applied = copy.deepcopy(doc)
+        applied = clone(doc)
         old = self.objects.get((kind.key, _key(namespace, name)))
         if old is None:
             if subresource is not None:
@@ -1018,7 +1150,7 @@ class FakeApiServer:
             created = self.create(
                 kind, namespace, {**applied, "metadata": {**meta, "name": name}}, None
             )
-            fresh = copy.deepcopy(created)
+            fresh = clone(created)
             fresh["metadata"]["managedFields"] = []
             mine = fields_of(_owned_part(applied, None))
             self._own(fresh, manager, "Apply", mine, None)
@@ -1052,7 +1184,7 @@ class FakeApiServer:
                     ]
                 },
             )
-        new = merged(copy.deepcopy(old), part)
+        new = merged(clone(old), part)
         for path in sorted(before - mine, key=len, reverse=True):
             if not any(overlaps(path, f) for fs in others.values() for f in fs):
                 without(new, path)
@@ -1084,7 +1216,7 @@ class FakeApiServer:
             )
         if kind.status and subresource == "status":
             status = new.get("status")
-            new = copy.deepcopy(old)
+            new = clone(old)
             if status is None:
                 new.pop("status", None)
             else:
@@ -1092,7 +1224,7 @@ class FakeApiServer:
         elif kind.status:
             new = {k: v for k, v in new.items() if k != "status"}
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = clone(old["status"])
         kept = {
             k: old_meta[k]
             for k in (
@@ -1219,7 +1351,7 @@ class FakeApiServer:
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
                 return old
-            new = copy.deepcopy(old)
+            new = clone(old)
             new["metadata"]["deletionTimestamp"] = _now()
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             if kind.generation:
@@ -1227,7 +1359,7 @@ class FakeApiServer:
             if kind.key == "namespaces":
                 new["status"] = {"phase": "Terminating"}
             return self._commit(kind, new, "MODIFIED")
-        return self._remove(kind, copy.deepcopy(old))
+        return self._remove(kind, clone(old))
 
     def _remove(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
         gone = self._commit(kind, obj, "DELETED")
@@ -1253,7 +1385,7 @@ class FakeApiServer:
 
     def _orphan(self, uid: str | None) -> None:
         for kind, obj in self._dependents(uid):
-            new = copy.deepcopy(obj)
+            new = clone(obj)
             refs = [r for r in new["metadata"]["ownerReferences"] if r.get("uid") != uid]
             if refs:
                 new["metadata"]["ownerReferences"] = refs
@@ -1273,12 +1405,40 @@ class FakeApiServer:
                 continue
             refs = obj["metadata"].get("ownerReferences") or ()
             if any(r.get("uid") in live for r in refs if r.get("uid") != uid):
-                new = copy.deepcopy(obj)
+                new = clone(obj)
                 new["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
                 self._commit(kind, new, "MODIFIED")
             else:
                 meta = obj["metadata"]
                 self.delete(kind, meta.get("namespace"), meta["name"], {})
+
+
+def _patched(kind: Kind, current: dict[str, Any], doc: Any, ctype: str) -> dict[str, Any]:
+    """`current` (a copy, changed in place) with a merge or JSON patch applied."""
+    if ctype == "application/json-patch+json":
+        if not isinstance(doc, list):
+            raise Fail(400, "BadRequest", "a JSON patch is a list of operations")
+        try:
+            out: dict[str, Any] = json_patch(current, doc)
+        except JsonPatchError as exc:
+            raise Fail(422, "Invalid", str(exc)) from None
+        return out
+    if ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+        if ctype.startswith("application/strategic") and kind.schema is not None:
+            raise Fail(
+                415,
+                "UnsupportedMediaType",
+                "strategic merge patch is not supported for custom resources",
+            )
+        if not isinstance(doc, dict):
+            raise Fail(400, "BadRequest", "a merge patch is an object")
+        patched: dict[str, Any] = merge_patch(current, doc)
+        return patched
+    raise Fail(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format: {ctype}",
+    )
 
 
 def _qs(value: Any) -> str:

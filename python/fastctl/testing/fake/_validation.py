@@ -9,10 +9,11 @@ Not checked here: CEL rules (``x-kubernetes-validations``), formats, and
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from fastctl.testing.fake._clone import clone
 
 __all__ = ["Problem", "check"]
 
@@ -31,7 +32,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 def check(obj: dict[str, Any], schema: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     """`obj` pruned and defaulted by `schema` (its ``openAPIV3Schema``), and the problems
     found in it. ``apiVersion``, ``kind`` and ``metadata`` are the server's to check."""
-    out = copy.deepcopy(obj)
+    out = clone(obj)
     problems: list[Problem] = []
     props = schema.get("properties") or {}
     for key in list(out):
@@ -43,7 +44,7 @@ def check(obj: dict[str, Any], schema: Mapping[str, Any]) -> tuple[dict[str, Any
             del out[key]
     for key, sub in props.items():
         if key not in out and "default" in sub:
-            out[key] = _walk(copy.deepcopy(sub["default"]), sub, key, problems)
+            out[key] = _walk(clone(sub["default"]), sub, key, problems)
     for key in schema.get("required") or ():
         if key not in out:
             problems.append((key, "Required value"))
@@ -72,7 +73,7 @@ def _walk(value: Any, schema: Mapping[str, Any], path: str, problems: list[Probl
         value = _walk_object(value, schema, path, problems)
     elif isinstance(value, list):
         items = schema.get("items")
-        if isinstance(items, Mapping):
+        if isinstance(items, dict):
             value = [_walk(v, items, f"{path}[{i}]", problems) for i, v in enumerate(value)]
         _bounds(len(value), schema.get("minItems"), schema.get("maxItems"), path, "items", problems)
     _scalar(value, schema, path, problems)
@@ -89,14 +90,14 @@ def _walk_object(
     for key, item in value.items():
         if props and key in props:
             out[key] = _walk(item, props[key], f"{path}.{key}", problems)
-        elif isinstance(extra, Mapping):
+        elif isinstance(extra, dict):
             out[key] = _walk(item, extra, f"{path}.{key}", problems)
         elif extra is True or preserve:
             out[key] = item
         # else: pruned, as the server prunes unknown fields
     for key, sub in (props or {}).items():
         if key not in out and "default" in sub:
-            out[key] = _walk(copy.deepcopy(sub["default"]), sub, f"{path}.{key}", problems)
+            out[key] = _walk(clone(sub["default"]), sub, f"{path}.{key}", problems)
     for key in schema.get("required") or ():
         if key not in out:
             problems.append((f"{path}.{key}", "Required value"))

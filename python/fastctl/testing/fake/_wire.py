@@ -12,7 +12,7 @@ server cuts it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -114,6 +114,9 @@ class WatchStream:
         self.pos = 0
         self.cut = False
         self.listed: list[dict[str, Any]] = []  # the initial events delivered so far
+        self.convert: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+        """Each object shown turned into the version the watch asked for (a conversion
+        webhook's), or as stored; a failure ends the watch with an ``ERROR`` event."""
 
     def _wanted(self, entry: Entry) -> bool:
         if entry.resource != self.resource or entry.rv <= self.after_rv:
@@ -122,7 +125,14 @@ class WatchStream:
             return False
         return self.keep is None or self.keep(entry.obj)
 
-    def _event(self, etype: str, obj: dict[str, Any]) -> bytes:
+    async def _event(self, etype: str, obj: dict[str, Any]) -> bytes:
+        if self.convert is not None:
+            try:
+                obj = await self.convert(obj)
+            except Exception as exc:  # the conversion webhook's failure, as the server sends it
+                self.deadline = float("-inf")  # then the watch ends
+                status = orjson.loads(status_body(500, "InternalError", str(exc)))
+                return orjson.dumps({"type": "ERROR", "object": status}) + b"\n"
         shown = self.project(obj) if self.project is not None else obj
         return orjson.dumps({"type": etype, "object": shown}) + b"\n"
 
@@ -152,7 +162,7 @@ class WatchStream:
                 if self.cut:
                     raise aiohttp.ServerDisconnectedError()
                 self.listed.append(obj)
-                return self._event("ADDED", obj)
+                return await self._event("ADDED", obj)
             if self.bookmark_pending:
                 self.bookmark_pending = False
                 server.stream_listed(self, self.listed)
@@ -181,7 +191,7 @@ class WatchStream:
                 if etype is None:
                     continue
                 server.stream_shown(self, entry)
-                return self._event(etype, entry.obj)
+                return await self._event(etype, entry.obj)
             remaining = self.deadline - monotonic()
             if remaining <= 0:
                 return b""  # the server-side timeout: a clean end
