@@ -110,6 +110,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("testing/binaries.py", "time.strftime"): (1, "a log line's timestamp"),
     ("testing/_process.py", "time.monotonic"): (2, "waits for a real process to exit"),
     ("kube/_http.py", "time.perf_counter"): (3, "a real request's latency, for /metrics"),
+    ("_otel_spans.py", "time.time_ns"): (3, "a span's times: OpenTelemetry's wall clock"),
     ("testing/fake/_server.py", "datetime.now"): (1, "creationTimestamp: wall clock, a server's"),
 }
 """Every direct clock reading in the package outside `fastctl._clock`, each justified (the
