@@ -30,4 +30,4 @@ def test_the_new_project_passes_all_its_tests(tmp_path: Path, control_plane: Con
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 passed" in result.stdout
+    assert "5 passed" in result.stdout
