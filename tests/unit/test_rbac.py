@@ -25,9 +25,9 @@ from fastctl.demo import widgets
 from fastctl.deploy import Permissions, PolicyRule, derive, needs
 from fastctl.deploy._manifests import collect_crds
 from fastctl.deploy._operator import describe, resolve_resources
-from fastctl.deploy._rbac import LEASE_RULE, resolve_offline
+from fastctl.deploy._rbac import LEASE_RULE, migration_rules, resolve_offline
 from fastctl.kube import Resource
-from fastctl.runtime import Controller, LeaderElection, Manager
+from fastctl.runtime import Controller, LeaderElection, Manager, StorageMigration
 from fastctl.types import ObjectRef
 
 SECRET = Resource("v1", "Secret")
@@ -391,3 +391,37 @@ async def test_a_manager_is_described_with_its_controllers(offline: ApiClient) -
     assert [c["metadata"]["name"] for c in operator.crds] == ["widgets.demo.fastctl.dev"]
     with pytest.raises(TypeError, match="Controllers or a Manager"):
         describe(LeaderElection("x", namespace="y"))
+
+
+async def test_a_storage_migration_gets_its_crd_and_every_object_cluster_wide(
+    offline: ApiClient,
+) -> None:
+    """A Manager running a `StorageMigration` needs to read its CRD, patch the CRD's
+    status and list and patch every object of the resource, in every namespace even when
+    the controllers watch one: the manifests must grant it, or the run fails with 403s
+    once the operator is deployed."""
+    crd = "widgets.demo.fastctl.dev"
+    manager = Manager(offline).add(widgets.make_controller(offline, namespace="n"))
+    manager.add_runnable(StorageMigration(offline, crd))
+    operator = describe(manager, widgets)
+    resolved = await resolve_resources(operator)
+    permissions = derive(
+        operator.controllers,
+        resolved,
+        extra=operator.rules,
+        extra_namespace="n",
+        cluster_extra=operator.cluster_rules,
+    )
+    cluster = set(permissions.cluster)
+    crds = "apiextensions.k8s.io"
+    assert PolicyRule(crds, ("customresourcedefinitions",), ("get",), (crd,)) in cluster
+    assert PolicyRule(crds, ("customresourcedefinitions/status",), ("patch",), (crd,)) in cluster
+    assert PolicyRule("demo.fastctl.dev", ("widgets",), ("list", "patch")) in cluster
+    # The controllers' own rules stay in their namespace's Role.
+    assert ("demo.fastctl.dev", "widgets", "watch") in permissions.grants("n")
+    assert ("demo.fastctl.dev", "widgets", "watch") not in permissions.grants()
+    # Without the runnable: no cluster-wide rule at all.
+    plain = describe(Manager(offline).add(widgets.make_controller(offline, namespace="n")))
+    assert plain.cluster_rules == ()
+    with pytest.raises(ValueError, match=r"<plural>\.<group>"):
+        migration_rules("widgets")

@@ -148,6 +148,7 @@ async def _render(target: Target, args: argparse.Namespace) -> str:
             lease_namespace=lease_namespace,
             extra=operator.rules,
             extra_namespace=args.namespace,
+            cluster_extra=operator.cluster_rules,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None

@@ -12,6 +12,8 @@
   controllers are);
 - webhooks: the module's ``WEBHOOKS`` (a `fastctl.webhook.Webhooks`), which the operator's
   webhook server serves.
+- a Manager's runnables that need rules of their own: a `StorageMigration` needs its
+  CRD and every object of its resource, cluster-wide (`migration_rules`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from fastctl.deploy._rbac import PolicyRule, resolve_offline
+from fastctl.deploy._rbac import PolicyRule, migration_rules, resolve_offline
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
+from fastctl.runtime._storage_migration import StorageMigration
 from fastctl.runtime.controller import Controller
 from fastctl.runtime.leader._rules import LeaderElection
 from fastctl.runtime.manager import Manager
@@ -38,11 +41,13 @@ class Operator:
     """The controllers, CRDs and extra rules of one operator (see the module docstring).
     `election` is the Manager's own `LeaderElection`; `manager` says a Manager was built,
     and `sharded` that it shards its controllers itself (``fastctl run``'s flags apply to
-    it as to the Manager it makes for Controllers, except where the two would conflict)."""
+    it as to the Manager it makes for Controllers, except where the two would conflict).
+    `rules` are granted where the controllers are, `cluster_rules` cluster-wide."""
 
     controllers: tuple[Controller, ...]
     crds: tuple[dict[str, Any], ...] = ()
     rules: tuple[PolicyRule, ...] = ()
+    cluster_rules: tuple[PolicyRule, ...] = ()
     manager: bool = False
     election: LeaderElection | None = None
     sharded: bool = False
@@ -86,10 +91,17 @@ def describe(built: Any, module: ModuleType | None = None) -> Operator:
         for value in getattr(module, "RBAC", None) or ():
             rules.extend(PolicyRule.of(value))
     declared.extend(r for ctl in controllers for r in ctl.resources)
+    cluster_rules = [
+        rule
+        for runnable in (built.runnables if manager else ())
+        if isinstance(runnable, StorageMigration)
+        for rule in migration_rules(runnable.crd)
+    ]
     return Operator(
         tuple(controllers),
         tuple(collect_crds(declared)),
         tuple(rules),
+        cluster_rules=tuple(cluster_rules),
         manager=manager,
         election=built.leader_election if manager else None,
         sharded=manager and built.sharding is not None,

@@ -15,6 +15,9 @@ a finalizer (`Needs.finalizer`)     JSON patch of ``metadata.finalizers``; a GET
                                    of the object when another writer changed them
 Events (`Needs.events`)             `Recorder`: POST, then PATCH of a series     create patch
 leader election                     GET, POST, PUT of one ``coordination`` Lease  get create update
+a `StorageMigration` runnable       GET of its CRD, PATCH of its status; a list  (see
+                                   of the resource in every namespace, a PATCH  `migration_rules`)
+                                   of each object
 =================================  ===========================================  =========
 
 A watch never GETs one object, so the primary and the watched resources get no ``get``: a
@@ -57,6 +60,7 @@ __all__ = [
     "Permissions",
     "PolicyRule",
     "derive",
+    "migration_rules",
     "needs",
     "needs_of",
     "resolve_offline",
@@ -368,6 +372,24 @@ NAMESPACES_RULE = PolicyRule("", ("namespaces",), ("list", "watch"))
 the Namespaces (metadata only) to follow the set."""
 
 
+def migration_rules(crd: str) -> list[PolicyRule]:
+    """What a storage-version migration of the CRD named `crd` (``<plural>.<group>``)
+    sends (`fastctl.kube._storage_migration`): a GET of the CRD and a PATCH of its
+    ``status`` (``storedVersions``), limited to that CRD by name; a list of the resource in
+    every namespace and a PATCH of each object (the no-op write that re-encodes it). All
+    cluster-wide: a CRD is cluster-scoped, and the migration rewrites every object of the
+    resource wherever it is, whatever namespace the controllers watch."""
+    plural, _, group = crd.partition(".")
+    if not plural or not group:
+        raise ValueError(f"a CRD's name is <plural>.<group>, got {crd!r}")
+    crds = "apiextensions.k8s.io"
+    return [
+        PolicyRule(crds, ("customresourcedefinitions",), ("get",), (crd,)),
+        PolicyRule(crds, ("customresourcedefinitions/status",), ("patch",), (crd,)),
+        PolicyRule(group, (plural,), ("list", "patch")),
+    ]
+
+
 def _grant_scopes(namespace: NamespaceScope, grants: _Grants) -> list[str | None]:
     """Where a watch of `namespace` is granted: one namespace's Role, a Role in each
     namespace of a fixed set, or the ClusterRole (all namespaces, and a set given by
@@ -389,10 +411,12 @@ def derive(
     lease_namespace: str | None = None,
     extra: Iterable[PolicyRule] = (),
     extra_namespace: str | None = None,
+    cluster_extra: Iterable[PolicyRule] = (),
 ) -> Permissions:
     """The rules `controllers` need (see the module docstring), with every `Resource` they
     name resolved in `resolved`; the Lease's in `lease_namespace` (``None``: no leader
-    election); `extra` rules in `extra_namespace` (``None``: cluster-wide)."""
+    election); `extra` rules in `extra_namespace` (``None``: cluster-wide), and
+    `cluster_extra` cluster-wide whatever the namespace (a runnable's, `migration_rules`)."""
     grants = _Grants()
     for ctl in controllers:
         declared = needs_of(ctl)
@@ -426,4 +450,5 @@ def derive(
     if lease_namespace is not None:
         grants.add_rules(lease_namespace, [LEASE_RULE])
     grants.add_rules(extra_namespace, extra)
+    grants.add_rules(None, cluster_extra)
     return grants.permissions()
