@@ -68,6 +68,12 @@ def test_its_operator_has_a_crd_and_manifests(
     assert "python -m pip install -e '.[test]'\npython -m pytest\n" in readme
     assert "fastctl run shop_op.operator:make --webhook-managed shop-op" in readme
     assert "PIP_FIND_LINKS" in readme
+    # One namespace, as `fastctl run --namespace` and `fastctl manifests --namespace` ask:
+    # the factory takes it, and the rules land in that namespace's Role.
+    args = ["manifests", "shop_op.operator:make", "--image", "shop:1", "--namespace", "shop"]
+    assert main(args) == 0
+    scoped = capsys.readouterr().out
+    assert "kind: Role\nmetadata:\n  name: operator\n  namespace: shop\n" in scoped
 
 
 def test_it_refuses_a_bad_name_and_a_used_directory(tmp_path: Path) -> None:

@@ -204,9 +204,12 @@ async def reconcile(obj: $kind, client: ApiClient) -> Action | None:
     return None
 
 
-def make(client: ApiClient) -> Controller:
-    """The operator, as ``fastctl run`` builds it."""
-    return Controller(client, $kind, reconcile, context=client).owns(CONFIGMAP)
+def make(client: ApiClient, *, namespace: str | None = None) -> Controller:
+    """The operator, as ``fastctl run`` builds it: every namespace, or the one
+    ``fastctl run --namespace`` (and ``fastctl manifests --namespace``) gives."""
+    return Controller(client, $kind, reconcile, context=client, namespace=namespace).owns(
+        CONFIGMAP
+    )
 
 
 # -- webhooks --------------------------------------------------------------------------------
