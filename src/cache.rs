@@ -226,16 +226,23 @@ impl CompactMap {
         }
     }
 
-    /// The objects whose controller owner has this uid.
+    /// The objects whose controller owner has this uid, by namespace and name.
     pub fn owned_by<'a>(&'a self, uid: &'a str) -> impl Iterator<Item = &'a Packed> {
         let hash = self.owner_hash(uid);
-        self.owners
-            .iter_hash(hash)
-            .filter(move |p| p.owner() == uid)
+        sorted(
+            self.owners
+                .iter_hash(hash)
+                .filter(move |p| p.owner() == uid),
+        )
     }
 
+    /// Every object, by namespace and then name. The tables' own order follows their
+    /// hasher's seed, which is random per process: iterated as it is, a list's objects would
+    /// be triggered in a different order in every run, and neither a simulation's seed nor a
+    /// test could replay one. Sorting costs O(n log n) per iteration (~10 ms at 100,000);
+    /// the API server lists in about this order too (etcd's ``namespace/name`` key order).
     pub fn iter(&self) -> impl Iterator<Item = &Packed> {
-        self.objects.iter()
+        sorted(self.objects.iter())
     }
 
     /// The bytes the tables and objects hold (an estimate of the heap, for tests and
@@ -246,6 +253,13 @@ impl CompactMap {
     }
 }
 
+/// `objects` by (namespace, name).
+fn sorted<'a>(objects: impl Iterator<Item = &'a Packed>) -> std::vec::IntoIter<&'a Packed> {
+    let mut all: Vec<&Packed> = objects.collect();
+    all.sort_unstable_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+    all.into_iter()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +267,21 @@ mod tests {
     fn obj(ns: &str, name: &str, owner: &str, rv: &str) -> Packed {
         let json = format!(r#"{{"metadata":{{"name":"{name}"}}}}"#);
         Packed::new(json.as_bytes(), name, ns, &format!("uid-{name}"), rv, owner)
+    }
+
+    #[test]
+    fn iteration_is_by_namespace_then_name_whatever_the_insertion_order() {
+        let mut map = CompactMap::default();
+        for (ns, name) in [("b", "a"), ("a", "z"), ("", "m"), ("a", "b"), ("b", "0")] {
+            map.insert(obj(ns, name, "o", "1"));
+        }
+        let keys: Vec<(&str, &str)> = map.iter().map(|p| (p.namespace(), p.name())).collect();
+        assert_eq!(
+            keys,
+            [("", "m"), ("a", "b"), ("a", "z"), ("b", "0"), ("b", "a")]
+        );
+        let owned: Vec<&str> = map.owned_by("o").map(Packed::name).collect();
+        assert_eq!(owned, ["m", "b", "z", "0", "a"]);
     }
 
     #[test]
