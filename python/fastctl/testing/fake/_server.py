@@ -1225,24 +1225,9 @@ class FakeApiServer:
             new = {k: v for k, v in new.items() if k != "status"}
             if "status" in old:
                 new["status"] = clone(old["status"])
-        kept = {
-            k: old_meta[k]
-            for k in (
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-                "managedFields",
-                "name",
-                "namespace",
-            )
-            if k in old_meta
-        }
-        meta = {
-            k: v for k, v in new["metadata"].items() if k not in kept and k != "resourceVersion"
-        }
-        new["metadata"] = {**meta, **kept, "resourceVersion": old_meta["resourceVersion"]}
+        kept = {k: old_meta[k] for k in _SERVER_SET if k in old_meta}
+        meta = {k: v for k, v in new["metadata"].items() if k not in kept}
+        new["metadata"] = {**meta, **kept}
         new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
         if old_meta.get("deletionTimestamp"):
             added = set(new["metadata"].get("finalizers") or ()) - set(
