@@ -33,8 +33,10 @@ from fastctl.testing import Cluster, run_until_quiet
 
 FINALIZER = "parity.fastctl.dev/cleanup"
 CM = Resource("v1", "ConfigMap")
-QUIET = 5.0
-"""Seconds without a request that end a run (virtual on the fake)."""
+QUIET = 1.5
+"""Seconds with no reconcile queued, running or ended that end a run (virtual time on the
+fake). The operator requeues nothing, so only its own writes' echoes can come late, and
+those are milliseconds behind the write on either cluster."""
 
 
 class ParitySpec(KubeModel):

@@ -269,22 +269,22 @@ async def _fastctl_migrate(
 async def test_a_killed_migration_runs_again_and_finishes(
     control_plane: ControlPlane, migrant: Callable[[str, int], Awaitable[Migrant]]
 ) -> None:
-    m = await migrant("resumers", 2000)
-    code, lines = await _fastctl_migrate(control_plane, m.name, kill_at=1000)
+    m = await migrant("resumers", 600)
+    code, lines = await _fastctl_migrate(control_plane, m.name, kill_at=300)
     assert code == -signal.SIGKILL, lines
     assert m.stored_versions() == ["v1alpha1", "v1"], "a killed run changed nothing there"
     half = m.etcd_versions()
     done = half[f"{GROUP}/v1"]
-    assert 1000 <= done < 2000, half
-    assert half[f"{GROUP}/v1alpha1"] == 2000 - done, half
+    assert 300 <= done < 600, half
+    assert half[f"{GROUP}/v1alpha1"] == 600 - done, half
 
     code, lines = await _fastctl_migrate(control_plane, m.name)
     assert code == 0, lines
     last = [found for line in lines if (found := _PROGRESS.search(line))][-1]
     written, rewritten, current = (int(g) for g in last.groups())
-    assert (written, rewritten, current) == (2000, 2000 - done, done), lines
+    assert (written, rewritten, current) == (600, 600 - done, done), lines
     assert lines[-1].endswith("done, storedVersions ['v1alpha1', 'v1'] -> [v1]")
-    assert m.etcd_versions() == {f"{GROUP}/v1": 2000}
+    assert m.etcd_versions() == {f"{GROUP}/v1": 600}
     assert m.stored_versions() == ["v1"]
 
 

@@ -22,7 +22,7 @@ checks two of the applier's rules on its own bookkeeping, not on either implemen
 
 Times are sometimes passed slightly in the past, to exercise the never-backwards clock.
 
-Each run checks FASTCTL_SCHEDULER_EXAMPLES sequences (default 2000); a longer hunt is
+Each run checks FASTCTL_SCHEDULER_EXAMPLES sequences (default 1000); a longer hunt is
 ``FASTCTL_SCHEDULER_EXAMPLES=20000 python -m pytest tests/unit/test_scheduler_model.py``.
 Sequences it found are replayed step by step below the machine.
 """
@@ -48,7 +48,7 @@ from hypothesis.stateful import (
 from fastctl import Scheduler
 from fastctl.testing.model import ModelScheduler
 
-EXAMPLES = int(os.environ.get("FASTCTL_SCHEDULER_EXAMPLES", "2000"))
+EXAMPLES = int(os.environ.get("FASTCTL_SCHEDULER_EXAMPLES", "1000"))
 KEYS = [f"ns/k{i}" for i in range(6)]
 keys = st.sampled_from(KEYS)
 # Dyadic steps keep many times exactly equal (ties matter); 0.1 adds rounding.
