@@ -352,6 +352,32 @@ def test_an_unknown_plural_fails_naming_the_resource(
     assert "Gadget.x.dev/v1: plural and scope unknown offline" in capsys.readouterr().err
 
 
+def test_a_typed_controller_brings_its_crd_without_crds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`Controller(client, Model)`: the model is the CRD's source, as `fastctl crd` reads
+    it; the manifests install it before the operator that watches it."""
+    path = write_module(
+        tmp_path,
+        "typed_op",
+        "from fastctl import Controller, CustomResource, KubeModel\n"
+        "class GizmoSpec(KubeModel):\n"
+        "    size: int = 1\n"
+        "class Gizmo(CustomResource, group='gizmos.fastctl.dev', version='v1'):\n"
+        "    spec: GizmoSpec\n"
+        "async def r(obj, ctx): return None\n"
+        "def make(client): return Controller(client, Gizmo, r)\n",
+    )
+    docs = run_manifests(capsys, f"{path}:make", "--name", "op")
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    assert [c["metadata"]["name"] for c in crds] == ["gizmos.gizmos.fastctl.dev"]
+    assert crds[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    kinds = [d["kind"] for d in docs]
+    assert kinds.index("CustomResourceDefinition") < kinds.index("Deployment")
+    rules = [r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+    assert any("gizmos" in r["resources"] for r in rules)
+
+
 def test_a_manager_runs_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_module(
         tmp_path,

@@ -6,7 +6,8 @@
 - the controllers (a `Controller`, several, or a `Manager`'s) and, for a `Manager`, its
   own `LeaderElection`;
 - CRDs: the module's ``CRDS`` (a list of CRD dicts or of models with a ``crd()``
-  classmethod) and ``CRD`` (one dict), and every watched resource that has a ``crd()``;
+  classmethod) and ``CRD`` (one dict), a typed controller's model (``Controller(client,
+  Model)``), and every watched resource that has a ``crd()``;
 - extra rules: the module's ``RBAC`` (a list of `PolicyRule` or Kubernetes ``PolicyRule``
   dicts), for what the reconciles touch that no controller declares (granted where the
   controllers are);
@@ -90,6 +91,8 @@ def describe(built: Any, module: ModuleType | None = None) -> Operator:
             declared.append(module.CRD)
         for value in getattr(module, "RBAC", None) or ():
             rules.extend(PolicyRule.of(value))
+    # A typed controller's model carries its CRD: `Controller(client, Model)` needs no CRDS.
+    declared.extend(ctl.model for ctl in controllers if ctl.model is not None)
     declared.extend(r for ctl in controllers for r in ctl.resources)
     cluster_rules = [
         rule
