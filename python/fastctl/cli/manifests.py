@@ -3,7 +3,8 @@
 It builds the operator as ``fastctl run`` does (the factory gets a client that is never
 connected, and ``namespace=`` when ``--namespace`` is given), derives the RBAC rules its
 controllers need, and prints, as one multi-document YAML stream: the CRDs it ships (the
-module's ``CRDS`` and ``CRD``, and resources with a ``crd()``), the Namespace (with
+module's ``CRDS`` and ``CRD``, a typed controller's model, and resources with a
+``crd()``), the Namespace (with
 ``--create-namespace``), a ServiceAccount, a Role and RoleBinding (``--namespace``: the
 operator watches one namespace) or a ClusterRole and ClusterRoleBinding (all namespaces),
 and a Deployment running ``fastctl run module:attr --leader-elect NAME``.
@@ -17,6 +18,10 @@ the container's webhook port, and cert-manager's Issuer and Certificate
 Extra rules for what the reconciles touch come from the module's ``RBAC`` list and from
 ``fastctl.deploy.needs``. Plurals come from the resources, the CRDs and the built-in
 kinds; ``--kubeconfig`` asks the cluster's discovery for the others.
+
+``--only crds``, ``--only rbac``, ``--only operator`` (or several, ``--only crds,rbac``)
+print a part of that stream, for teams that install CRDs and permissions apart from the
+operator (``fastctl.deploy._parts``).
 """
 
 from __future__ import annotations
@@ -71,6 +76,12 @@ def register(subcommands: Subcommands) -> None:
         "injected) or managed (the operator makes its CA and patches the caBundle at start)",
     )
     parser.add_argument("--kubeconfig", help="use this cluster's discovery for plurals")
+    parser.add_argument(
+        "--only",
+        metavar="PARTS",
+        help="print only these parts, comma-separated: crds, rbac (the ServiceAccount and "
+        "every role and binding), operator (the rest); e.g. --only crds,rbac",
+    )
     parser.set_defaults(handler=handle, concurrency=None)
 
 
@@ -95,9 +106,14 @@ async def _render(target: Target, args: argparse.Namespace) -> str:
     from fastctl.cli._target import build
     from fastctl.deploy import DeployOptions, derive, manifests, to_yaml
     from fastctl.deploy._operator import describe, resolve_resources
+    from fastctl.deploy._parts import PARTS, parse_parts, select_parts
     from fastctl.kube._client import KubeconfigError, load_client
     from fastctl.kube._resource import Discovery
 
+    try:  # before the operator is built: a typo fails at once
+        parts = parse_parts(args.only) if args.only is not None else frozenset(PARTS)
+    except ValueError as exc:
+        raise CliError(f"--only: {exc}") from None
     if args.kubeconfig:
         try:
             client = await load_client(args.kubeconfig)
@@ -156,4 +172,6 @@ async def _render(target: Target, args: argparse.Namespace) -> str:
         objects = manifests(options, permissions, operator.crds, operator.webhooks)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    if args.only is not None:
+        objects = select_parts(objects, parts)
     return to_yaml(objects)
