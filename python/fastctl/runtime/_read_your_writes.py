@@ -105,9 +105,10 @@ class ReadYourWrites:
         object.__setattr__(self, "max_wait", float(wait))
 
 
-_Fence = tuple[list[Wrote], float]
-"""The writes of an object's last reconcile, and when a hold for them ends: a tuple, one
-being made per reconcile that writes."""
+_Fence = tuple[tuple[Wrote, ...], float]
+"""The writes of an object's last reconcile, and when a hold for them ends: tuples of
+strings, flags and a number, which the garbage collector stops tracking (about a
+thousand are alive at once in a burst of writes)."""
 
 
 class _Writes:
@@ -124,7 +125,9 @@ class _Writes:
         self.fence = fence
         self.obj = obj  # whose key is needed only if the reconcile wrote (`key`)
         self.own = own
-        self.wrote: list[Wrote] = []
+        # What it wrote: a tuple, as most reconciles write once or not at all (no list
+        # made for a no-op), and the fence keeps it as it is.
+        self.wrote: tuple[Wrote, ...] = ()
         self.direct = fence._loop is None or threading.get_ident() == fence._thread
 
     @property
@@ -161,7 +164,7 @@ class _Writes:
                 resource, namespace, name, answer, created=created, deleted=deleted
             )
             if w is not None:
-                self.wrote.append(w)
+                self.wrote = (*self.wrote, w)
         else:
             self.fence.call(self._answered, resource, namespace, name, answer, created, deleted)
 
@@ -178,7 +181,7 @@ class _Writes:
             resource, namespace, name, answer, created=created, deleted=deleted
         )
         if w is not None:
-            self.wrote.append(w)
+            self.wrote = (*self.wrote, w)
 
 
 class CacheFence:
@@ -295,7 +298,7 @@ class CacheFence:
         wrote = writes.wrote
         if not wrote:  # the common case of a no-op (the sweep is left to the next start)
             return
-        writes.wrote = []
+        writes.wrote = ()
         now = self._now()
         if now >= self._next_sweep:
             self._expire(now)
@@ -325,30 +328,27 @@ class CacheFence:
     def hold(self, key: str, now: float) -> float | None:
         """The reconcile of `key` is about to start: ``None`` to let it, or how many
         seconds at most it waits (until its fence is caught up, then it is woken)."""
-        if key not in self._fences:  # `_hold`'s common case, inline: nothing to wait for
-            if self._held:
-                self._held.pop(key, None)
-            if now >= self._next_sweep:
-                self._expire(now)
-            return None
-        wait = self._hold(key, now)
+        held = self._held
+        fence = self._fences.get(key)
+        if fence is None:  # the common case: its last reconcile wrote nothing
+            if held:
+                held.pop(key, None)
+            wait = None
+        elif key not in held and all(map(self.written.shown, fence[0])):
+            # `_start`'s common case, inline: caught up before it was ever held.
+            del self._fences[key]
+            self.written.release(key, fence[0])
+            wait = None
+        else:
+            wait = self._hold(key, fence, now)
         if now >= self._next_sweep:  # after this key's own, which an expiry counts
             self._expire(now)
         return wait
 
-    def _hold(self, key: str, now: float) -> float | None:
-        fence = self._fences.get(key)
-        if fence is None:
-            if self._held:
-                self._held.pop(key, None)
-            return None
+    def _hold(self, key: str, fence: _Fence, now: float) -> float | None:
         wrote, deadline = fence
         if all(map(self.written.shown, wrote)):
-            if key in self._held:
-                self._start(key, wrote, now, expired=False)
-            else:  # `_start`'s common case, inline: caught up before it was held
-                del self._fences[key]
-                self.written.release(key, wrote)
+            self._start(key, wrote, now, expired=False)
             return None
         if now >= deadline:
             self._start(key, wrote, now, expired=True)
@@ -365,7 +365,7 @@ class CacheFence:
         if fence is not None:
             self.written.release(key, fence[0])
 
-    def _start(self, key: str, wrote: list[Wrote], now: float, *, expired: bool) -> None:
+    def _start(self, key: str, wrote: tuple[Wrote, ...], now: float, *, expired: bool) -> None:
         del self._fences[key]
         missing = sum(1 for w in wrote if not self.written.shown(w)) if expired else 0
         self.written.release(key, wrote)
@@ -388,7 +388,7 @@ class CacheFence:
         elif since is not None:
             log.debug("reconcile of %s waited %.3fs for its cache", key, waited)
 
-    def _caught_up(self, wrote: list[Wrote]) -> bool:
+    def _caught_up(self, wrote: tuple[Wrote, ...]) -> bool:
         return all(map(self.written.shown, wrote))  # no generator: usually one write
 
     def _expire(self, now: float) -> None:

@@ -63,17 +63,40 @@ at it."""
 
 
 class _Target:
-    """A followed object: what its cache's events showed since it is followed."""
+    """A followed object: what its cache's events showed since it is followed.
 
-    __slots__ = ("deleted", "refs", "uids", "versions", "waiters")
+    About one is alive per write in flight or fenced, so it is kept small: its UID one
+    string (another UID, of the object deleted and created again, goes to `uids`), its
+    versions a tuple (which the garbage collector stops tracking)."""
+
+    __slots__ = ("deleted", "refs", "uid", "uids", "versions", "waiters")
 
     def __init__(self) -> None:
         self.refs = 0  # writes in flight, and recorded writes not yet released
-        self.versions: list[str] = []  # versions applied, the newest last
-        self.uids: set[str] = set()  # UIDs an event showed present
-        # The two below are rarely needed: the shared empty set until they are.
+        self.versions: tuple[str, ...] = ()  # versions applied, the newest last
+        self.uid: str | None = None  # the first UID an event showed present
+        # The three below are rarely needed: the shared empty set until they are.
+        self.uids: AbstractSet[str] = _EMPTY  # other UIDs an event showed present
         self.deleted: AbstractSet[str] = _EMPTY  # UIDs an event showed deleted ("": some)
         self.waiters: AbstractSet[str] = _EMPTY  # keys whose fences name this object
+
+    def present(self, uid: str, version: str) -> None:
+        """An event showed the object present, with `uid`, at `version`."""
+        if uid != self.uid:
+            self.add_uid(uid)
+        versions = self.versions
+        self.versions = (versions[1:] if len(versions) >= _SEEN else versions) + (version,)
+
+    def add_uid(self, uid: str) -> None:
+        """`uid` was shown present."""
+        if self.uid is None:
+            self.uid = uid
+        elif uid != self.uid and uid not in self.uids:
+            self.uids = {*self.uids, uid}
+
+    def has_uid(self, uid: str) -> bool:
+        """Whether `uid` was shown present."""
+        return uid == self.uid or uid in self.uids
 
 
 _EMPTY: AbstractSet[str] = frozenset()
@@ -152,8 +175,8 @@ class WrittenObjects:
             target = self._targets[key] = _Target()
             shown = self._shown_in[kind](name, namespace or None)
             if shown is not None:  # what the cache shows already (a no-op's answer)
-                target.uids.add(shown[0] or "")
-                target.versions.append(shown[1] or "")
+                target.uid = shown[0] or ""
+                target.versions = (shown[1] or "",)
         target.refs += 1
 
     def answered(
@@ -201,7 +224,7 @@ class WrittenObjects:
         if target is None:
             target = self._targets[key] = _Target()
         if uid and uid in shown:
-            target.uids.add(uid)  # its create was shown before the answer came
+            target.add_uid(uid)  # its create was shown before the answer came
         if deleted and not _still_there(answer):
             version = None
         else:
@@ -250,7 +273,7 @@ class WrittenObjects:
             return (not uid and "" in target.deleted) or (
                 version is not None and version in target.versions
             )
-        if created and uid in target.uids:
+        if created and target.has_uid(uid):
             return True
         return version is not None and version in target.versions
 
@@ -305,11 +328,10 @@ class WrittenObjects:
                 apply(found, gone, uid, version)
                 return
             # `_apply` inline: an update of a followed object is every echo of a write.
-            found.uids.add(uid)
+            if uid != found.uid:
+                found.add_uid(uid)
             versions = found.versions
-            versions.append(version)
-            if len(versions) > _SEEN:
-                del versions[0]
+            found.versions = (versions[1:] if len(versions) >= _SEEN else versions) + (version,)
             if found.waiters:
                 on_shown(found.waiters)
 
@@ -332,11 +354,7 @@ class WrittenObjects:
         if gone:
             target.deleted = {*target.deleted, uid, ""}
         else:
-            target.uids.add(uid)
-            versions = target.versions
-            versions.append(version)
-            if len(versions) > _SEEN:
-                del versions[0]
+            target.present(uid, version)
         if target.waiters:
             self._on_shown(target.waiters)
 
