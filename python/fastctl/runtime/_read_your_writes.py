@@ -105,10 +105,10 @@ class ReadYourWrites:
         object.__setattr__(self, "max_wait", float(wait))
 
 
-_Fence = tuple[tuple[Wrote, ...], float]
-"""The writes of an object's last reconcile, and when a hold for them ends: tuples of
-strings, flags and a number, which the garbage collector stops tracking (about a
-thousand are alive at once in a burst of writes)."""
+_Fence = tuple[float, *tuple[Wrote, ...]]
+"""When a hold for an object's last reconcile's writes ends, and those writes: one flat
+tuple of a number and the writes' tuples, which the garbage collector stops tracking
+(about a thousand are alive at once in a burst of writes)."""
 
 
 class _Writes:
@@ -308,8 +308,8 @@ class CacheFence:
             return
         old = self._fences.pop(key, None)
         if old is not None:  # a fence no start consumed: superseded
-            written.release(key, old[0])
-        self._fences[key] = (wrote, now + self._max_wait)
+            written.release(key, old[1:])
+        self._fences[key] = (now + self._max_wait, *wrote)
         if key in self._held:  # only a held key is woken by its writes' events (`_hold`)
             written.attach(key, wrote)
 
@@ -320,7 +320,7 @@ class CacheFence:
             return
         for key in [k for k in keys if k in held]:
             fence = self._fences.get(key)
-            if fence is not None and self._caught_up(fence[0]):
+            if fence is not None and self._caught_up(fence[1:]):
                 wake(key)
 
     # -- the hold (`fastctl._applier.StartGate`) ------------------------------------------
@@ -334,10 +334,10 @@ class CacheFence:
             if held:
                 held.pop(key, None)
             wait = None
-        elif key not in held and all(map(self.written.shown, fence[0])):
+        elif key not in held and all(map(self.written.shown, fence[1:])):
             # `_start`'s common case, inline: caught up before it was ever held.
             del self._fences[key]
-            self.written.release(key, fence[0])
+            self.written.release(key, fence[1:])
             wait = None
         else:
             wait = self._hold(key, fence, now)
@@ -346,7 +346,7 @@ class CacheFence:
         return wait
 
     def _hold(self, key: str, fence: _Fence, now: float) -> float | None:
-        wrote, deadline = fence
+        deadline, wrote = fence[0], fence[1:]
         if all(map(self.written.shown, wrote)):
             self._start(key, wrote, now, expired=False)
             return None
@@ -363,7 +363,7 @@ class CacheFence:
         self._held.pop(key, None)
         fence = self._fences.pop(key, None)
         if fence is not None:
-            self.written.release(key, fence[0])
+            self.written.release(key, fence[1:])
 
     def _start(self, key: str, wrote: tuple[Wrote, ...], now: float, *, expired: bool) -> None:
         del self._fences[key]
@@ -396,7 +396,7 @@ class CacheFence:
         a start or a fence, once the oldest may be due (`_next_sweep`)."""
         fences = self._fences
         while fences:
-            key, (wrote, deadline) = next(iter(fences.items()))
+            key, (deadline, *wrote) = next(iter(fences.items()))
             if now - deadline < _FORGET_AFTER:
                 self._next_sweep = deadline + _FORGET_AFTER  # the oldest's: none before
                 return

@@ -52,14 +52,15 @@ writers' changes between them."""
 Key = tuple[str, str, str, str]  # group, kind, namespace ("" if none), name
 
 
-Wrote = tuple[Key, str, str | None, bool, bool]
-"""One write a reconcile made: ``(key, uid, version, created, deleted)``: to `key`,
-answered with `uid` and `version`; `created`: it made the object; `deleted`: a DELETE
-(shown once gone or, still there, at `version`).
+Wrote = tuple[str, str, str, str, str, str | None, bool, bool]
+"""One write a reconcile made: ``(group, kind, namespace, name, uid, version, created,
+deleted)``: to the object its first four name (its `Key`), answered with `uid` and
+`version`; `created`: it made the object; `deleted`: a DELETE (shown once gone or, still
+there, at `version`).
 
-A plain tuple, not a class: one is made per write, and a tuple of strings and flags is
-built without a Python call and is no work for the garbage collector once it has looked
-at it."""
+A flat tuple, not a class: one is made per write without a Python call, and as it holds
+only strings and flags the garbage collector stops tracking it at its first collection
+(about a thousand are alive at once in a burst of writes)."""
 
 
 class _Target:
@@ -231,14 +232,14 @@ class WrittenObjects:
             given = meta.get("resourceVersion") if meta is not None else None
             version = str(given) if given else None  # as `version_of`
         target.refs += 1
-        return (key, uid, version, created, deleted)
+        return (*key, uid, version, created, deleted)
 
     def attach(self, key: str, wrote: Iterable[Wrote]) -> None:
         """`key`'s fence names these writes, and `key` is held: tell `on_shown` about their
         events (a fence whose key is not held needs no waking)."""
         targets = self._targets
         for w in wrote:
-            target = targets[w[0]]
+            target = targets[w[:4]]
             if target.waiters:
                 assert isinstance(target.waiters, set)
                 target.waiters.add(key)
@@ -249,7 +250,7 @@ class WrittenObjects:
         """`key`'s fence is over: its writes no longer keep their objects followed."""
         targets = self._targets
         for w in wrote:
-            target = targets.get(w[0])
+            target = targets.get(w[:4])
             if target is None:
                 continue
             target.refs -= 1
@@ -257,7 +258,7 @@ class WrittenObjects:
                 assert isinstance(target.waiters, set)
                 target.waiters.discard(key)
             if target.refs <= 0:
-                del targets[w[0]]
+                del targets[w[:4]]
 
     def _drop_if_unused(self, key: Key, target: _Target | None) -> None:
         if target is not None and target.refs <= 0 and self._targets.get(key) is target:
@@ -265,8 +266,8 @@ class WrittenObjects:
 
     def shown(self, w: Wrote) -> bool:
         """Whether the cache has applied `w` (see the module docstring)."""
-        key, uid, version, created, deleted = w
-        target = self._targets[key]
+        group, kind, namespace, name, uid, version, created, deleted = w
+        target = self._targets[group, kind, namespace, name]
         if uid and target.deleted and uid in target.deleted:
             return True
         if deleted:
