@@ -126,7 +126,7 @@ class _Writes:
         self.obj = obj  # whose key is needed only if the reconcile wrote (`key`)
         self.own = own
         # What it wrote: a tuple, as most reconciles write once or not at all (no list
-        # made for a no-op), and the fence keeps it as it is.
+        # made for a no-op); its fence takes the records over (`CacheFence.fenced`).
         self.wrote: tuple[Wrote, ...] = ()
         self.direct = fence._loop is None or threading.get_ident() == fence._thread
 
