@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import threading
 from typing import Any
@@ -357,3 +358,16 @@ def test_an_object_followed_for_nothing_is_not_kept() -> None:
     assert len(written) == 1
     assert written.answered(CMS, NS, "c", None, created=False, deleted=False) is None
     assert len(written) == 0
+
+
+async def test_what_a_fence_keeps_is_not_tracked_by_the_collector() -> None:
+    """About a thousand fences are alive at once in a burst of writes: what one keeps is
+    tuples of strings, flags and a number, which the garbage collector stops tracking
+    (a list or a record object per fence would be traversed at every collection)."""
+    fence, _, _ = fence_of()
+    await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "7")))
+    assert len(fence) == 1
+    for _ in range(4):  # a tuple is untracked once all it holds are: a level a collection
+        gc.collect()
+    assert not any(gc.is_tracked(kept) for kept in fence._fences.values())
+    assert fence.hold(KEY, 0.0) == WAIT  # and it still holds

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
@@ -24,6 +25,8 @@ from fastctl.kube._watcher import (
     _StreamingListUnsupported,
     _Watcher,
 )
+from fastctl.kube._wire import decode_watch_line
+from fastctl.types import ObjectRef
 
 CM = ResolvedResource("", "v1", "ConfigMap", "configmaps", True)
 
@@ -175,3 +178,26 @@ def test_an_end_marker_without_a_resource_version_is_a_stream_error() -> None:
     with pytest.raises(WatchStreamError, match="has no resourceVersion"):
         w._event("BOOKMARK", {"metadata": {"annotations": {INITIAL_EVENTS_END: "true"}}})
     assert w.state.needs_list
+
+
+def test_an_events_reference_and_metadata_view_are_made_once() -> None:
+    """Every consumer of an event (the store, the triggers of each controller a shared
+    watch feeds, the owner mapper) asks for its reference and its metadata: one of each
+    per event, the same whoever asks; the view is the parsed object once there is one."""
+    obj = {"metadata": {"name": "a", "namespace": "ns", "uid": "u", "resourceVersion": "7"}}
+    line = orjson.dumps({"type": "MODIFIED", "object": obj})
+    _, item = decode_watch_line(line, strip_managed_fields=False)
+    assert not isinstance(item, bytes)
+    event = ObjectEvent._of_item(EventKind.APPLY, item)
+    ref = event._ref()
+    assert ref == ObjectRef("a", "ns")
+    assert event._ref() is ref
+    slim = event._slim()
+    assert slim == {"metadata": obj["metadata"]}
+    assert event._slim() is slim
+    assert event._meta() is slim["metadata"]
+    assert event.obj == obj
+    assert event._slim() is event.obj  # parsed now: the object itself
+    plain = ObjectEvent(EventKind.APPLY, obj)
+    assert plain._ref() is plain._ref()
+    assert plain._ref() == ref

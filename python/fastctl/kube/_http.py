@@ -33,7 +33,7 @@ from fastctl.errors import ApiError, http_phrase
 from fastctl.kube._call_retry import Safety, retry_delay
 from fastctl.kube._in_memory import SESSIONS
 from fastctl.kube._request_metrics import ERROR_CODE, REQUESTS
-from fastctl.kube._throttle import retry_policy_of, throttle
+from fastctl.kube._throttle import rate_limit_of, retry_policy_of, throttle
 
 __all__ = [
     "ApiError",
@@ -138,7 +138,8 @@ async def request(
         kwargs["server_hostname"] = rest.server_hostname
     # A fake cluster of a test answers from memory (`fastctl.kube._in_memory`).
     session: aiohttp.ClientSession = SESSIONS.get(config.host) or rest.pool_manager  # type: ignore[assignment]
-    await throttle(client, method, config.host)
+    if rate_limit_of(client) is not None:  # no coroutine per request without a limit
+        await throttle(client, method, config.host)
     span = request_span(method, path)  # a child span of the reconcile, while tracing is on
     started = time.perf_counter()
     try:

@@ -145,13 +145,14 @@ class ObjectEvent:
     `Store`, the triggers and the read-your-writes bookkeeping read what they need without
     building the object."""
 
-    __slots__ = ("_head", "_item", "_obj", "kind")
+    __slots__ = ("_head", "_item", "_obj", "_oref", "kind")
     __match_args__ = ("kind", "obj")
 
     kind: ObjectKind
     _obj: dict[str, Any] | None
     _item: Item | None
     _head: dict[str, Any] | None
+    _oref: ObjectRef | None
 
     def __init__(self, kind: ObjectKind, obj: dict[str, Any]) -> None:
         if kind not in _OBJECT_KINDS:
@@ -162,6 +163,7 @@ class ObjectEvent:
         _set(self, "_obj", obj)
         _set(self, "_item", None)
         _set(self, "_head", None)
+        _set(self, "_oref", None)
 
     @classmethod
     def _of_item(cls, kind: ObjectKind, item: Item) -> ObjectEvent:
@@ -171,6 +173,7 @@ class ObjectEvent:
         _set(event, "_obj", None)
         _set(event, "_item", item)
         _set(event, "_head", None)
+        _set(event, "_oref", None)
         return event
 
     @property
@@ -198,11 +201,19 @@ class ObjectEvent:
         if self._obj is not None:
             meta = self._obj.get("metadata")
             return meta if isinstance(meta, dict) else {}
-        head = self._head
-        if head is None:
+        return self._slim()["metadata"]  # type: ignore[no-any-return]
+
+    def _slim(self) -> Mapping[str, Any]:
+        """The object as a reader of its ``metadata`` alone sees it (the owner mapper of
+        ``owns``): the parsed object once it is parsed, else ``{"metadata": ...}`` with
+        what the extension read (`_meta`), made once per event."""
+        if self._obj is not None:
+            return self._obj
+        slim = self._head
+        if slim is None:
             item = self._item
             assert item is not None
-            head = {"name": item.name}
+            head: dict[str, Any] = {"name": item.name}
             for key, value in (
                 ("namespace", item.namespace),
                 ("uid", item.uid),
@@ -221,8 +232,9 @@ class ObjectEvent:
                     {"apiVersion": a, "kind": k, "name": n, "uid": u, "controller": c}
                     for a, k, n, u, c in owners
                 ]
-            _set(self, "_head", head)
-        return head
+            slim = {"metadata": head}
+            _set(self, "_head", slim)
+        return slim
 
     def _names(self) -> tuple[str, str, str, str]:
         """``(namespace, name, uid, resourceVersion)``, each ``""`` when absent, without
@@ -244,11 +256,17 @@ class ObjectEvent:
         )
 
     def _ref(self) -> ObjectRef:
-        """The object's `ObjectRef`, without parsing it."""
-        item = self._item
-        if item is not None:
-            return ObjectRef._trusted(item.name, item.namespace or None)
-        return ObjectRef.from_object(self.obj)
+        """The object's `ObjectRef`, without parsing it: made once per event (the store,
+        the triggers of each controller a shared watch feeds, tracing each ask for it)."""
+        ref = self._oref
+        if ref is None:
+            item = self._item
+            if item is not None:
+                ref = ObjectRef._trusted(item.name, item.namespace or None)
+            else:
+                ref = ObjectRef.from_object(self.obj)
+            _set(self, "_oref", ref)
+        return ref
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ObjectEvent):

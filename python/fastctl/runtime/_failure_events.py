@@ -75,11 +75,11 @@ class FailureEvents:
     def saw(self, result: ReconcileResult) -> None:
         """Note one reconcile's result: a failure starts a publish (unless one for the same
         object and reason is under way); a success ends the object's series."""
-        uid = _uid(result)
         if result.error is None:
-            if self._series:
-                self._series.pop(uid, None)
+            if self._series:  # usually none: nothing failed lately
+                self._series.pop(_uid(result), None)
             return
+        uid = _uid(result)
         reason = "InvalidObject" if isinstance(result.error, InvalidObject) else "ReconcileFailed"
         note = (
             str(result.error)

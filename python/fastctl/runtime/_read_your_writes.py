@@ -39,20 +39,21 @@ start). A hold ends at once when the controller stops: nothing waits for it.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
-from fastctl._clock import monotonic
+from fastctl._clock import loop_clock, monotonic
 from fastctl.kube._namespaces import NamespaceScope
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._watcher import WatchEvent
-from fastctl.kube._writes import WriteObserver, observed
+from fastctl.kube._writes import WRITE_OBSERVER, WriteObserver, observed
 from fastctl.log import RedactingFilter
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._own_writes import OwnWrites
@@ -104,12 +105,10 @@ class ReadYourWrites:
         object.__setattr__(self, "max_wait", float(wait))
 
 
-class _Fence:
-    __slots__ = ("deadline", "wrote")
-
-    def __init__(self, wrote: list[Wrote], deadline: float) -> None:
-        self.wrote = wrote
-        self.deadline = deadline
+_Fence = tuple[float, *tuple[Wrote, ...]]
+"""When a hold for an object's last reconcile's writes ends, and those writes: one flat
+tuple of a number and the writes' tuples, which the garbage collector stops tracking
+(about a thousand are alive at once in a burst of writes)."""
 
 
 class _Writes:
@@ -126,7 +125,9 @@ class _Writes:
         self.fence = fence
         self.obj = obj  # whose key is needed only if the reconcile wrote (`key`)
         self.own = own
-        self.wrote: list[Wrote] = []
+        # What it wrote: a tuple, as most reconciles write once or not at all (no list
+        # made for a no-op); its fence takes the records over (`CacheFence.fenced`).
+        self.wrote: tuple[Wrote, ...] = ()
         self.direct = fence._loop is None or threading.get_ident() == fence._thread
 
     @property
@@ -163,7 +164,7 @@ class _Writes:
                 resource, namespace, name, answer, created=created, deleted=deleted
             )
             if w is not None:
-                self.wrote.append(w)
+                self.wrote = (*self.wrote, w)
         else:
             self.fence.call(self._answered, resource, namespace, name, answer, created, deleted)
 
@@ -180,7 +181,7 @@ class _Writes:
             resource, namespace, name, answer, created=created, deleted=deleted
         )
         if w is not None:
-            self.wrote.append(w)
+            self.wrote = (*self.wrote, w)
 
 
 class CacheFence:
@@ -206,7 +207,10 @@ class CacheFence:
         self._max_wait = options.max_wait
         self._counters = counters
         self._clock = clock
-        self._fences: OrderedDict[str, _Fence] = OrderedDict()  # the oldest deadline first
+        self._now = clock  # the loop's own clock while bound, if `clock` is the default
+        # Fences by key, the oldest deadline first (each new one goes last: a deadline is
+        # its fence's time plus the one `max_wait`).
+        self._fences: dict[str, _Fence] = {}
         self._held: dict[str, float] = {}  # key -> when its first hold began
         self._next_sweep = -math.inf  # no fence is forgotten before then (`_expire`)
         self._wake: Callable[[str], None] | None = None
@@ -220,6 +224,10 @@ class CacheFence:
         if wake is not None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.get_ident()
+            if self._clock is monotonic:  # the same readings, without finding the loop
+                self._now = loop_clock(self._loop)
+        else:
+            self._now = self._clock
 
     def call(self, fn: Callable[..., None], *args: Any) -> None:
         """`fn(*args)` on the loop's thread: now if this is it, else next on the loop."""
@@ -246,6 +254,10 @@ class CacheFence:
     def observing(self, reconcile: Reconcile, own: OwnWrites | None) -> Reconcile:
         """`reconcile`, with each call's writes recorded as its object's next fence (and
         told to `own`, the own-writes registry, when the controller keeps one)."""
+        if inspect.iscoroutinefunction(reconcile) or inspect.iscoroutinefunction(
+            getattr(reconcile, "__call__", None)  # noqa: B004 - async callable objects
+        ):
+            return self._observing_async(reconcile, own)
 
         def begin(obj: Any) -> WriteObserver:
             return _Writes(self, obj, own)
@@ -260,14 +272,34 @@ class CacheFence:
 
         return observed(reconcile, begin, end)
 
+    def _observing_async(self, reconcile: Reconcile, own: OwnWrites | None) -> Reconcile:
+        """`observing` of an async reconcile: `observed`'s wrapper with its begin and end
+        inline (two calls fewer on every reconcile, a no-op's too)."""
+        fenced, call = self.fenced, self.call
+
+        @functools.wraps(reconcile)
+        async def run_async(obj: Any, ctx: Any) -> Any:
+            writes = _Writes(self, obj, own)
+            token = WRITE_OBSERVER.set(writes)
+            try:
+                return await reconcile(obj, ctx)  # type: ignore[misc]
+            finally:
+                WRITE_OBSERVER.reset(token)
+                if not writes.direct:
+                    call(fenced, writes)
+                elif writes.wrote:
+                    fenced(writes)
+
+        return run_async
+
     def fenced(self, writes: _Writes) -> None:
         """The reconcile ended: its writes are its object's fence (nothing to wait for if
         it wrote nothing, or the cache has caught up already)."""
         wrote = writes.wrote
         if not wrote:  # the common case of a no-op (the sweep is left to the next start)
             return
-        writes.wrote = []
-        now = self._clock()
+        writes.wrote = ()
+        now = self._now()
         if now >= self._next_sweep:
             self._expire(now)
         written, key = self.written, writes.key
@@ -276,9 +308,10 @@ class CacheFence:
             return
         old = self._fences.pop(key, None)
         if old is not None:  # a fence no start consumed: superseded
-            written.release(key, old.wrote)
-        self._fences[key] = _Fence(wrote, now + self._max_wait)
-        written.attach(key, wrote)
+            written.release(key, old[1:])
+        self._fences[key] = (now + self._max_wait, *wrote)
+        if key in self._held:  # only a held key is woken by its writes' events (`_hold`)
+            written.attach(key, wrote)
 
     def _shown(self, keys: AbstractSet[str]) -> None:
         """An event of an object these keys' fences name: wake those now caught up."""
@@ -287,7 +320,7 @@ class CacheFence:
             return
         for key in [k for k in keys if k in held]:
             fence = self._fences.get(key)
-            if fence is not None and self._caught_up(fence.wrote):
+            if fence is not None and self._caught_up(fence[1:]):
                 wake(key)
 
     # -- the hold (`fastctl._applier.StartGate`) ------------------------------------------
@@ -295,39 +328,44 @@ class CacheFence:
     def hold(self, key: str, now: float) -> float | None:
         """The reconcile of `key` is about to start: ``None`` to let it, or how many
         seconds at most it waits (until its fence is caught up, then it is woken)."""
-        wait = self._hold(key, now)
+        held = self._held
+        fence = self._fences.get(key)
+        if fence is None:  # the common case: its last reconcile wrote nothing
+            if held:
+                held.pop(key, None)
+            wait = None
+        elif key not in held and all(map(self.written.shown, fence[1:])):
+            # `_start`'s common case, inline: caught up before it was ever held.
+            del self._fences[key]
+            self.written.release(key, fence[1:])
+            wait = None
+        else:
+            wait = self._hold(key, fence, now)
         if now >= self._next_sweep:  # after this key's own, which an expiry counts
             self._expire(now)
         return wait
 
-    def _hold(self, key: str, now: float) -> float | None:
-        fence = self._fences.get(key)
-        if fence is None:
-            if self._held:
-                self._held.pop(key, None)
-            return None
-        wrote = fence.wrote
+    def _hold(self, key: str, fence: _Fence, now: float) -> float | None:
+        deadline, wrote = fence[0], fence[1:]
         if all(map(self.written.shown, wrote)):
-            if key in self._held:
-                self._start(key, wrote, now, expired=False)
-            else:  # `_start`'s common case, inline: caught up before it was held
-                del self._fences[key]
-                self.written.release(key, wrote)
+            self._start(key, wrote, now, expired=False)
             return None
-        if now >= fence.deadline:
+        if now >= deadline:
             self._start(key, wrote, now, expired=True)
             return None
-        self._held.setdefault(key, now)
-        return fence.deadline - now
+        if key not in self._held:  # its writes' events wake it from now on (`_shown`)
+            self._held[key] = now
+            self.written.attach(key, wrote)
+        return deadline - now
 
     def release(self, key: str) -> None:
         """`key` will not start (its object is gone): forget its fence and hold."""
         self._held.pop(key, None)
         fence = self._fences.pop(key, None)
         if fence is not None:
-            self.written.release(key, fence.wrote)
+            self.written.release(key, fence[1:])
 
-    def _start(self, key: str, wrote: list[Wrote], now: float, *, expired: bool) -> None:
+    def _start(self, key: str, wrote: tuple[Wrote, ...], now: float, *, expired: bool) -> None:
         del self._fences[key]
         missing = sum(1 for w in wrote if not self.written.shown(w)) if expired else 0
         self.written.release(key, wrote)
@@ -350,7 +388,7 @@ class CacheFence:
         elif since is not None:
             log.debug("reconcile of %s waited %.3fs for its cache", key, waited)
 
-    def _caught_up(self, wrote: list[Wrote]) -> bool:
+    def _caught_up(self, wrote: tuple[Wrote, ...]) -> bool:
         return all(map(self.written.shown, wrote))  # no generator: usually one write
 
     def _expire(self, now: float) -> None:
@@ -358,13 +396,13 @@ class CacheFence:
         a start or a fence, once the oldest may be due (`_next_sweep`)."""
         fences = self._fences
         while fences:
-            key, fence = next(iter(fences.items()))
-            if now - fence.deadline < _FORGET_AFTER:
-                self._next_sweep = fence.deadline + _FORGET_AFTER  # the oldest's: none before
+            key, (deadline, *wrote) = next(iter(fences.items()))
+            if now - deadline < _FORGET_AFTER:
+                self._next_sweep = deadline + _FORGET_AFTER  # the oldest's: none before
                 return
             del fences[key]
             self._held.pop(key, None)
-            self.written.release(key, fence.wrote)
+            self.written.release(key, wrote)
         # None left: any fence made from now on has a deadline after now + max_wait.
         self._next_sweep = now + self._max_wait + _FORGET_AFTER
 

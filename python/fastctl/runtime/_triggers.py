@@ -183,9 +183,10 @@ class RelatedTriggers:
         return []
 
     def _mapped(self, event: ObjectEvent) -> Mapping[str, Any]:
-        """What the mapper is given: the object, or only its metadata (`_metadata_mapper`)."""
+        """What the mapper is given: the object, or only its metadata (`_metadata_mapper`:
+        the event's own view, made once per event rather than per mapper call)."""
         if self._metadata_mapper:
-            return {"metadata": event._meta()}
+            return event._slim()
         return event.obj
 
     def _listing_of(self, ref: ObjectRef) -> dict[ObjectRef, tuple[ObjectRef, ...]]:

@@ -52,42 +52,52 @@ writers' changes between them."""
 Key = tuple[str, str, str, str]  # group, kind, namespace ("" if none), name
 
 
-class Wrote:
-    """One write a reconcile made: to `key`, answered with `uid` and `version`.
+Wrote = tuple[str, str, str, str, str, str | None, bool, bool]
+"""One write a reconcile made: ``(group, kind, namespace, name, uid, version, created,
+deleted)``: to the object its first four name (its `Key`), answered with `uid` and
+`version`; `created`: it made the object; `deleted`: a DELETE (shown once gone or, still
+there, at `version`).
 
-    A plain class with slots, not a frozen dataclass: one is made per write, and a frozen
-    dataclass sets each field through ``object.__setattr__``."""
-
-    __slots__ = ("created", "deleted", "key", "uid", "version")
-
-    def __init__(
-        self, key: Key, uid: str, version: str | None, created: bool, deleted: bool
-    ) -> None:
-        self.key = key
-        self.uid = uid
-        self.version = version
-        self.created = created
-        self.deleted = deleted  # a DELETE: shown once gone (or, still there, at `version`)
-
-    def __repr__(self) -> str:
-        return (
-            f"Wrote({self.key!r}, uid={self.uid!r}, version={self.version!r}, "
-            f"created={self.created}, deleted={self.deleted})"
-        )
+A flat tuple, not a class: one is made per write without a Python call, and as it holds
+only strings and flags the garbage collector stops tracking it at its first collection
+(about a thousand are alive at once in a burst of writes)."""
 
 
 class _Target:
-    """A followed object: what its cache's events showed since it is followed."""
+    """A followed object: what its cache's events showed since it is followed.
 
-    __slots__ = ("deleted", "refs", "uids", "versions", "waiters")
+    About one is alive per write in flight or fenced, so it is kept small: its UID one
+    string (another UID, of the object deleted and created again, goes to `uids`), its
+    versions a tuple (which the garbage collector stops tracking)."""
+
+    __slots__ = ("deleted", "refs", "uid", "uids", "versions", "waiters")
 
     def __init__(self) -> None:
         self.refs = 0  # writes in flight, and recorded writes not yet released
-        self.versions: list[str] = []  # versions applied, the newest last
-        self.uids: set[str] = set()  # UIDs an event showed present
-        # The two below are rarely needed: the shared empty set until they are.
+        self.versions: tuple[str, ...] = ()  # versions applied, the newest last
+        self.uid: str | None = None  # the first UID an event showed present
+        # The three below are rarely needed: the shared empty set until they are.
+        self.uids: AbstractSet[str] = _EMPTY  # other UIDs an event showed present
         self.deleted: AbstractSet[str] = _EMPTY  # UIDs an event showed deleted ("": some)
         self.waiters: AbstractSet[str] = _EMPTY  # keys whose fences name this object
+
+    def present(self, uid: str, version: str) -> None:
+        """An event showed the object present, with `uid`, at `version`."""
+        if uid != self.uid:
+            self.add_uid(uid)
+        versions = self.versions
+        self.versions = (versions[1:] if len(versions) >= _SEEN else versions) + (version,)
+
+    def add_uid(self, uid: str) -> None:
+        """`uid` was shown present."""
+        if self.uid is None:
+            self.uid = uid
+        elif uid != self.uid and uid not in self.uids:
+            self.uids = {*self.uids, uid}
+
+    def has_uid(self, uid: str) -> bool:
+        """Whether `uid` was shown present."""
+        return uid == self.uid or uid in self.uids
 
 
 _EMPTY: AbstractSet[str] = frozenset()
@@ -119,11 +129,23 @@ class WrittenObjects:
         on_shown: Callable[[AbstractSet[str]], None],
         scopes: Mapping[tuple[str, str], CacheScope] | None = None,
     ) -> None:
-        self._caches = caches
+        scopes = scopes or {}
         self.kinds = frozenset(caches)
         """The (group, kind) of the objects followed."""
-        self._namespace = namespace
-        self._scopes = scopes or {}
+        # Per kind, worked out once rather than on every write: its namespace scope, its
+        # label selector (only where there is one), and how its cache is asked for the
+        # version it shows.
+        self._spaces: dict[tuple[str, str], NamespaceScope] = {
+            kind: namespace if kind not in scopes else scopes[kind].namespace for kind in caches
+        }
+        self._selectors: dict[tuple[str, str], LabelSelector] = {
+            kind: scope.labels
+            for kind, scope in scopes.items()
+            if kind in caches and scope.labels is not None
+        }
+        self._shown_in: dict[tuple[str, str], _VersionOf] = {
+            kind: _version_reader(cache) for kind, cache in caches.items()
+        }
         self._on_shown = on_shown
         self._targets: dict[Key, _Target] = {}
         self._creating: dict[tuple[str, str], int] = {}  # unnamed creates in flight per kind
@@ -135,21 +157,8 @@ class WrittenObjects:
         return len(self._targets)
 
     def _in_scope(self, kind: tuple[str, str], namespace: str | None) -> bool:
-        if kind not in self.kinds:
-            return False
-        scope = self._scopes.get(kind)
-        return covers(self._namespace if scope is None else scope.namespace, namespace)
-
-    def _labels_in_scope(self, kind: tuple[str, str], answer: Mapping[str, Any] | None) -> bool:
-        """Whether the object a write answered with is inside its cache's label selector
-        (an answer without labels, such as a delete's Status, is given the benefit)."""
-        scope = self._scopes.get(kind)
-        if scope is None or scope.labels is None or answer is None:
-            return True
-        meta = answer.get("metadata")
-        if not isinstance(meta, Mapping) or answer.get("kind") == "Status":
-            return True
-        return scope.labels.matches(meta.get("labels"))
+        space = self._spaces.get(kind, _OUT)
+        return space is not _OUT and covers(space, namespace)
 
     # -- the writes -------------------------------------------------------------------------
 
@@ -165,10 +174,10 @@ class WrittenObjects:
         target = self._targets.get(key)
         if target is None:
             target = self._targets[key] = _Target()
-            shown = _cached_version(self._caches[kind], ObjectRef._trusted(name, namespace or None))
+            shown = self._shown_in[kind](name, namespace or None)
             if shown is not None:  # what the cache shows already (a no-op's answer)
-                target.uids.add(shown[0])
-                target.versions.append(shown[1])
+                target.uid = shown[0] or ""
+                target.versions = (shown[1] or "",)
         target.refs += 1
 
     def answered(
@@ -206,26 +215,31 @@ class WrittenObjects:
         uid = str((meta.get("uid") if meta is not None else None) or "")
         if not uid and answer is not None:
             uid = _uid_of(answer)  # a delete's Status names it in its details
-        outside = not self._labels_in_scope(kind, answer)
-        if answer is None or not target_name or not (uid or deleted) or outside:
+        if answer is None or not target_name or not (uid or deleted):
             self._drop_if_unused(key, target)
-            return None  # failed (nothing changed), not an object, or never cached
+            return None  # failed (nothing changed), or not an object
+        selector = self._selectors.get(kind)
+        if selector is not None and not _labels_match(selector, answer):
+            self._drop_if_unused(key, target)
+            return None  # never cached
         if target is None:
             target = self._targets[key] = _Target()
         if uid and uid in shown:
-            target.uids.add(uid)  # its create was shown before the answer came
+            target.add_uid(uid)  # its create was shown before the answer came
         if deleted and not _still_there(answer):
             version = None
         else:
             given = meta.get("resourceVersion") if meta is not None else None
             version = str(given) if given else None  # as `version_of`
         target.refs += 1
-        return Wrote(key, uid, version, created, deleted)
+        return (*key, uid, version, created, deleted)
 
     def attach(self, key: str, wrote: Iterable[Wrote]) -> None:
-        """`key`'s fence names these writes: tell `on_shown` about their events."""
+        """`key`'s fence names these writes, and `key` is held: tell `on_shown` about their
+        events (a fence whose key is not held needs no waking)."""
+        targets = self._targets
         for w in wrote:
-            target = self._targets[w.key]
+            target = targets[w[:4]]
             if target.waiters:
                 assert isinstance(target.waiters, set)
                 target.waiters.add(key)
@@ -234,15 +248,17 @@ class WrittenObjects:
 
     def release(self, key: str, wrote: Iterable[Wrote]) -> None:
         """`key`'s fence is over: its writes no longer keep their objects followed."""
+        targets = self._targets
         for w in wrote:
-            target = self._targets.get(w.key)
+            target = targets.get(w[:4])
             if target is None:
                 continue
             target.refs -= 1
-            if key in target.waiters:
+            if target.waiters and key in target.waiters:
                 assert isinstance(target.waiters, set)
                 target.waiters.discard(key)
-            self._drop_if_unused(w.key, target)
+            if target.refs <= 0:
+                del targets[w[:4]]
 
     def _drop_if_unused(self, key: Key, target: _Target | None) -> None:
         if target is not None and target.refs <= 0 and self._targets.get(key) is target:
@@ -250,16 +266,17 @@ class WrittenObjects:
 
     def shown(self, w: Wrote) -> bool:
         """Whether the cache has applied `w` (see the module docstring)."""
-        target = self._targets[w.key]
-        if w.uid and w.uid in target.deleted:
+        group, kind, namespace, name, uid, version, created, deleted = w
+        target = self._targets[group, kind, namespace, name]
+        if uid and target.deleted and uid in target.deleted:
             return True
-        if w.deleted:
-            return (not w.uid and "" in target.deleted) or (
-                w.version is not None and w.version in target.versions
+        if deleted:
+            return (not uid and "" in target.deleted) or (
+                version is not None and version in target.versions
             )
-        if w.created and w.uid in target.uids:
+        if created and target.has_uid(uid):
             return True
-        return w.version is not None and w.version in target.versions
+        return version is not None and version in target.versions
 
     # -- the caches' events -----------------------------------------------------------------
 
@@ -276,6 +293,7 @@ class WrittenObjects:
         group, name_of_kind = kind
         apply, listing_done = self._apply, self._listing_done
         delete, init_apply, init_done = EventKind.DELETE, EventKind.INIT_APPLY, EventKind.INIT_DONE
+        on_shown = self._on_shown
 
         def saw(event: WatchEvent) -> None:
             if not targets and not creating:
@@ -289,8 +307,16 @@ class WrittenObjects:
                     for target, gone, uid, version, _ in listed:
                         apply(target, gone, uid, version)
                 return
-            namespace, name, uid, version = event._names()
-            found = targets.get((group, name_of_kind, namespace, name))
+            item = event._item
+            if item is not None:  # a decoded frame: only what is needed, from it
+                namespace = item.namespace or ""
+                found = targets.get((group, name_of_kind, namespace, item.name))
+                if found is None and not creating:
+                    return
+                uid, version = item.uid or "", item.resource_version or ""
+            else:
+                namespace, name, uid, version = event._names()
+                found = targets.get((group, name_of_kind, namespace, name))
             gone = event.kind is delete
             if creating and not gone and kind in creating and uid:
                 created.setdefault(kind, set()).add(uid)
@@ -299,7 +325,16 @@ class WrittenObjects:
             if event.kind is init_apply:  # applied when the list is complete
                 listing.setdefault(kind, []).append((found, False, uid, version, str(namespace)))
                 return
-            apply(found, gone, uid, version)
+            if gone:
+                apply(found, gone, uid, version)
+                return
+            # `_apply` inline: an update of a followed object is every echo of a write.
+            if uid != found.uid:
+                found.add_uid(uid)
+            versions = found.versions
+            found.versions = (versions[1:] if len(versions) >= _SEEN else versions) + (version,)
+            if found.waiters:
+                on_shown(found.waiters)
 
         return saw
 
@@ -320,27 +355,45 @@ class WrittenObjects:
         if gone:
             target.deleted = {*target.deleted, uid, ""}
         else:
-            target.uids.add(uid)
-            versions = target.versions
-            versions.append(version)
-            if len(versions) > _SEEN:
-                del versions[0]
+            target.present(uid, version)
         if target.waiters:
             self._on_shown(target.waiters)
 
 
-def _cached_version(cache: Mapping[ObjectRef, Any], ref: ObjectRef) -> tuple[str, str] | None:
-    """``(uid, resourceVersion)`` of the cached object (``""`` for one it lacks), or None
-    if it is not cached: a `Store` answers without parsing the object."""
-    version = getattr(cache, "_version", None)
+_OUT: Any = object()
+"""A kind no cache of the run holds (`WrittenObjects._spaces`)."""
+
+_VersionOf = Callable[[str, str | None], tuple[str | None, str | None] | None]
+"""Asks a cache for the ``(uid, resourceVersion)`` of the object it holds by name and
+namespace (None: none)."""
+
+
+def _version_reader(cache: Mapping[ObjectRef, Any]) -> _VersionOf:
+    """How to ask `cache` what it shows of an object: a `Store` answers without building
+    a reference or parsing the object; any other mapping is read."""
+    version = getattr(cache, "_version_of", None)
     if version is not None:
-        shown = version(ref)
-        return None if shown is None else (shown[0] or "", shown[1] or "")
-    cached = cache.get(ref)
-    if cached is None:
-        return None
-    meta = cached.get("metadata") or {}
-    return str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+        return version  # type: ignore[no-any-return]
+
+    def read(name: str, namespace: str | None) -> tuple[str | None, str | None] | None:
+        cached = cache.get(ObjectRef._trusted(name, namespace))
+        if cached is None:
+            return None
+        meta = cached.get("metadata") or {}
+        return str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+
+    return read
+
+
+def _labels_match(selector: LabelSelector, answer: Mapping[str, Any] | None) -> bool:
+    """Whether the object a write answered with is inside its cache's label selector
+    (an answer without labels, such as a delete's Status, is given the benefit)."""
+    if answer is None:
+        return True
+    meta = answer.get("metadata")
+    if not isinstance(meta, Mapping) or answer.get("kind") == "Status":
+        return True
+    return selector.matches(meta.get("labels"))
 
 
 def _uid_of(answer: Mapping[str, Any]) -> str:
