@@ -123,6 +123,9 @@ class OtlpExport(SpanProcessor):
         self.delay = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
         self._failed = 0
         self._buffers: dict[tuple[Resource, InstrumentationScope | None], SpanBuffer] = {}
+        self._known: dict[
+            tuple[int, int], tuple[Resource, InstrumentationScope | None, SpanBuffer]
+        ] = {}
         self._drain_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = False
@@ -135,11 +138,16 @@ class OtlpExport(SpanProcessor):
         return self._failed + sum(b.dropped for b in list(self._buffers.values()))
 
     def sink(self, resource: Resource, scope: InstrumentationScope | None) -> SpanBuffer:
-        """The buffer of the spans of `resource` and `scope` (`add` writes to it)."""
+        """The buffer of the spans of `resource` and `scope` (`add` writes to it). Found by
+        the objects' identity first: a `Resource` hashes a JSON dump of its attributes."""
+        known = self._known.get((id(resource), id(scope)))
+        if known is not None and known[0] is resource and known[1] is scope:
+            return known[2]
         key = (resource, scope)
         found = self._buffers.get(key)
         if found is None:
             found = self._buffers[key] = SpanBuffer(header_of(resource, scope), self.max_queue)
+        self._known[(id(resource), id(scope))] = (resource, scope, found)  # keeps them alive
         return found
 
     def add(self, sink: SpanBuffer, record: SpanRecord) -> None:

@@ -123,6 +123,24 @@ def test_the_bytes_decode_to_the_message_the_sdks_encoder_builds() -> None:
     assert sdk.resource_spans[0].scope_spans[0].schema_url
 
 
+def test_spans_the_sdks_tracer_made_reach_the_wire_as_the_sdks_encoder_writes_them() -> None:
+    requests: list[bytes] = []
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": "svc"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    export = OtlpExport(requests.append, lambda: None)
+    provider.add_span_processor(export)  # beside another: handed the SDK's spans at their end
+    tracer = provider.get_tracer("webhooks", "9")
+    with tracer.start_as_current_span("webhook /validate", kind=SpanKind.SERVER) as span:
+        span.set_attribute("http.response.status_code", 200)
+        tracer.start_span("patch widgets", attributes={"url.path": "/x"}).end()
+    export.shutdown()
+    (request,) = requests
+    sdk = encode_spans(exporter.get_finished_spans())
+    assert len(sdk.resource_spans[0].scope_spans[0].spans) == 2
+    assert ExportTraceServiceRequest.FromString(request) == sdk
+
+
 def test_a_value_the_sdk_cannot_encode_is_left_out_with_its_key() -> None:
     spans = sdk_made_spans()
     server = next(s for s in spans if s.name == "server")
