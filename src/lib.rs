@@ -1,10 +1,13 @@
 //! fastctl's core: the keyed priority/delay scheduler (`scheduler`), the watch-frame
-//! decoder (`frames`) and the compact object cache (`cache`), all plain Rust, and their
-//! thin Python binding (`binding`, `cache_binding`), built by maturin into `fastctl._core`.
+//! decoder (`frames`), the compact object cache (`cache`) and the OTLP trace writer
+//! (`otlp`), all plain Rust, and their thin Python binding (`binding`, `cache_binding`,
+//! `otlp_binding`), built by maturin into `fastctl._core`.
 
 mod binding;
 pub mod cache;
 mod cache_binding;
 mod clock;
 pub mod frames;
+pub mod otlp;
+mod otlp_binding;
 pub mod scheduler;

@@ -1,7 +1,7 @@
 """Type stub of the Rust extension `fastctl._core` (see docs/scheduler.md)."""
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final, Literal, Self, TypedDict, final
+from typing import Any, Final, Literal, Self, TypedDict, final
 
 __all__ = [
     "MAX_DELAY",
@@ -400,3 +400,22 @@ class CompactMap:
     def label_values(self, key: str) -> list[tuple[str, str | None, str]]: ...
     def labels(self, name: str, namespace: str | None = None) -> dict[str, str]: ...
     def heap_bytes(self) -> int: ...
+
+def otlp_encode(groups: list[tuple[Any, ...]]) -> bytes:
+    """An OTLP ``ExportTraceServiceRequest``: per group ``(resource_attributes,
+    resource_schema_url, scope_name, scope_version, scope_attributes, scope_schema_url,
+    records)`` one ``ResourceSpans``; each record a `fastctl._otlp.SpanRecord`."""
+
+@final
+class SpanBuffer:
+    """Spans of one resource and scope written as OTLP protobuf as they end, until taken."""
+
+    def __init__(self, header: tuple[Any, ...], max_spans: int) -> None: ...
+    def add(self, record: tuple[Any, ...]) -> int:
+        """How many spans wait now; 0: dropped (full or closed)."""
+    def take(self, max: int) -> tuple[bytes, int] | None:
+        """A request of the first `max` spans, and their count; None when none waits."""
+    @property
+    def dropped(self) -> int: ...
+    def __len__(self) -> int: ...
+    def close(self) -> None: ...

@@ -89,7 +89,8 @@ def provider_from_environment() -> TracerProvider:
     ``OTEL_TRACES_EXPORTER`` (``otlp``, the default; ``console``; ``none``), and the OTLP
     exporter's own (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``..._TRACES_ENDPOINT``,
     ``..._HEADERS``, ``..._TIMEOUT``...), read by the exporter itself. Spans are exported
-    in batches (``OTEL_BSP_*``), off the event loop."""
+    in batches (``OTEL_BSP_*``), off the event loop; by OTLP, fastctl writes the protobuf
+    itself and sends it with the exporter's client (`fastctl._otlp`)."""
     resource = OtelResource.create()
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(OtelResource({"service.name": _DEFAULT_SERVICE}))
@@ -99,7 +100,9 @@ def provider_from_environment() -> TracerProvider:
         if name == "otlp":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            from fastctl._otlp import span_processor
+
+            provider.add_span_processor(span_processor(OTLPSpanExporter()))
         elif name == "console":
             provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
         elif name != "none":

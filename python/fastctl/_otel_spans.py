@@ -20,6 +20,11 @@ Only where nothing can tell the difference:
   ``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT``: values would have to be cut); the count
   limits (attributes, events, links) are kept.
 
+Where the one processor is fastctl's own OTLP export (`fastctl._otlp.OtlpExport`, what
+``fastctl run --tracing`` builds), not even the `ReadableSpan` is built: the span's end
+hands a tuple (`fastctl._otlp.SpanRecord`) to the export, which writes it as protobuf at
+once.
+
 Anything else (another processor, a tracer that is not the SDK's, internals that moved)
 makes spans through ``Tracer.start_span`` as before. What is skipped: the SDK's own
 metrics about its spans (``otel.sdk.span.*``, recorded only with a meter provider given
@@ -67,6 +72,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
+from fastctl._core import SpanBuffer
+from fastctl._otlp import OtlpExport
+
 __all__ = ["ROOT", "LightSpan", "SpanMaker"]
 
 ROOT = otel_context.Context()
@@ -88,6 +96,9 @@ _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
 
 _UNSET = Status(StatusCode.UNSET)
+
+_KINDS = {kind: kind.value + 1 for kind in SpanKind}
+"""A span kind as OTLP numbers it (`fastctl._otlp.SpanRecord`)."""
 
 
 def _blind(sampler: Sampler) -> bool:
@@ -138,6 +149,8 @@ class SpanMaker:
         self._checked: tuple[Any, ...] | None = None
         self._light = False
         self._processor: SynchronousMultiSpanProcessor | None = None
+        self._export: OtlpExport | None = None
+        self._sink: SpanBuffer | None = None
         self.sampler: Sampler | None = None
         self.blind = False
         """Whether the sampler decides without a span's attributes and links (the caller
@@ -175,6 +188,11 @@ class SpanMaker:
         if current is not self._checked:
             self._checked = current
             self._light = all(type(p) in _PLAIN_PROCESSORS for p in current)
+            self._export = None
+            if len(current) == 1 and type(current[0]) is OtlpExport:
+                self._light = True
+                self._export = current[0]
+                self._sink = current[0].sink(self._resource, self._scope)
         return self._light
 
     def start(
@@ -233,6 +251,37 @@ class SpanMaker:
         return LightSpan(self, name, context, parent_context, kind, attrs, given)
 
     def ended(self, span: LightSpan, end_time: int) -> None:
+        export, sink = self._export, self._sink
+        if export is not None and sink is not None:
+            context, parent, status = span._context, span._parent, span._status
+            if not context.trace_flags & _SAMPLED:
+                return  # recorded, not sampled: not exported (as the SDK's processors do)
+            state = context.trace_state
+            export.add(
+                sink,
+                (
+                    span._name,
+                    context.trace_id,
+                    context.span_id,
+                    state.to_header() if state else None,
+                    parent.span_id if parent is not None else None,
+                    parent is not None and parent.is_remote,
+                    _KINDS[span._kind],
+                    span._start,
+                    end_time,
+                    span._attributes,
+                    span._events,
+                    span._links,
+                    0 if status is _UNSET else status.status_code.value,
+                    None if status is _UNSET else status.description,
+                    0,
+                    0,
+                    0,
+                ),
+            )
+            return
+        if not self._checked:
+            return  # no processor (``OTEL_TRACES_EXPORTER=none``): no one to hand it to
         assert self._processor is not None
         self._processor.on_end(
             ReadableSpan(

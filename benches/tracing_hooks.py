@@ -1,0 +1,104 @@
+"""The tracing hooks of one Widget change in a loop: CPU per change, every thread counted.
+
+    .venv/bin/python benches/tracing_hooks.py MODE [CHANGES] [HEAP]
+
+A change as the Widget operator of benches/e2e makes it: the watch event of the update
+and a run with one request span (the status patch), then the echo's event and its no-op
+run: three spans, two links. MODE is where the spans go: ``drop`` (the SDK's
+`BatchSpanProcessor` and an exporter that drops them), ``otlp`` (fastctl's `OtlpExport`,
+every span written as protobuf, the sending stubbed) or ``sdk-otlp`` (the
+`BatchSpanProcessor` and the SDK's OTLP encoder, the sending stubbed; its queue may
+overflow, so a lower bound). HEAP long-lived objects (an operator's cache) make the
+collector's work show. No API server, no event loop: a diagnosis of the hooks' own cost,
+not an operator's.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from fastctl import _tracing
+from fastctl.types import ObjectRef
+
+
+class Drop(SpanExporter):
+    def export(self, spans: Any) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+class EncodeOnly(SpanExporter):
+    def export(self, spans: Any) -> SpanExportResult:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        encode_spans(spans).SerializePartialToString()
+        return SpanExportResult.SUCCESS
+
+
+class _Kind:
+    name = "APPLY"
+
+
+class Event:
+    """What the hooks read of a watch event."""
+
+    kind = _Kind()
+
+    def __init__(self, i: int) -> None:
+        self.meta = {"name": f"w{i}", "namespace": "default", "resourceVersion": str(i)}
+
+    def _meta(self) -> dict[str, str]:
+        return self.meta
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    changes = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
+    heap = [{"k": [i, str(i)]} for i in range(int(sys.argv[3]) if len(sys.argv) > 3 else 0)]
+    provider = TracerProvider()
+    if mode == "drop":
+        provider.add_span_processor(BatchSpanProcessor(Drop()))
+    elif mode == "otlp":
+        from fastctl._otlp import OtlpExport
+
+        provider.add_span_processor(OtlpExport(lambda data: None, lambda: None))
+    elif mode == "sdk-otlp":
+        provider.add_span_processor(BatchSpanProcessor(EncodeOnly()))
+    else:
+        sys.exit(f"unknown mode {mode}")
+    assert _tracing.enable(provider)
+    tracing = _tracing.active()
+    assert tracing is not None
+    controller = tracing.controller("widgets", "Widget")
+    scheduler = SimpleNamespace(failures=lambda key: 0, group_of=lambda key: None)
+
+    def change(i: int) -> None:
+        ref = ObjectRef("default", f"w{i % 1000}")
+        for echo in (False, True):
+            for trigger in controller.primary(Event(i), [ref]):
+                controller.queued(trigger)
+            run = controller.start(ref.key, scheduler)
+            run.enter()
+            if not echo:
+                path = f"/apis/g/v1/namespaces/default/widgets/w{i}/status"
+                _tracing.request_span("PATCH", path).answered(200)
+            run.end(None, None, 0.0, again=False)
+
+    for i in range(2000):  # warm up
+        change(i)
+    start = time.process_time()
+    for i in range(changes):
+        change(i)
+    provider.force_flush()
+    spent = time.process_time() - start
+    print(f"{mode}: {spent / changes * 1e6:.1f} µs a change (heap {len(heap)})")
+    _tracing.disable()
+
+
+if __name__ == "__main__":
+    main()
