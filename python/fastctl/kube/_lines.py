@@ -67,7 +67,8 @@ class FrameReader:
     ) -> None:
         self._content = content
         self._strip = strip
-        self._api_version, self._kind = identity if identity is not None else (None, None)
+        self._api_version: str | None = identity[0] if identity is not None else None
+        self._kind: str | None = identity[1] if identity is not None else None
         self._replace = replace
         self._max_line = max_line
         self._pending: list[bytes] = []
