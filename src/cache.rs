@@ -239,7 +239,7 @@ impl CompactMap {
     /// Every object, by namespace and then name. The tables' own order follows their
     /// hasher's seed, which is random per process: iterated as it is, a list's objects would
     /// be triggered in a different order in every run, and neither a simulation's seed nor a
-    /// test could replay one. Sorting costs O(n log n) per iteration (~10 ms at 100,000);
+    /// test could replay one. Sorting costs O(n log n) per iteration (~20 ms at 100,000);
     /// the API server lists in about this order too (etcd's ``namespace/name`` key order).
     pub fn iter(&self) -> impl Iterator<Item = &Packed> {
         sorted(self.objects.iter())
@@ -254,10 +254,28 @@ impl CompactMap {
 }
 
 /// `objects` by (namespace, name).
+///
+/// The keys are copied side by side first, each as ``namespace \0 name`` (no name holds a
+/// NUL, so their byte order is the (namespace, name) order): compared in place, every
+/// comparison would read two objects scattered over the heap, a cache miss or two each,
+/// about 1.7 million of them for 100,000 objects (a quarter of a second, measured).
 fn sorted<'a>(objects: impl Iterator<Item = &'a Packed>) -> std::vec::IntoIter<&'a Packed> {
-    let mut all: Vec<&Packed> = objects.collect();
-    all.sort_unstable_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
-    all.into_iter()
+    let all: Vec<&Packed> = objects.collect();
+    let mut keys: Vec<u8> = Vec::with_capacity(all.len() * 24);
+    let mut order: Vec<(usize, usize, usize)> = Vec::with_capacity(all.len());
+    for (i, p) in all.iter().enumerate() {
+        let start = keys.len();
+        keys.extend_from_slice(p.namespace().as_bytes());
+        keys.push(0);
+        keys.extend_from_slice(p.name().as_bytes());
+        order.push((start, keys.len(), i));
+    }
+    order.sort_unstable_by(|a, b| keys[a.0..a.1].cmp(&keys[b.0..b.1]));
+    order
+        .into_iter()
+        .map(|(_, _, i)| all[i])
+        .collect::<Vec<_>>()
+        .into_iter()
 }
 
 #[cfg(test)]
@@ -282,6 +300,31 @@ mod tests {
         );
         let owned: Vec<&str> = map.owned_by("o").map(Packed::name).collect();
         assert_eq!(owned, ["m", "b", "z", "0", "a"]);
+    }
+
+    #[test]
+    fn a_namespace_that_starts_another_sorts_before_it_whatever_the_names() {
+        let mut map = CompactMap::default();
+        for (ns, name) in [
+            ("a-b", "a"),
+            ("a", "z"),
+            ("a.b", "0"),
+            ("a", "-"),
+            ("", "a"),
+        ] {
+            map.insert(obj(ns, name, "o", "1"));
+        }
+        let keys: Vec<(&str, &str)> = map.iter().map(|p| (p.namespace(), p.name())).collect();
+        assert_eq!(
+            keys,
+            [
+                ("", "a"),
+                ("a", "-"),
+                ("a", "z"),
+                ("a-b", "a"),
+                ("a.b", "0")
+            ]
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The Python binding of `frames` and `cache`: `fastctl._core.decode_frame`, `decode_list`,
-//! `decode_object`, `Item` (one decoded object) and `CompactMap` (the cache's table).
+//! The Python binding of `frames` and `cache`: `fastctl._core.decode_frame`, `decode_lines`,
+//! `decode_list`, `decode_object`, `Item` (one decoded object) and `CompactMap` (the
+//! cache's table).
 //!
 //! Thin: arguments in, results out, a decoding error as `ValueError` with the decoder's
 //! message (the watcher raises it as `WatchStreamError`). Keys cross as (name, namespace),
@@ -154,12 +155,45 @@ fn decode_frame<'py>(
     replace_identity: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let opts = options(strip_managed_fields, api_version, kind, replace_identity);
-    match frames::decode_frame(line, opts).map_err(value_error)? {
+    frame_tuple(py, frames::decode_frame(line, opts).map_err(value_error)?)
+}
+
+fn frame_tuple<'py>(py: Python<'py>, frame: Frame) -> PyResult<Bound<'py, PyTuple>> {
+    match frame {
         Frame::Error(status) => ("ERROR", PyBytes::new(py, &status)).into_pyobject(py),
         Frame::Object(etype, object) => {
             (etype, Bound::new(py, PyItem::of(*object))?).into_pyobject(py)
         }
     }
+}
+
+/// Every complete line of a watch stream's `buffer`: ``(frames, used, error, line)``, the
+/// frames as `decode_frame` gives them (blank lines skipped), how many bytes the lines took
+/// (the rest waits for more), and for a malformed line, the decoder's message and the line
+/// (the frames before it are kept; none after it is read); a line over `max_line` bytes is
+/// one. Decoded without holding the GIL.
+#[pyfunction]
+#[pyo3(signature = (buffer, strip_managed_fields=false, api_version=None, kind=None, replace_identity=false, max_line=usize::MAX))]
+fn decode_lines<'py>(
+    py: Python<'py>,
+    buffer: &[u8],
+    strip_managed_fields: bool,
+    api_version: Option<&str>,
+    kind: Option<&str>,
+    replace_identity: bool,
+    max_line: usize,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let opts = options(strip_managed_fields, api_version, kind, replace_identity);
+    let lines = py.detach(|| frames::decode_lines(buffer, opts, max_line));
+    let list = PyList::empty(py);
+    for frame in lines.frames {
+        list.append(frame_tuple(py, frame)?)?;
+    }
+    let (message, line) = match lines.error {
+        Some((frames::Error(message), line)) => (Some(message), Some(PyBytes::new(py, &line))),
+        None => (None, None),
+    };
+    (list, lines.used, message, line).into_pyobject(py)
 }
 
 /// One object's JSON: an `Item` (a transform's result, a dict put in a store). `lenient`:
@@ -432,6 +466,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyItem>()?;
     m.add_class::<PyCompactMap>()?;
     m.add_function(wrap_pyfunction!(decode_frame, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_lines, m)?)?;
     m.add_function(wrap_pyfunction!(decode_object, m)?)?;
     m.add_function(wrap_pyfunction!(decode_list, m)?)?;
     Ok(())

@@ -211,6 +211,52 @@ pub fn decode_frame(line: &[u8], options: Options<'_>) -> Result<Frame, Error> {
     Ok(Frame::Object(etype, Box::new(decoded)))
 }
 
+/// The complete lines at the start of a watch stream's buffer, decoded: what
+/// `decode_lines` read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lines {
+    /// The frames of the lines read, in order (blank lines have none).
+    pub frames: Vec<Frame>,
+    /// How many bytes of the buffer the lines took (through the last newline read).
+    pub used: usize,
+    /// The first malformed line, with what is wrong with it: the lines after it are not
+    /// read (the stream is resumed from the last good resourceVersion instead).
+    pub error: Option<(Error, Vec<u8>)>,
+}
+
+/// Every complete line (ending in a newline) of `buffer`, decoded as `decode_frame`
+/// decodes one; lines of whitespace only are skipped, bytes after the last newline are
+/// left for the next read; a line longer than `max_line` bytes (its newline included) is
+/// an error. Many lines in one call: a streaming list of 100,000 objects is 100,000 lines,
+/// and a call per line, with a read per line before it, costs more than the decoding.
+pub fn decode_lines(buffer: &[u8], options: Options<'_>, max_line: usize) -> Lines {
+    let mut lines = Lines {
+        frames: Vec::new(),
+        used: 0,
+        error: None,
+    };
+    while let Some(end) = buffer[lines.used..].iter().position(|&b| b == b'\n') {
+        let line = &buffer[lines.used..lines.used + end + 1];
+        lines.used += end + 1;
+        if line.len() > max_line {
+            let problem = format!("watch line longer than {max_line} bytes");
+            lines.error = Some((Error(problem), line.to_vec()));
+            break;
+        }
+        if line.iter().all(|b| b" \t\n\r\x0b\x0c".contains(b)) {
+            continue;
+        }
+        match decode_frame(line, options) {
+            Ok(frame) => lines.frames.push(frame),
+            Err(error) => {
+                lines.error = Some((error, line.to_vec()));
+                break;
+            }
+        }
+    }
+    lines
+}
+
 /// Decode one object on its own (an object a transform returned, a dict put in a store).
 pub fn decode_object(json: &[u8], options: Options<'_>) -> Result<Object, Error> {
     let start = first_byte(json);

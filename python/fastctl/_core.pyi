@@ -11,6 +11,7 @@ __all__ = [
     "Scheduler",
     "__version__",
     "decode_frame",
+    "decode_lines",
     "decode_list",
     "decode_object",
 ]
@@ -354,6 +355,18 @@ def decode_frame(
 ) -> tuple[str, Item | bytes]:
     """A watch line: (type, Item), or ("ERROR", the Status's JSON); ValueError naming what
     is wrong."""
+
+def decode_lines(
+    buffer: bytes,
+    strip_managed_fields: bool = False,
+    api_version: str | None = None,
+    kind: str | None = None,
+    replace_identity: bool = False,
+    max_line: int = ...,
+) -> tuple[list[tuple[str, Item | bytes]], int, str | None, bytes | None]:
+    """Every complete line of a watch stream's buffer: (frames, bytes used, and for a
+    malformed line, or one over `max_line` bytes, its error message and the line; none
+    after it is read)."""
 
 def decode_object(
     json: bytes,

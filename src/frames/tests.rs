@@ -303,3 +303,45 @@ fn lenient_objects_need_only_a_name() {
     let unnamed = decode_object(br#"{"metadata":{}}"#, lenient).unwrap_err();
     assert!(unnamed.0.contains("metadata.name"), "{unnamed}");
 }
+
+#[test]
+fn lines_are_decoded_up_to_the_last_newline_and_blank_ones_skipped() {
+    let a = frame("ADDED", CM);
+    let b = frame("MODIFIED", CM);
+    let buffer = format!("{a}\n \r\n{b}\n{}", &a[..20]);
+    let lines = decode_lines(buffer.as_bytes(), strip(), usize::MAX);
+    let types: Vec<String> = lines.frames.into_iter().map(|f| object_of(f).0).collect();
+    assert_eq!(types, ["ADDED", "MODIFIED"]);
+    assert_eq!(lines.used, buffer.len() - 20);
+    assert_eq!(lines.error, None);
+}
+
+#[test]
+fn a_malformed_line_ends_the_lines_read_with_what_is_wrong_and_the_line() {
+    let a = frame("ADDED", CM);
+    let bad = r#"{"type":"ADDED","object":{"metadata":{}}}"#;
+    let buffer = format!("{a}\n{bad}\n{a}\n");
+    let lines = decode_lines(buffer.as_bytes(), plain(), usize::MAX);
+    assert_eq!(lines.frames.len(), 1);
+    let (error, line) = lines.error.expect("the second line is malformed");
+    assert!(error.0.contains("metadata.name"), "{error}");
+    assert_eq!(line, format!("{bad}\n").into_bytes());
+}
+
+#[test]
+fn no_newline_reads_nothing() {
+    let lines = decode_lines(frame("ADDED", CM).as_bytes(), plain(), usize::MAX);
+    assert_eq!((lines.frames.len(), lines.used, lines.error), (0, 0, None));
+}
+
+#[test]
+fn a_line_over_the_limit_is_an_error_even_when_complete() {
+    let a = frame("ADDED", CM);
+    let buffer = format!("{a}\n{a}\n");
+    let lines = decode_lines(buffer.as_bytes(), plain(), a.len() + 1);
+    assert_eq!(lines.frames.len(), 2);
+    let lines = decode_lines(buffer.as_bytes(), plain(), a.len());
+    assert_eq!(lines.frames.len(), 0);
+    let (error, _) = lines.error.expect("the first line is too long");
+    assert_eq!(error.0, format!("watch line longer than {} bytes", a.len()));
+}

@@ -60,6 +60,34 @@ def test_a_primary_list_triggers_the_swapped_store_at_init_done_only() -> None:
     assert list(primary_triggers(gone, store)) == []
 
 
+def test_a_list_triggers_the_store_as_it_was_at_init_done_however_late_they_are_sent() -> None:
+    """The refs are made as the triggers are sent (the first reconciles need not wait for a
+    ref per object of a large list), but of the keys held at ``INIT_DONE``: an object that
+    comes or goes meanwhile is its own event's business, not the list's."""
+    store = Store()
+    for event in listed("b", "a", "c"):
+        store.apply(event)
+    triggers = primary_triggers(DONE, store)
+    store.apply(ObjectEvent(EventKind.APPLY, obj("d")))
+    store.apply(ObjectEvent(EventKind.DELETE, obj("a")))
+    sent = [t for t in triggers if isinstance(t, Trigger)]
+    assert [t.ref for t in sent] == [ObjectRef(n, "ns") for n in ("a", "b", "c")]
+    assert {(t.priority, t.reason) for t in sent} == {(INITIAL_LIST_PRIORITY, "list")}
+
+
+def test_the_empty_namespace_s_list_of_a_set_triggers_no_cluster_scoped_object() -> None:
+    """A set of namespaces frames its own first list as namespace ``""``, which holds no
+    object; the store keys a cluster-scoped object by the empty namespace internally, and
+    that must not make the frame trigger it."""
+    store = Store()
+    node = ObjectEvent(EventKind.APPLY, {"metadata": {"name": "node-1"}})
+    store.apply(node)
+    assert list(primary_triggers(ListFrame(EventKind.INIT_DONE, ""), store)) == []
+    assert [t.ref for t in primary_triggers(DONE, store) if isinstance(t, Trigger)] == [
+        ObjectRef("node-1")
+    ]
+
+
 def test_a_relation_list_triggers_at_init_done_and_its_relist_reports_what_vanished() -> None:
     related = RelatedTriggers(to_target, "child", controller="c", kind="K")
     assert feed(related, INIT, apply("x", "w1"), apply("y", "w2"), apply("z", None)) == []

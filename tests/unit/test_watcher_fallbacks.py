@@ -39,7 +39,7 @@ class _Content:
     def __init__(self, lines: list[bytes]) -> None:
         self._lines = list(lines)
 
-    async def readline(self, max_line_length: int = 0) -> bytes:
+    async def readany(self) -> bytes:
         await asyncio.sleep(0)
         return self._lines.pop(0) if self._lines else b""
 

@@ -136,6 +136,13 @@ class Store(Mapping[ObjectRef, Obj]):
         get = self._map.get
         return [_loads(data) for ref in refs if (data := get(ref.name, ref.namespace))]
 
+    def _keys(self, namespace: str | None = None) -> builtins.list[tuple[str, str | None]]:
+        """``(name, namespace)`` of every cached object (of `namespace` when given), in the
+        order of iteration: the refs without an `ObjectRef` made for each."""
+        if namespace == "":  # the extension's key of a cluster-scoped object: none has it
+            return []
+        return self._map.keys(namespace)
+
     def _version(self, ref: ObjectRef) -> tuple[str | None, str | None] | None:
         """The object's ``(uid, resourceVersion)``, or None if it is not cached: without
         parsing it (the read-your-writes bookkeeping asks on every write)."""

@@ -42,14 +42,15 @@ every failure the API server or the network can produce into a retry:
   off, or an older server ignores the parameter), `shard_filter` keeps on the client only
   the objects the selector would have returned, so both paths give the same objects.
 
-Frames and list pages are decoded once, in the extension (`fastctl._core.decode_frame`,
+Frames and list pages are decoded once, in the extension (`fastctl._core.decode_lines`,
 ``decode_list``), from the raw response bytes, never through kubernetes-asyncio's models:
 the type, the object's JSON (without managedFields when stripped) and the metadata fastctl
-reads, checked there. List items get their ``apiVersion``/``kind`` filled in (the API
-server omits them inside lists), so every object looks the same whichever path it came
-by. An event parses its object into a dict only when something reads ``event.obj`` (a
-transform, secret redaction, an event filter, a mapper of ``watches``); the store keeps
-the bytes.
+reads, checked there. A watch stream is read as it arrives, every complete line of what
+arrived decoded in one call (`fastctl.kube._lines`), not a read and a call per line. List
+items get their ``apiVersion``/``kind`` filled in (the API server omits them inside
+lists), so every object looks the same whichever path it came by. An event parses its
+object into a dict only when something reads ``event.obj`` (a transform, secret
+redaction, an event filter, a mapper of ``watches``); the store keeps the bytes.
 """
 
 from __future__ import annotations
@@ -63,7 +64,6 @@ from typing import Any, Literal, TypeAlias
 
 import aiohttp
 import orjson
-from aiohttp.http_exceptions import LineTooLong
 from kubernetes_asyncio.client import ApiClient
 
 from fastctl._clock import monotonic
@@ -73,6 +73,7 @@ from fastctl._redact import is_sensitive, remember
 from fastctl.errors import ApiError, WatchError, WatchStreamError
 from fastctl.kube._http import error_from_response, request, retry_after_header
 from fastctl.kube._kubeconfig_check import invalid_url_error
+from fastctl.kube._lines import FrameReader
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import Backoff, resolve_patiently
 from fastctl.kube._transforms import Transform, apply_transform
@@ -785,15 +786,18 @@ class _Watcher:
                 raise err
             if state.needs_list:
                 yield _INIT
-            lines = 0
-            content = resp.content
-            strip = bool(self.config.strip_managed_fields)
+            received = False
             identity, replace = self._identity(listed=False)
+            reader = FrameReader(
+                resp.content,
+                strip=bool(self.config.strip_managed_fields),
+                identity=identity,
+                replace=replace,
+                max_line=_MAX_LINE,
+            )
             while True:
                 try:
-                    line = await content.readline(max_line_length=_MAX_LINE)
-                except LineTooLong:
-                    raise WatchStreamError(f"watch line longer than {_MAX_LINE} bytes") from None
+                    batch = await reader.read()
                 except TimeoutError:
                     # No byte, not even a bookmark, for read_timeout seconds: presume the
                     # connection dead and reconnect at once (no backoff: nothing failed).
@@ -801,48 +805,38 @@ class _Watcher:
                     if state.needs_list:
                         raise
                     return
-                if not line:
+                if batch is None:
                     break
-                lines += 1
-                if lines == 1 and not state.needs_list:
+                if not received and not state.needs_list:
                     # A stream that carries something is the success that resets the
                     # backoff; one accepted but ending empty at once is not (see below).
                     self.backoff.reset()
-                if not line.endswith(b"\n"):
-                    raise WatchStreamError(f"watch stream truncated mid-line ({len(line)} bytes)")
-                if line.isspace():
-                    continue
-                try:
-                    etype, payload = decode_watch_line(
-                        line, strip_managed_fields=strip, identity=identity, replace=replace
-                    )
-                except WatchStreamError as exc:
+                received = True
+                for etype, payload in batch.frames:
+                    event = self._event(etype, payload)
+                    if event is None:
+                        continue
+                    if event.kind is EventKind.INIT_DONE:
+                        self.backoff.reset()
+                    yield event
+                if batch.error is not None:
+                    line = batch.line
                     log.error(
                         "%s: %s: %s; resuming from resourceVersion %s",
                         self,
-                        exc,
+                        batch.error,
                         f"{len(line)} bytes" if self.sensitive else repr(line[:200]),
                         state.rv,
                     )
-                    raise
-                # The line is decoded: let it go before the next one is read, so the
-                # cache's objects are not laid out between two live lines (a heap
-                # fragmented so cost about 150 B of RSS per cached object).
-                del line
-                event = self._event(etype, payload)
-                if event is None:
-                    continue
-                if event.kind is EventKind.INIT_DONE:
-                    self.backoff.reset()
-                yield event
+                    raise WatchStreamError(batch.error)
         if state.needs_list:
             raise WatchStreamError("watch ended before the initial list was complete")
-        if lines == 0 and monotonic() - started < 1.0:
+        if not received and monotonic() - started < 1.0:
             # An empty stream that ends at once would otherwise be a busy loop; and since
             # it did not reset the backoff, a server (or proxy) that keeps doing it is
             # asked less and less often, as after any other failure.
             await asyncio.sleep(self.backoff.next_delay())
-        elif lines == 0:
+        elif not received:
             self.backoff.reset()  # quiet but held open: a healthy watch of a quiet resource
 
     def _event(self, etype: str, payload: Item | bytes | dict[str, Any]) -> WatchEvent | None:

@@ -40,6 +40,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from fastctl.kube._store import Store
 from fastctl.kube._watcher import EventKind, ObjectEvent, WatchEvent
 from fastctl.runtime._filters import EventFilter
 from fastctl.types import Mapper, ObjectRef, Trigger
@@ -64,15 +65,35 @@ def primary_triggers(
     if event.kind is EventKind.APPLY:
         return (event._ref(),)
     if event.kind is EventKind.INIT_DONE:
-        # A snapshot of the refs: the caller awaits between triggers, the store moves on.
+        # A snapshot of the keys: the caller awaits between triggers, the store moves on.
         # The list of one namespace of a set triggers that namespace's objects.
         ns = event.namespace
-        refs = list(store) if ns is None else [ref for ref in store if ref.namespace == ns]
-        if event_filter is not None:
-            passing = event_filter.take_listed(ns)
-            refs = [ref for ref in refs if ref in passing]
-        return (Trigger(ref, priority=INITIAL_LIST_PRIORITY, reason="list") for ref in refs)
+        keys = _keys(store, ns)
+        passing = event_filter.take_listed(ns) if event_filter is not None else None
+        return _listed(keys, passing)
     return ()
+
+
+def _keys(store: Mapping[ObjectRef, Any], namespace: str | None) -> list[tuple[str, str | None]]:
+    """``(name, namespace)`` of every object of `store` (of `namespace` when given), now.
+
+    Taken from a `Store` without an `ObjectRef` each: a list's triggers make their refs as
+    they are sent, so the first of them are queued, and the first reconciles start, without
+    waiting for a ref per object of a large list (a third of a second at 100,000)."""
+    if isinstance(store, Store):
+        return store._keys(namespace)
+    return [(ref.name, ref.namespace) for ref in store if namespace in (None, ref.namespace)]
+
+
+def _listed(
+    keys: list[tuple[str, str | None]], passing: set[ObjectRef] | None
+) -> Iterator[Trigger]:
+    """The list's trigger of each key (of those in `passing`, when given)."""
+    trusted = ObjectRef._trusted
+    for name, namespace in keys:
+        ref = trusted(name, namespace)
+        if passing is None or ref in passing:
+            yield Trigger(ref, priority=INITIAL_LIST_PRIORITY, reason="list")
 
 
 class RelatedTriggers:

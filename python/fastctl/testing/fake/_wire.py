@@ -2,11 +2,11 @@
 watch stream read line by line, and ``Status`` bodies.
 
 fastctl's HTTP layer (`fastctl.kube._http.request`) reads a response's ``status``, its body
-(``read()``) or its stream (``content.readline()``), and releases it. `Response` is that,
-from memory; `WatchStream` is a watch's body, replayed from the server's history (one
-resourceVersion counter, so a watch resumes exactly after the version it names), ending
-cleanly at the watch's server-side timeout and breaking (a dropped connection) when the
-server cuts it.
+(``read()``) or its stream (``content.readany()``: what has arrived, here one line at a
+time), and releases it. `Response` is that, from memory; `WatchStream` is a watch's body,
+replayed from the server's history (one resourceVersion counter, so a watch resumes
+exactly after the version it names), ending cleanly at the watch's server-side timeout and
+breaking (a dropped connection) when the server cuts it.
 """
 
 from __future__ import annotations
@@ -150,6 +150,11 @@ class WatchStream:
             self.present.discard(key)
             return "DELETED"
         return None
+
+    async def readany(self) -> bytes:
+        """The next line, as a chunk of the stream (a real one may hold many lines, or part
+        of one); ``b""`` at the end."""
+        return await self.readline()
 
     async def readline(self, max_line_length: int = 0) -> bytes:
         server = self.server
