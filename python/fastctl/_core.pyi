@@ -9,11 +9,13 @@ __all__ = [
     "CompactMap",
     "Item",
     "Scheduler",
+    "SpanBuffer",
     "__version__",
     "decode_frame",
     "decode_lines",
     "decode_list",
     "decode_object",
+    "otlp_encode",
 ]
 
 __version__: Final[str]
@@ -423,7 +425,7 @@ def otlp_encode(groups: list[tuple[Any, ...]]) -> bytes:
 class SpanBuffer:
     """Spans of one resource and scope written as OTLP protobuf as they end, until taken."""
 
-    def __init__(self, header: tuple[Any, ...], max_spans: int) -> None: ...
+    def __new__(cls, header: tuple[Any, ...], max_spans: int) -> Self: ...
     def add(self, record: tuple[Any, ...]) -> int:
         """How many spans wait now; 0: dropped (full or closed)."""
     def take(self, max: int) -> tuple[bytes, int] | None:
