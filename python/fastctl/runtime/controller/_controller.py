@@ -3,7 +3,8 @@
 A controller watches its primary resource into a `Store` (the reflector), and turns every
 change into a trigger for that object; `owns` and `watches` add watches of related
 resources whose changes trigger the objects they map to; `reconcile_all_on` re-triggers
-every cached object whenever an external stream yields. All triggers flow through one
+every cached object whenever an external stream yields, `reconcile_on` the object of each
+ref an external stream yields. All triggers flow through one
 bounded `Channel` into the applier, which runs the reconciles on its own `Scheduler`.
 
 The builder methods collect a frozen `ControllerSpec` (``ctl.spec``); `run` and `stream`
@@ -189,6 +190,7 @@ class Controller:
         """Why each queued object is queued, for `inspect`, once `record_reasons` is on."""
         self._relations: list[Relation] = []
         self._resync_sources: list[AsyncIterable[Any]] = []
+        self._trigger_sources: list[AsyncIterable[ObjectRef]] = []
         self._shutdown_requested = False
         self._run: ControllerRun | None = None
 
@@ -306,6 +308,17 @@ class Controller:
         self._resync_sources.append(source)
         return self
 
+    def reconcile_on(self, source: AsyncIterable[ObjectRef]) -> Controller:
+        """Each `ObjectRef` `source` yields triggers that object: for changes the API server
+        does not show (a webhook of an external system, a message queue, a cloud API
+        polled). As for every trigger, the reconcile gets the object from the cache: a ref
+        the cache does not hold (not created yet, deleted, another shard's, outside the
+        controller's namespaces or selector) triggers nothing. Anything but an `ObjectRef`
+        stops the controller with a `TypeError` naming it, as a failing source does."""
+        self._check_not_running()
+        self._trigger_sources.append(source)
+        return self
+
     def _check_not_running(self) -> None:
         if self._run is not None:
             raise RuntimeError(f"controller {self.name} is running: configure it before")
@@ -326,6 +339,7 @@ class Controller:
             namespace=self.namespace,
             relations=tuple(self._relations),
             resync_sources=tuple(self._resync_sources),
+            trigger_sources=tuple(self._trigger_sources),
             event_filter=self.event_filter,
             ignore_own_writes=self.ignore_own_writes,
             recorder=self.recorder,

@@ -145,6 +145,9 @@ class ControllerRun:
                 )
             for source in spec.resync_sources:
                 tasks.append(loop.create_task(self._resync(source), name=f"{spec.name}:resync"))
+            for refs in spec.trigger_sources:
+                name = f"{spec.name}:reconcile_on"
+                tasks.append(loop.create_task(self._trigger(refs), name=name))
             failures: list[BaseException] = []
             for task in tasks:
                 task.add_done_callback(lambda t: _stop_on_failure(t, triggers, failures))
@@ -387,6 +390,18 @@ class ControllerRun:
             async for _ in source:
                 for ref in list(self.store):
                     await self.triggers.put(Trigger(ref, reason="reconcile_all_on"))
+        except ChannelClosed:
+            return
+
+    async def _trigger(self, source: AsyncIterable[ObjectRef]) -> None:
+        try:
+            async for ref in source:
+                if not isinstance(ref, ObjectRef):
+                    raise TypeError(
+                        f"reconcile_on of {self.spec.name} yielded {type(ref).__name__} "
+                        f"{ref!r}: expected an ObjectRef"
+                    )
+                await self.triggers.put(Trigger(ref, reason="reconcile_on"))
         except ChannelClosed:
             return
 

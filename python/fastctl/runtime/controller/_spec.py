@@ -22,7 +22,7 @@ from fastctl.kube._watcher import WatchConfig
 from fastctl.runtime._children import RelatedCache
 from fastctl.runtime._filters import Predicate
 from fastctl.runtime._read_your_writes import ReadYourWrites
-from fastctl.types import ErrorPolicy, Mapper, Reconcile
+from fastctl.types import ErrorPolicy, Mapper, ObjectRef, Reconcile
 
 __all__ = ["INHERIT", "PRIMARY", "ControllerSpec", "Relation", "WatchUse"]
 
@@ -96,6 +96,7 @@ class ControllerSpec:
     namespace: NamespaceScope
     relations: tuple[Relation, ...]
     resync_sources: tuple[AsyncIterable[Any], ...]
+    trigger_sources: tuple[AsyncIterable[ObjectRef], ...]
     event_filter: Predicate | None
     ignore_own_writes: bool
     recorder: Recorder | None
