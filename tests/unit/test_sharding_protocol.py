@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -366,3 +367,28 @@ def test_a_member_cut_off_stops_before_the_others_take_its_slots() -> None:
         assert cluster.violations == []
 
     run_virtual(main())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="open defect: with members partitioned and one crashing, slots 1, 5, 6 and 7 are "
+    "active on m0 and m1 at once for about a second (t=40.2-41.0); found by the property "
+    "above in CI, on the code of the start of this work too",
+)
+def test_known_overlap_after_partitions_and_a_crash() -> None:
+    """The property test's counterexample, replayed as Hypothesis runs an example (the
+    global `random` seeded with 0: the members' retry jitter reads it). Strict: once the
+    protocol is fixed this passes, fails as an xfail, and should become a plain test."""
+    faults = [
+        (0.0, "leave", 6),
+        (0.0, "partition", 1),
+        (0.0, "partition", 1),
+        (0.0, "partition", 4),
+        (11.0, "partition", 0),
+        (41.0, "crash", 0),
+    ]
+    random.seed(0)
+    test_no_slot_on_two_members_and_every_slot_served.hypothesis.inner_test(  # type: ignore[attr-defined]
+        members=4, faults=faults, seed=385172
+    )
