@@ -340,9 +340,16 @@ class ShardMember:
         )
 
     def _end_tenure(self, reason: str) -> None:
-        """The tenure ran out: stop serving everything at once (rule 2)."""
+        """The tenure ran out: stop serving everything at once (rule 2).
+
+        The timer may run a hair before the deadline: an event loop runs the timers due
+        within its clock's resolution, and ``now + (deadline - now)`` can round below
+        ``deadline``. Checked at that reading, the tenure would still hold, nothing would
+        stop and no timer would be left: the tenure would lapse with its reconciles still
+        running. The timer is armed for the deadline and nothing else, so it ends the
+        tenure at the deadline."""
         self._timer = None
-        stopped = self._rules.check(self._now())
+        stopped = self._rules.check(max(self._now(), self._rules.deadline))
         if stopped:
             self._stopped(frozenset(stopped), reason)
 
