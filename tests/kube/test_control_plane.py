@@ -206,6 +206,23 @@ async def test_crd_with_status_subresource(client: ApiClient, namespace: str) ->
     await custom.delete_namespaced_custom_object(group, version, namespace, plural, "w1")
 
 
+async def _once_allowed(alice: k8s.CoreV1Api, namespace: str) -> Any:
+    """Alice's ConfigMap list once her new binding is in force.
+
+    The RBAC authorizer reads Roles and bindings from an informer cache, so a binding
+    takes effect a moment after it is created: a 403 in that moment is expected, one
+    that lasts 30 s is not.
+    """
+    deadline = time.monotonic() + 30.0
+    while True:
+        try:
+            return await alice.list_namespaced_config_map(namespace)
+        except ApiException as denied:
+            if denied.status != 403 or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.1)
+
+
 async def test_restricted_user_is_denied_until_bound(
     control_plane: ControlPlane, client: ApiClient, namespace: str
 ) -> None:
@@ -239,7 +256,7 @@ async def test_restricted_user_is_denied_until_bound(
                 ],
             },
         )
-        listed = await k8s.CoreV1Api(alice).list_namespaced_config_map(namespace)
+        listed = await _once_allowed(k8s.CoreV1Api(alice), namespace)
         assert listed.items == []
         with pytest.raises(ApiException) as still_denied:
             await k8s.CoreV1Api(alice).create_namespaced_config_map(
