@@ -258,6 +258,28 @@ fn key_tuple<'py>(py: Python<'py>, p: &Packed) -> PyResult<Bound<'py, PyTuple>> 
     (p.name(), none_if_empty(p.namespace())).into_pyobject(py)
 }
 
+/// Reads copy what they return out of the map (one `Arc` per object) under a borrow that
+/// ends before any Python container is made. Making a list, tuple or dict can run the
+/// garbage collector and a finalizer's Python code with it, and that code can hand the GIL
+/// to another thread: a borrow still held then would make the loop thread's `put` fail
+/// with "Already borrowed" while a plain-function reconcile reads the cache on its thread.
+/// Bytes and strings are not collected objects, so `get`, `remove` and `label` convert
+/// under the borrow.
+impl PyCompactMap {
+    fn picked(slf: &Bound<'_, Self>, pick: impl Fn(&Packed) -> bool) -> Vec<Packed> {
+        slf.borrow()
+            .map
+            .iter()
+            .filter(|p| pick(p))
+            .cloned()
+            .collect()
+    }
+
+    fn one(slf: &Bound<'_, Self>, name: &str, namespace: Option<&str>) -> Option<Packed> {
+        slf.borrow().map.get(ns_of(namespace), name).cloned()
+    }
+}
+
 #[pymethods]
 impl PyCompactMap {
     #[new]
@@ -306,10 +328,17 @@ impl PyCompactMap {
 
     /// ``(uid, resourceVersion)`` of the object (each None when it has none), or None.
     #[pyo3(signature = (name, namespace=None))]
-    fn version(&self, name: &str, namespace: Option<&str>) -> Option<(Option<&str>, Option<&str>)> {
-        self.map
-            .get(ns_of(namespace), name)
-            .map(|p| (none_if_empty(p.uid()), none_if_empty(p.resource_version())))
+    fn version<'py>(
+        slf: &Bound<'py, Self>,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        Self::one(slf, name, namespace)
+            .map(|p| {
+                (none_if_empty(p.uid()), none_if_empty(p.resource_version()))
+                    .into_pyobject(slf.py())
+            })
+            .transpose()
     }
 
     /// Take the object out: its JSON, or None.
@@ -327,12 +356,11 @@ impl PyCompactMap {
 
     /// Every key, as ``(name, namespace)``; of one `namespace` when given.
     #[pyo3(signature = (namespace=None))]
-    fn keys<'py>(&self, py: Python<'py>, namespace: Option<&str>) -> PyResult<Bound<'py, PyList>> {
+    fn keys<'py>(slf: &Bound<'py, Self>, namespace: Option<&str>) -> PyResult<Bound<'py, PyList>> {
+        let py = slf.py();
         let list = PyList::empty(py);
-        for p in self.map.iter() {
-            if namespace.is_none_or(|ns| ns == p.namespace()) {
-                list.append(key_tuple(py, p)?)?;
-            }
+        for p in Self::picked(slf, |p| namespace.is_none_or(|ns| ns == p.namespace())) {
+            list.append(key_tuple(py, &p)?)?;
         }
         Ok(list)
     }
@@ -340,24 +368,23 @@ impl PyCompactMap {
     /// The JSON of every object; of one `namespace` when given.
     #[pyo3(signature = (namespace=None))]
     fn values<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         namespace: Option<&str>,
     ) -> PyResult<Bound<'py, PyList>> {
+        let py = slf.py();
         let list = PyList::empty(py);
-        for p in self.map.iter() {
-            if namespace.is_none_or(|ns| ns == p.namespace()) {
-                list.append(PyBytes::new(py, p.json()))?;
-            }
+        for p in Self::picked(slf, |p| namespace.is_none_or(|ns| ns == p.namespace())) {
+            list.append(PyBytes::new(py, p.json()))?;
         }
         Ok(list)
     }
 
     /// The JSON of the objects whose controller owner has this uid.
-    fn owned_by<'py>(&self, py: Python<'py>, uid: &str) -> PyResult<Bound<'py, PyList>> {
-        let list = PyList::empty(py);
-        for p in self.map.owned_by(uid) {
-            list.append(PyBytes::new(py, p.json()))?;
+    fn owned_by<'py>(slf: &Bound<'py, Self>, uid: &str) -> PyResult<Bound<'py, PyList>> {
+        let owned: Vec<Packed> = slf.borrow().map.owned_by(uid).cloned().collect();
+        let list = PyList::empty(slf.py());
+        for p in owned {
+            list.append(PyBytes::new(slf.py(), p.json()))?;
         }
         Ok(list)
     }
@@ -366,21 +393,22 @@ impl PyCompactMap {
     /// namespace, json)`` each.
     #[pyo3(signature = (other, namespace=None))]
     fn missing_from<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         other: &Bound<'py, PyCompactMap>,
         namespace: Option<&str>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let other = other.borrow();
+        let missing = {
+            let other = other.borrow();
+            Self::picked(slf, |p| {
+                namespace.is_none_or(|ns| ns == p.namespace())
+                    && other.map.get(p.namespace(), p.name()).is_none()
+            })
+        };
+        let py = slf.py();
         let list = PyList::empty(py);
-        for p in self.map.iter() {
-            if namespace.is_some_and(|ns| ns != p.namespace()) {
-                continue;
-            }
-            if other.map.get(p.namespace(), p.name()).is_none() {
-                let (name, ns) = (p.name(), none_if_empty(p.namespace()));
-                list.append((name, ns, PyBytes::new(py, p.json())))?;
-            }
+        for p in missing {
+            let (name, ns) = (p.name(), none_if_empty(p.namespace()));
+            list.append((name, ns, PyBytes::new(py, p.json())))?;
         }
         Ok(list)
     }
@@ -429,12 +457,16 @@ impl PyCompactMap {
     }
 
     /// ``(name, namespace, value)`` of every object labelled `key`.
-    fn label_values<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyList>> {
-        let list = PyList::empty(py);
-        for p in self.map.iter() {
-            if let Some(value) = frames::label_of(p.json(), key) {
-                list.append((p.name(), none_if_empty(p.namespace()), value))?;
-            }
+    fn label_values<'py>(slf: &Bound<'py, Self>, key: &str) -> PyResult<Bound<'py, PyList>> {
+        let labelled: Vec<(Packed, String)> = slf
+            .borrow()
+            .map
+            .iter()
+            .filter_map(|p| frames::label_of(p.json(), key).map(|value| (p.clone(), value)))
+            .collect();
+        let list = PyList::empty(slf.py());
+        for (p, value) in labelled {
+            list.append((p.name(), none_if_empty(p.namespace()), value))?;
         }
         Ok(list)
     }
@@ -442,13 +474,12 @@ impl PyCompactMap {
     /// The labels of the object, as a new dict (empty when it is absent).
     #[pyo3(signature = (name, namespace=None))]
     fn labels<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         name: &str,
         namespace: Option<&str>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let dict = PyDict::new(py);
-        if let Some(p) = self.map.get(ns_of(namespace), name) {
+        let dict = PyDict::new(slf.py());
+        if let Some(p) = Self::one(slf, name, namespace) {
             for (k, v) in frames::labels_of(p.json()) {
                 dict.set_item(k, v)?;
             }
