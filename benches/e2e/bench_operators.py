@@ -22,7 +22,8 @@ anything else (the event caused by that very patch) is a no-op.
 - ``fastctl-otlp``: ``fastctl`` with tracing on as a user turns it on (``fastctl run
   --tracing``: the provider built from the ``OTEL_*`` variables, OTLP over HTTP in
   protobuf), exporting every span to a receiver in a process of its own that answers each
-  export with 200 and reads nothing: the operator pays for encoding and sending its spans.
+  export with 200 and reads nothing, over one kept-alive HTTP/1.1 connection as a
+  collector's receiver does: the operator pays for encoding and sending its spans.
 - ``fastctl-sampled``: ``fastctl-otlp`` with ``OTEL_TRACES_SAMPLER=parentbased_traceidratio``
   and ``OTEL_TRACES_SAMPLER_ARG=0.1``: a tenth of the reconciles traced.
 - ``kopf``: ``@kopf.on.create`` + ``@kopf.on.update``, with kopf's bookkeeping kept in the
@@ -171,6 +172,7 @@ def _count_loop_iterations(stats: dict[str, int]) -> None:
 _SINK = """
 import http.server, sys
 class Sink(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as a collector's receiver answers
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.send_response(200)
@@ -187,8 +189,9 @@ server.serve_forever()
 
 def _trace_by_otlp(sampled: bool) -> Any:
     """Tracing on as ``fastctl run --tracing`` turns it on, exporting by OTLP/HTTP to a
-    receiver process that reads each export and answers 200 (``fastctl-otlp``); with
-    `sampled`, a tenth of the traces (``fastctl-sampled``). Returns the receiver process."""
+    receiver process that reads each export and answers 200 over one kept-alive HTTP/1.1
+    connection, as a collector does (``fastctl-otlp``); with `sampled`, a tenth of the
+    traces (``fastctl-sampled``). Returns the receiver process."""
     import subprocess
 
     import fastctl.tracing
