@@ -53,8 +53,9 @@ trace_state, parent_span_id, parent_is_remote, kind, start, end, attributes, eve
 links, status_code, status_message, dropped_attributes, dropped_events, dropped_links)``;
 ``trace_state`` is the header form or None, ``parent_span_id`` None for a root, ``kind``
 the protobuf's ``SpanKind`` (the SDK's value + 1), ``attributes`` a mapping, ``events``
-and ``links`` the SDK's `Event` and `Link` objects, ``status_code`` the `StatusCode`'s
-value."""
+the SDK's `Event` objects, ``links`` the SDK's `Link` objects or plain tuples
+``(trace_id, span_id, is_remote, attributes)`` (`fastctl._otel_spans.PlainLink`),
+``status_code`` the `StatusCode`'s value."""
 
 Header = tuple[Any, ...]
 """What `otlp_encode` writes before a group's spans: ``(resource_attributes,
