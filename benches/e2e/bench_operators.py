@@ -169,6 +169,23 @@ def _count_loop_iterations(stats: dict[str, int]) -> None:
     selector.select = counted
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of each thread but the main one so far, by name (Linux: read from
+    ``/proc``, in the kernel's ticks): what the OTLP export's own thread cost."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread is threading.main_thread() or thread.native_id is None:
+            continue
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[thread.name] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return found
+
+
 def _time_collections(stats: dict[str, Any]) -> None:
     """Add the CPU the cyclic garbage collector spends per generation, and its collections,
     into `stats` (``gc_cpu_N``, ``gc_runs_N``; from the first reconcile of the burst on,
@@ -287,6 +304,8 @@ async def run_fastctl_widgets(args: argparse.Namespace, model: bool) -> None:
         await ctl.run()
     finally:
         await client.close()
+        if os.environ.get("FASTCTL_BENCH_STATS"):
+            stats["thread_cpu"] = _thread_cpu()  # before the export's thread ends
         if sink is not None:
             import fastctl.tracing
 
