@@ -78,7 +78,7 @@ def main() -> None:
     scheduler = SimpleNamespace(failures=lambda key: 0, group_of=lambda key: None)
 
     def change(i: int) -> None:
-        ref = ObjectRef("default", f"w{i % 1000}")
+        ref = ObjectRef(f"w{i % 1000}", "default")
         for echo in (False, True):
             for trigger in controller.primary(Event(i), [ref]):
                 controller.queued(trigger)

@@ -141,6 +141,10 @@ fn span(w: &mut Writer, record: &Bound<'_, PyTuple>) -> PyResult<()> {
     w.uint(field::SPAN_DROPPED_EVENTS, item(15)?.extract()?);
     for link in item(11)?.try_iter()? {
         let link = link?;
+        if let Ok(plain) = link.cast_exact::<PyTuple>() {
+            plain_link(w, plain)?;
+            continue;
+        }
         let context = link.getattr("context")?;
         let context = context.cast::<PyTuple>()?; // a SpanContext is a tuple
         let open = w.begin(field::SPAN_LINKS);
@@ -165,6 +169,23 @@ fn span(w: &mut Writer, record: &Bound<'_, PyTuple>) -> PyResult<()> {
     w.uint(field::STATUS_CODE, item(12)?.extract()?);
     w.end(status);
     w.fixed32(field::SPAN_FLAGS, span_flags(item(5)?.is_truthy()?));
+    w.end(open);
+    Ok(())
+}
+
+/// A link given as a plain tuple, ``(trace_id, span_id, is_remote, attributes)`` (fastctl's
+/// own links to watch events: no `SpanContext` or `Link` object is built for them), as the
+/// SDK's encoder writes a `Link` to that context with those attributes.
+fn plain_link(w: &mut Writer, link: &Bound<'_, PyTuple>) -> PyResult<()> {
+    let open = w.begin(field::SPAN_LINKS);
+    w.trace_id(field::LINK_TRACE_ID, link.get_item(0)?.extract()?);
+    w.span_id(field::LINK_SPAN_ID, link.get_item(1)?.extract()?);
+    attributes(w, field::LINK_ATTRIBUTES, &link.get_item(3)?)?;
+    w.uint(field::LINK_DROPPED_ATTRIBUTES, 0);
+    w.fixed32(
+        field::LINK_FLAGS,
+        span_flags(link.get_item(2)?.is_truthy()?),
+    );
     w.end(open);
     Ok(())
 }

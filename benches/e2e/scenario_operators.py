@@ -120,10 +120,11 @@ async def _measure(
         *(cluster.kopf_args() if mode.startswith("kopf") else []),
     )
     # `fastctl@TREE` (an absolute path): the fastctl operator from another source tree (its
-    # own package and extension first on the path), to compare a change end to end in one run.
+    # own package and extension first on the path), to compare a change end to end in one run;
+    # any fastctl mode may name one (`fastctl-otlp@TREE`).
     tree_env = None
-    if mode.startswith("fastctl@"):
-        argv = child_argv("bench_operators.py", "fastctl", *argv[3:])
+    if mode.startswith("fastctl") and "@" in mode:
+        argv = child_argv("bench_operators.py", mode.split("@", 1)[0], *argv[3:])
         tree_env = {"PYTHONPATH": f"{mode.split('@', 1)[1]}/python"}
     label = mode.replace("/", "_")
     child = Child(f"{label}-{count}", argv, log_dir / f"operator-{label}-{count}.log", env=tree_env)

@@ -41,10 +41,10 @@ from opentelemetry.sdk.resources import Resource as OtelResource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 
 from fastctl._clock import monotonic
-from fastctl._otel_spans import ROOT, SpanMaker
+from fastctl._otel_spans import ROOT, PlainLink, SpanMaker, as_link
 from fastctl._reasons import error_text
 from fastctl._redact import scrub
 from fastctl._version import version
@@ -131,9 +131,10 @@ class Tracing:
     def request(self, method: str, path: str) -> RequestSpan | _Untraced:
         """A client span for one API request, beneath the current span; a request made
         outside any span (a watch, a Lease renewal) gets none: it answers no reconcile."""
-        if not trace.get_current_span().get_span_context().is_valid:
+        parent = trace.get_current_span().get_span_context()
+        if not parent.is_valid:
             return _UNTRACED
-        return RequestSpan(self.spans, method, path)
+        return RequestSpan(self.spans, method, path, parent)
 
     def webhook(self, path: str, headers: Mapping[str, str]) -> WebhookSpan:
         return WebhookSpan(self.tracer, path, headers)
@@ -199,12 +200,15 @@ class RequestSpan:
 
     __slots__ = ("_resends", "_span")
 
-    def __init__(self, spans: SpanMaker, method: str, path: str) -> None:
+    def __init__(
+        self, spans: SpanMaker, method: str, path: str, parent: SpanContext | None = None
+    ) -> None:
         self._span = spans.start(
             _request_name(method, path),
             None,
             SpanKind.CLIENT,
             {"http.request.method": method, "url.path": path},
+            parent_span=parent,  # the current span's, looked up once
         )
         self._resends = 0
 
@@ -271,24 +275,27 @@ class WebhookSpan:
 
 class EventLink:
     """The link to one watch event, made when a run that is kept (sampled) first asks for
-    it (`link`) and shared by every run the event triggered: a span context of its own (no
-    span is made or exported for it) and the event's attributes, few (each is copied per
-    link): the reason, the ``resourceVersion``, and the kind and object unless they are the
-    run's own (``own_change``). A run the sampler drops never builds it."""
+    it (`link`, `plain`) and shared by every run the event triggered: a span context of its
+    own (no span is made or exported for it) and the event's attributes, few (each is copied
+    per link): the reason, the ``resourceVersion``, and the kind and object unless they are
+    the run's own (``own_change``). A run the sampler drops never builds it."""
 
-    __slots__ = ("_built", "_event", "_ids", "_kind", "_reason")
+    __slots__ = ("_built", "_event", "_ids", "_kind", "_plain", "_reason")
 
     def __init__(self, ids: IdGenerator, kind: str, reason: str, event: Any) -> None:
         self._ids = ids
         self._kind = kind
         self._reason = reason
         self._event = event
+        self._plain: PlainLink | None = None
         self._built: Link | None = None
 
-    def link(self) -> Link:
-        built = self._built
-        if built is not None:
-            return built
+    def plain(self) -> PlainLink:
+        """The link as fastctl's OTLP export writes it: ``(trace_id, span_id, False,
+        attributes)`` (`fastctl._otlp.SpanRecord`), no `SpanContext` or `Link` built."""
+        plain = self._plain
+        if plain is not None:
+            return plain
         reason, event = self._reason, self._event
         attrs: dict[str, Any] = {"fastctl.trigger.reason": reason}
         meta_of = getattr(event, "_meta", None)  # an ObjectEvent; a ListFrame has none
@@ -305,11 +312,15 @@ class EventLink:
             if event.kind.name == "DELETE":
                 attrs["fastctl.watch.deleted"] = True
         ids = self._ids
-        context = SpanContext(
-            ids.generate_trace_id(), ids.generate_span_id(), False, trace_flags=_UNSAMPLED
-        )
-        self._built = built = Link(context, attrs)
+        self._plain = plain = (ids.generate_trace_id(), ids.generate_span_id(), False, attrs)
         self._event = None  # what it needed is in the link now
+        return plain
+
+    def link(self) -> Link:
+        """The link as the SDK's span takes it."""
+        built = self._built
+        if built is None:
+            self._built = built = as_link(self.plain())
         return built
 
 
@@ -332,8 +343,6 @@ class _Pending:
     priority: int
     dropped: int = 0
 
-
-_UNSAMPLED = TraceFlags(TraceFlags.DEFAULT)
 
 _ROOT = ROOT
 """The parent context of a reconcile span: none, whatever is current where the applier
@@ -451,9 +460,14 @@ class ControllerTracing:
                 attrs["fastctl.reconcile.fair_group"] = group
             return attrs
 
-        def links() -> list[Link]:
+        def links() -> list[Link | PlainLink]:
             if pending is None:
                 return []
+            if self.spans.plain_links:  # fastctl's OTLP export: tuples, no Link objects
+                return [
+                    item.plain() if type(item) is EventLink else item  # type: ignore[misc]
+                    for item in pending.links
+                ]
             return [
                 item.link() if type(item) is EventLink else item  # type: ignore[misc]
                 for item in pending.links

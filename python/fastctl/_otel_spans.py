@@ -75,7 +75,7 @@ from opentelemetry.util import types
 from fastctl._core import SpanBuffer
 from fastctl._otlp import OtlpExport
 
-__all__ = ["ROOT", "LightSpan", "SpanMaker"]
+__all__ = ["ROOT", "LightSpan", "PlainLink", "SpanMaker", "as_link"]
 
 ROOT = otel_context.Context()
 """A parent context with no span in it: the span started in it is a root (a reconcile's,
@@ -95,10 +95,26 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
 
+_FLAGS = {bits: TraceFlags(bits) for bits in (0, _SAMPLED, _RANDOM, _SAMPLED | _RANDOM)}
+"""The trace flags a span of fastctl's can have, made once."""
+
 _UNSET = Status(StatusCode.UNSET)
 
 _KINDS = {kind: kind.value + 1 for kind in SpanKind}
 """A span kind as OTLP numbers it (`fastctl._otlp.SpanRecord`)."""
+
+PlainLink = tuple[int, int, bool, dict[str, Any]]
+"""A link as fastctl's OTLP export writes it, ``(trace_id, span_id, is_remote,
+attributes)``: for the links fastctl makes itself, where the span goes to that export only
+(`SpanMaker.plain_links`), no `SpanContext` and `Link` object per link."""
+
+
+def as_link(link: Link | PlainLink) -> Link:
+    """`link` as the SDK's `Link` (a `PlainLink`'s context is not sampled)."""
+    if type(link) is not tuple:
+        return link  # type: ignore[return-value]
+    trace_id, span_id, remote, attributes = link
+    return Link(SpanContext(trace_id, span_id, remote, _NOT_SAMPLED), attributes)
 
 
 def _blind(sampler: Sampler) -> bool:
@@ -155,6 +171,10 @@ class SpanMaker:
         self.blind = False
         """Whether the sampler decides without a span's attributes and links (the caller
         may then build them only for a span it keeps)."""
+        self.plain_links = False
+        """Whether the links a caller gives may be `PlainLink` tuples: the sampler reads no
+        link (`blind`) and spans go to fastctl's OTLP export only, which writes them as
+        they are."""
         if not isinstance(tracer, Tracer):
             return
         try:
@@ -193,6 +213,7 @@ class SpanMaker:
                 self._light = True
                 self._export = current[0]
                 self._sink = current[0].sink(self._resource, self._scope)
+            self.plain_links = self._export is not None and self.blind
         return self._light
 
     def start(
@@ -201,17 +222,21 @@ class SpanMaker:
         parent: otel_context.Context | None,
         kind: SpanKind,
         attributes: Callable[[], dict[str, Any]] | dict[str, Any],
-        links: Callable[[], list[Link]] | Sequence[Link] = (),
+        links: Callable[[], Sequence[Link | PlainLink]] | Sequence[Link | PlainLink] = (),
+        parent_span: SpanContext | None = None,
     ) -> trace.Span:
         """A span started now, beneath the span current in `parent` (``None``: the current
-        context). `attributes` and `links` may be given as functions: called only for a span
-        the sampler keeps, when it decides without them (`blind`)."""
+        context; `parent_span`, when given, is that span's context, already looked up).
+        `attributes` and `links` may be given as functions: called only for a span the
+        sampler keeps, when it decides without them (`blind`)."""
         if not self.light():
             attrs = attributes() if callable(attributes) else attributes
             given = links() if callable(links) else links
             return self.tracer.start_span(name, parent, kind, attrs, given)  # type: ignore[no-any-return]
         if parent is ROOT:
             parent_context = None
+        elif parent_span is not None:
+            parent_context = parent_span
         else:
             parent_context = trace.get_current_span(parent).get_span_context()
         if parent_context is not None and parent_context.is_valid:
@@ -225,7 +250,7 @@ class SpanMaker:
         if self.blind:
             decision = _decide(self.sampler, parent_context, trace_id)
             if decision is Decision.DROP:
-                flags = TraceFlags(_NOT_SAMPLED | random)
+                flags = _FLAGS[_NOT_SAMPLED | random]
                 context = SpanContext(
                     trace_id, self._ids.generate_span_id(), False, flags, trace_state
                 )
@@ -235,14 +260,15 @@ class SpanMaker:
         else:
             assert self.sampler is not None
             attrs = attributes() if callable(attributes) else attributes
-            given = links() if callable(links) else links
-            result = self.sampler.should_sample(parent, trace_id, name, kind, attrs, given)
+            asked = [as_link(link) for link in (links() if callable(links) else links)]
+            result = self.sampler.should_sample(parent, trace_id, name, kind, attrs, asked)
+            given = asked
             decision, trace_state = result.decision, result.trace_state
             if result.attributes:
                 attrs = {**attrs, **result.attributes}
-        flags = TraceFlags(
+        flags = _FLAGS[
             (_SAMPLED if decision is Decision.RECORD_AND_SAMPLE else _NOT_SAMPLED) | random
-        )
+        ]
         context = SpanContext(trace_id, self._ids.generate_span_id(), False, flags, trace_state)
         if decision is Decision.DROP:
             return NonRecordingSpan(context)
@@ -291,7 +317,7 @@ class SpanMaker:
                 resource=self._resource,
                 attributes=span._attributes,
                 events=span._events,
-                links=span._links,
+                links=[as_link(link) for link in span._links],
                 kind=span._kind,
                 instrumentation_info=self._info,
                 status=span._status,
@@ -329,7 +355,7 @@ class LightSpan(trace.Span):
         parent: SpanContext | None,
         kind: SpanKind,
         attributes: dict[str, Any],
-        links: Sequence[Link],
+        links: Sequence[Link | PlainLink],
     ) -> None:
         self._maker = maker
         self._name = name

@@ -17,7 +17,13 @@ it as `ReadableSpan` through ``on_end`` and are written the same way.
 
 The batching follows the SDK's variables: ``OTEL_BSP_SCHEDULE_DELAY`` (ms between
 exports), ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (spans per request; a full batch is sent at
-once), ``OTEL_BSP_MAX_QUEUE_SIZE`` (spans waiting; more are dropped and counted).
+once), ``OTEL_BSP_MAX_QUEUE_SIZE`` (spans waiting; more are dropped and counted),
+``OTEL_BSP_EXPORT_TIMEOUT`` (ms one batch's export may take, its retries included: the
+client's deadline is cut to it when it is shorter).
+
+A child process made by ``os.fork`` starts with an empty buffer (its parent sends what it
+held) and a thread of its own (threads do not survive a fork), as the SDK's batch
+processor does.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -46,8 +53,9 @@ trace_state, parent_span_id, parent_is_remote, kind, start, end, attributes, eve
 links, status_code, status_message, dropped_attributes, dropped_events, dropped_links)``;
 ``trace_state`` is the header form or None, ``parent_span_id`` None for a root, ``kind``
 the protobuf's ``SpanKind`` (the SDK's value + 1), ``attributes`` a mapping, ``events``
-and ``links`` the SDK's `Event` and `Link` objects, ``status_code`` the `StatusCode`'s
-value."""
+the SDK's `Event` objects, ``links`` the SDK's `Link` objects or plain tuples
+``(trace_id, span_id, is_remote, attributes)`` (`fastctl._otel_spans.PlainLink`),
+``status_code`` the `StatusCode`'s value."""
 
 Header = tuple[Any, ...]
 """What `otlp_encode` writes before a group's spans: ``(resource_attributes,
@@ -126,11 +134,34 @@ class OtlpExport(SpanProcessor):
         self._known: dict[
             tuple[int, int], tuple[Resource, InstrumentationScope | None, SpanBuffer]
         ] = {}
+        self._stopped = False
+        self._start()
+        if hasattr(os, "register_at_fork"):
+            again = weakref.WeakMethod(self._forked)
+
+            def forked() -> None:
+                method = again()
+                if method is not None:
+                    method()
+
+            os.register_at_fork(after_in_child=forked)
+
+    def _start(self) -> None:
         self._drain_lock = threading.Lock()
         self._wake = threading.Event()
-        self._stopped = False
         self._thread = threading.Thread(target=self._run, name="fastctl-otlp", daemon=True)
         self._thread.start()
+
+    def _forked(self) -> None:
+        """In the child of ``os.fork``: what the parent buffered is the parent's to send
+        (it is dropped here, uncounted), and the export thread, which did not survive the
+        fork, is started again, with locks no thread of the parent can hold."""
+        if self._stopped:
+            return
+        for buffer in list(self._buffers.values()):
+            while buffer.take(self.batch) is not None:
+                pass
+        self._start()
 
     @property
     def dropped(self) -> int:
@@ -218,6 +249,18 @@ class _Failed:
 _FAILED = _Failed()
 
 
+def _cut_timeout(client: Any) -> None:
+    """``OTEL_BSP_EXPORT_TIMEOUT``: the most one batch's export may take. The exporter's
+    client bounds each export, its retries included, by its own timeout (seconds,
+    ``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT``); the shorter of the two is kept."""
+    if not os.environ.get("OTEL_BSP_EXPORT_TIMEOUT", "").strip():
+        return
+    limit = _env_int("OTEL_BSP_EXPORT_TIMEOUT", 30000) / 1000
+    current = getattr(client, "_timeout", None)
+    if isinstance(current, int | float) and limit < current:
+        client._timeout = limit
+
+
 def span_processor(exporter: SpanExporter) -> SpanProcessor:
     """`OtlpExport` sending through the OTLP/HTTP `exporter`'s client, or, where the
     exporter is not built as expected (another SDK version), the SDK's
@@ -227,6 +270,7 @@ def span_processor(exporter: SpanExporter) -> SpanProcessor:
     if not callable(send):
         return BatchSpanProcessor(exporter)
     limit = getattr(exporter, "_max_request_size", 0)
+    _cut_timeout(client)
 
     def sized(data: bytes) -> Any:
         if isinstance(limit, int) and 0 < limit < len(data):
