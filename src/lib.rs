@@ -10,4 +10,5 @@ mod clock;
 pub mod frames;
 pub mod otlp;
 mod otlp_binding;
+pub mod proto;
 pub mod scheduler;
