@@ -379,7 +379,13 @@ fn push_object_meta(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
         push_int(&mut obj, "deletionGracePeriodSeconds", grace);
     }
     push_map(&mut obj, "labels", &labels, false, "a label")?;
-    push_map(&mut obj, "annotations", &annotations, false, "an annotation")?;
+    push_map(
+        &mut obj,
+        "annotations",
+        &annotations,
+        false,
+        "an annotation",
+    )?;
     if !owners.is_empty() {
         let out = obj.key("ownerReferences");
         out.push(b'[');

@@ -134,7 +134,9 @@ const FULL_CONFIGMAP_JSON: &str = concat!(
 // -- what the API server sent ----------------------------------------------------------------
 
 fn lines_of(json: &[u8]) -> Vec<&[u8]> {
-    json.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect()
+    json.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect()
 }
 
 fn frames_of(stream: &[u8]) -> Vec<&[u8]> {
@@ -228,7 +230,10 @@ fn map_keys_are_sorted_and_the_last_of_equal_keys_wins() {
 
 #[test]
 fn an_error_event_carries_the_status_as_json() {
-    let details = msg(&[(1, b"x"), (4, &msg(&[(1, b"FieldValueInvalid"), (3, b"spec")]))]);
+    let details = msg(&[
+        (1, b"x"),
+        (4, &msg(&[(1, b"FieldValueInvalid"), (3, b"spec")])),
+    ]);
     let mut status = msg(&[
         (1, b""),
         (2, b"Failure"),
@@ -323,9 +328,15 @@ fn malformed_frames_say_what_is_wrong() {
     let named = msg(&[(1, &msg(&[(1, b"a")]))]);
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (framed(&[vec![0x0a, 0x85]]), "truncated"),
-        (framed(&[vec![0x0a, 0x05, b'A']]), "truncated field in WatchEvent"),
+        (
+            framed(&[vec![0x0a, 0x05, b'A']]),
+            "truncated field in WatchEvent",
+        ),
         (framed(&[vec![0x0b]]), "wire type 3 in WatchEvent"),
-        (framed(&[msg(&[(1, b"ADDED")])]), "without a type or an object"),
+        (
+            framed(&[msg(&[(1, b"ADDED")])]),
+            "without a type or an object",
+        ),
         (
             framed(&[event("ADDED", &named)]),
             "without the k8s magic prefix",
@@ -344,9 +355,10 @@ fn malformed_frames_say_what_is_wrong() {
             "truncated varint in Time",
         ),
         (
-            cm(&msg(&[
-                (1, &msg(&[(1, b"a"), (17, &msg(&[(7, &msg(&[(1, b"{nope")]))]))])),
-            ])),
+            cm(&msg(&[(
+                1,
+                &msg(&[(1, b"a"), (17, &msg(&[(7, &msg(&[(1, b"{nope")]))]))]),
+            )])),
             "fieldsV1 is not JSON",
         ),
         (cm(&msg(&[(1, &msg(&[(3, b"ns")]))])), "metadata.name"),

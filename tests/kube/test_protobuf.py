@@ -120,10 +120,15 @@ def complete(data: bytes, accept: str) -> bool:
 
 
 def by_name(frames: list[tuple[str, Item | bytes]]) -> dict[str, Any]:
+    """Each frame's object by type and name; the end bookmark without its resourceVersion
+    (the latest of the whole cluster, which moves between two requests)."""
     out = {}
     for etype, item in frames:
         assert isinstance(item, Item), item
-        out[f"{etype} {item.name}"] = orjson.loads(item.json)
+        obj = orjson.loads(item.json)
+        if etype == "BOOKMARK":
+            del obj["metadata"]["resourceVersion"]
+        out[f"{etype} {item.name}"] = obj
     return out
 
 

@@ -168,9 +168,9 @@ def test_a_protobuf_frame_gives_the_json_the_server_sends() -> None:
 
 
 def test_a_protobuf_frame_over_the_limit_or_malformed_is_an_error_after_the_frames_before() -> None:
-    long = proto_frame("ADDED", "n" * 100, 1)
-    with pytest.raises(WatchStreamError, match="protobuf watch frame longer than 100 bytes"):
-        asyncio.run(proto_reader([long[:60], long[60:110]], max_line=100).read())
+    long = proto_frame("ADDED", "n" * 60, 1)  # 109 bytes
+    with pytest.raises(WatchStreamError, match="protobuf watch frame longer than 80 bytes"):
+        asyncio.run(proto_reader([long[:50], long[50:100]], max_line=80).read())
     bad = (3).to_bytes(4, "big") + b"\x0b\x00\x00"
     batch = asyncio.run(proto_reader([PROTO_STREAM[0] + bad + PROTO_STREAM[1]]).read())
     assert names(batch) == ["cm-1"]

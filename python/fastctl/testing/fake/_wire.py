@@ -210,8 +210,7 @@ class WatchStream:
 
 class Response:
     """What `fastctl.kube._http.request` returns: ``status``, ``read()``, ``content`` (a
-    watch's stream), ``content_type`` and ``release()``, as an ``aiohttp.ClientResponse``
-    has them."""
+    watch's stream) and ``release()``, as an ``aiohttp.ClientResponse`` has them."""
 
     def __init__(
         self,
@@ -226,8 +225,6 @@ class Response:
         self.content = stream
         self._on_release = on_release
         self.headers = dict(headers or {})
-        self.content_type = "application/json"
-        """The fake serves JSON only (asked for protobuf too, as a real server may answer)."""
 
     async def read(self) -> bytes:
         return self._data
