@@ -15,6 +15,8 @@ __all__ = [
     "decode_lines",
     "decode_list",
     "decode_object",
+    "decode_proto_frames",
+    "decode_proto_object",
     "otlp_encode",
 ]
 
