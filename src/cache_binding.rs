@@ -1,6 +1,6 @@
-//! The Python binding of `frames` and `cache`: `fastctl._core.decode_frame`, `decode_lines`,
-//! `decode_list`, `decode_object`, `Item` (one decoded object) and `CompactMap` (the
-//! cache's table).
+//! The Python binding of `frames`, `proto` and `cache`: `fastctl._core.decode_frame`,
+//! `decode_lines`, `decode_proto_frames`, `decode_list`, `decode_object`, `Item` (one
+//! decoded object) and `CompactMap` (the cache's table).
 //!
 //! Thin: arguments in, results out, a decoding error as `ValueError` with the decoder's
 //! message (the watcher raises it as `WatchStreamError`). Keys cross as (name, namespace),
@@ -12,6 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::cache::{CompactMap, Packed};
 use crate::frames::{self, Frame, Object, Options, Owner};
+use crate::proto;
 
 /// One decoded object: its JSON as kept and the metadata fastctl reads.
 #[pyclass(frozen, name = "Item", module = "fastctl._core")]
@@ -185,6 +186,37 @@ fn decode_lines<'py>(
 ) -> PyResult<Bound<'py, PyTuple>> {
     let opts = options(strip_managed_fields, api_version, kind, replace_identity);
     let lines = py.detach(|| frames::decode_lines(buffer, opts, max_line));
+    lines_tuple(py, lines)
+}
+
+/// Every complete frame of a protobuf watch stream's `buffer` (ConfigMaps and Secrets,
+/// `proto`), as `decode_lines` gives a JSON stream's lines: ``(frames, used, error,
+/// frame)``, each frame's object the JSON the API server would have sent for it; a frame
+/// over `max_frame` bytes is an error. Decoded without holding the GIL.
+#[pyfunction]
+#[pyo3(signature = (buffer, strip_managed_fields=false, api_version=None, kind=None, replace_identity=false, max_frame=usize::MAX))]
+fn decode_proto_frames<'py>(
+    py: Python<'py>,
+    buffer: &[u8],
+    strip_managed_fields: bool,
+    api_version: Option<&str>,
+    kind: Option<&str>,
+    replace_identity: bool,
+    max_frame: usize,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let opts = options(strip_managed_fields, api_version, kind, replace_identity);
+    let lines = py.detach(|| proto::decode_frames(buffer, opts, max_frame));
+    lines_tuple(py, lines)
+}
+
+/// One protobuf-encoded object (an error response's Status) as the API server's JSON of it.
+#[pyfunction]
+fn decode_proto_object<'py>(py: Python<'py>, encoded: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    let json = proto::object_json(encoded).map_err(value_error)?;
+    Ok(PyBytes::new(py, &json))
+}
+
+fn lines_tuple<'py>(py: Python<'py>, lines: frames::Lines) -> PyResult<Bound<'py, PyTuple>> {
     let list = PyList::empty(py);
     for frame in lines.frames {
         list.append(frame_tuple(py, frame)?)?;
@@ -498,6 +530,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCompactMap>()?;
     m.add_function(wrap_pyfunction!(decode_frame, m)?)?;
     m.add_function(wrap_pyfunction!(decode_lines, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_proto_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_proto_object, m)?)?;
     m.add_function(wrap_pyfunction!(decode_object, m)?)?;
     m.add_function(wrap_pyfunction!(decode_list, m)?)?;
     Ok(())

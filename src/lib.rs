@@ -1,7 +1,8 @@
 //! fastctl's core: the keyed priority/delay scheduler (`scheduler`), the watch-frame
-//! decoder (`frames`), the compact object cache (`cache`) and the OTLP trace writer
-//! (`otlp`), all plain Rust, and their thin Python binding (`binding`, `cache_binding`,
-//! `otlp_binding`), built by maturin into `fastctl._core`.
+//! decoder (`frames`, and `proto` for protobuf frames of ConfigMaps and Secrets), the
+//! compact object cache (`cache`) and the OTLP trace writer (`otlp`), all plain Rust, and
+//! their thin Python binding (`binding`, `cache_binding`, `otlp_binding`), built by maturin
+//! into `fastctl._core`.
 
 mod binding;
 pub mod cache;
@@ -10,4 +11,5 @@ mod clock;
 pub mod frames;
 pub mod otlp;
 mod otlp_binding;
+pub mod proto;
 pub mod scheduler;

@@ -17,9 +17,11 @@ from typing import Any
 
 from common import percentile
 
-OPERATORS = ("fastctl", "controller-runtime", "kube-rs")
+OPERATORS = ("fastctl", "controller-runtime", "kube-rs", "fastctl-json")
+"""``fastctl-json``: fastctl with ``WatchConfig(protobuf=False)`` (not run by default)."""
 LABELS = {
     "fastctl": "fastctl",
+    "fastctl-json": "fastctl, JSON watch",
     "controller-runtime": "controller-runtime (Go)",
     "kube-rs": "kube-runtime (Rust)",
     "fastctl-store": "fastctl Store alone (no API server)",

@@ -1,7 +1,8 @@
 """The scale benchmark's ConfigMap operator in fastctl: a `fastctl.Controller` with its
 defaults (concurrency 32, managedFields dropped, copy on read) that caches every
 ConfigMap of one namespace and reconciles each once, doing nothing but reading it. Only
-the public API; the same work and the same report lines as the compiled peers
+the public API (``--json``: its watch as JSON, not protobuf, ``WatchConfig.protobuf``);
+the same work and the same report lines as the compiled peers
 (``peers/go/configmaps``, ``peers/rust/src/bin/configmap-operator-kube.rs``).
 
 JSON lines on stdout, times as wall-clock seconds since the epoch (``time.time()``: the
@@ -50,7 +51,7 @@ class _State:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    from fastctl import Controller, Resource, load_client
+    from fastctl import Controller, Resource, WatchConfig, load_client
 
     client = await load_client(args.kubeconfig)
     state = _State(args.expect)
@@ -74,6 +75,7 @@ async def main_async(args: argparse.Namespace) -> None:
         reconcile,
         namespace=args.namespace,
         concurrency=args.concurrency,
+        watch_config=WatchConfig(protobuf=not args.json),
     )
 
     async def report_cached() -> None:
@@ -98,6 +100,7 @@ def main() -> None:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--expect", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="watch as JSON, not protobuf")
     args = parser.parse_args()
     asyncio.run(main_async(args))
 

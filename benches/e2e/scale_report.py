@@ -13,6 +13,7 @@ from scale import LABELS
 MIB = 2**20
 STYLE = {
     "fastctl": ("tab:blue", "o", "-"),
+    "fastctl-json": ("tab:purple", "v", "-"),
     "controller-runtime": ("tab:cyan", "s", "--"),
     "kube-rs": ("tab:orange", "D", "--"),
     "fastctl-store": ("tab:blue", "x", ":"),

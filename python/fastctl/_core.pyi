@@ -15,6 +15,8 @@ __all__ = [
     "decode_lines",
     "decode_list",
     "decode_object",
+    "decode_proto_frames",
+    "decode_proto_object",
     "otlp_encode",
 ]
 
@@ -369,6 +371,21 @@ def decode_lines(
     """Every complete line of a watch stream's buffer: (frames, bytes used, and for a
     malformed line, or one over `max_line` bytes, its error message and the line; none
     after it is read)."""
+
+def decode_proto_frames(
+    buffer: bytes,
+    strip_managed_fields: bool = False,
+    api_version: str | None = None,
+    kind: str | None = None,
+    replace_identity: bool = False,
+    max_frame: int = ...,
+) -> tuple[list[tuple[str, Item | bytes]], int, str | None, bytes | None]:
+    """Every complete frame of a protobuf watch stream's buffer (v1 ConfigMaps, Secrets and
+    Status), as `decode_lines` gives a JSON stream's lines; each object is the JSON the API
+    server would have sent for it."""
+
+def decode_proto_object(encoded: bytes) -> bytes:
+    """One protobuf-encoded v1 ConfigMap, Secret or Status as the API server's JSON of it."""
 
 def decode_object(
     json: bytes,

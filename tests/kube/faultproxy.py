@@ -25,6 +25,10 @@ and streams the answers back line by line, so it can:
   every other request passes at once (a loaded watch cache, a slow network path);
 - not be there yet: `start` it on a port chosen beforehand, so that a client configured
   with that port first has its connections refused.
+
+It asks the server for JSON even where the client asks for protobuf (the watches of
+ConfigMaps and Secrets), since it reads streams as lines; the protobuf path is tested
+without it (test_protobuf.py).
 """
 
 from __future__ import annotations
@@ -205,7 +209,10 @@ class FaultProxy:
             )
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type",)}
-        headers["Accept"] = request.headers.get("Accept", "application/json")
+        accept = request.headers.get("Accept", "application/json")
+        # Streams are handled line by line here (injected lines, list ends): a protobuf
+        # watch (ConfigMaps, Secrets) is asked for as JSON, which the server then sends.
+        headers["Accept"] = "application/json" if "protobuf" in accept else accept
         body = await request.read()
         try:
             upstream = await self._session.request(

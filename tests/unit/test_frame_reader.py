@@ -116,3 +116,65 @@ def test_a_malformed_line_comes_after_the_frames_before_it_and_nothing_after_it(
     assert batch.error is not None
     assert "metadata.name" in batch.error
     assert batch.line == bad
+
+
+# -- protobuf streams (v1 ConfigMaps: `fastctl._core.decode_proto_frames`) -----------------
+
+
+def _field(number: int, value: bytes) -> bytes:
+    """One length-delimited protobuf field (every length here is under 128)."""
+    assert len(value) < 128
+    return bytes([number << 3 | 2, len(value)]) + value
+
+
+def proto_frame(etype: str, name: str, rv: int) -> bytes:
+    """A length-prefixed WatchEvent of a ConfigMap named `name` (as the API server frames
+    them: no wrapper around the event, the object the magic and a runtime.Unknown)."""
+    meta = _field(1, name.encode()) + _field(3, b"ns") + _field(6, str(rv).encode())
+    unknown = _field(1, _field(1, b"v1") + _field(2, b"ConfigMap")) + _field(2, _field(1, meta))
+    event = _field(1, etype.encode()) + _field(2, _field(1, b"k8s\x00" + unknown))
+    return len(event).to_bytes(4, "big") + event
+
+
+PROTO_STREAM = [proto_frame("ADDED", f"cm-{i}", i) for i in range(1, 40)]
+PROTO_STREAM.append(proto_frame("DELETED", "x", 99))
+
+
+def proto_reader(chunks: list[bytes], max_line: int = 1 << 20) -> FrameReader:
+    return FrameReader(
+        Chunks(chunks), strip=True, identity=None, replace=False, max_line=max_line, protobuf=True
+    )
+
+
+@fuzz_settings(200)
+@given(points=st.lists(st.integers(0, len(b"".join(PROTO_STREAM))), max_size=60))
+def test_however_a_protobuf_stream_is_cut_each_frame_is_decoded_once_in_order(
+    points: list[int],
+) -> None:
+    chunks = cut(b"".join(PROTO_STREAM), points)
+    assert asyncio.run(read_all(proto_reader(chunks))) == EXPECTED
+
+
+def test_a_protobuf_frame_gives_the_json_the_server_sends() -> None:
+    batch = asyncio.run(proto_reader([PROTO_STREAM[0]]).read())
+    assert batch is not None
+    [(etype, item)] = batch.frames
+    assert etype == "ADDED"
+    assert isinstance(item, Item)
+    assert item.json == (
+        b'{"kind":"ConfigMap","apiVersion":"v1",'
+        b'"metadata":{"name":"cm-1","namespace":"ns","resourceVersion":"1"}}'
+    )
+
+
+def test_a_protobuf_frame_over_the_limit_or_malformed_is_an_error_after_the_frames_before() -> None:
+    long = proto_frame("ADDED", "n" * 60, 1)  # 109 bytes
+    with pytest.raises(WatchStreamError, match="protobuf watch frame longer than 80 bytes"):
+        asyncio.run(proto_reader([long[:50], long[50:100]], max_line=80).read())
+    bad = (3).to_bytes(4, "big") + b"\x0b\x00\x00"
+    batch = asyncio.run(proto_reader([PROTO_STREAM[0] + bad + PROTO_STREAM[1]]).read())
+    assert names(batch) == ["cm-1"]
+    assert batch is not None
+    assert batch.error is not None
+    assert "malformed protobuf watch frame: wire type 3" in batch.error
+    assert batch.line == b"\x0b\x00\x00"

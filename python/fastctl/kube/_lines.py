@@ -10,6 +10,11 @@ after the last newline for the next read.
 What the line reader did stays: a line longer than the limit, a stream that ends inside a
 line, and a malformed line are each a `WatchStreamError` (the frames of the lines before a
 malformed one are delivered first, none after it is read); blank lines are skipped.
+
+A protobuf stream (``protobuf=True``: ConfigMaps and Secrets, `fastctl.kube._watcher`) is
+read the same way, its length-prefixed frames in place of lines
+(`fastctl._core.decode_proto_frames`, which gives each object as the JSON the API server
+would have sent), so what the reader returns is the same.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from fastctl._core import Item, decode_lines
+from fastctl._core import Item, decode_lines, decode_proto_frames
 from fastctl.errors import WatchStreamError
 from fastctl.kube._wire import Identity
 
@@ -51,6 +56,7 @@ class FrameReader:
         "_kind",
         "_max_line",
         "_pending",
+        "_protobuf",
         "_replace",
         "_size",
         "_strip",
@@ -64,6 +70,7 @@ class FrameReader:
         identity: Identity,
         replace: bool,
         max_line: int,
+        protobuf: bool = False,
     ) -> None:
         self._content = content
         self._strip = strip
@@ -71,6 +78,7 @@ class FrameReader:
         self._kind: str | None = identity[1] if identity is not None else None
         self._replace = replace
         self._max_line = max_line
+        self._protobuf = protobuf
         self._pending: list[bytes] = []
         """The start of a line not complete yet: the chunks since the last newline."""
         self._size = 0
@@ -84,13 +92,17 @@ class FrameReader:
                 if self._size:
                     raise WatchStreamError(f"watch stream truncated mid-line ({self._size} bytes)")
                 return None
-            if b"\n" not in chunk:
+            if not self._protobuf and b"\n" not in chunk:
                 self._hold(chunk)
                 continue
             buffer = b"".join([*self._pending, chunk]) if self._pending else chunk
             del chunk
             self._pending, self._size = [], 0
-            frames, used, error, line = decode_lines(
+            if self._protobuf and not _has_frame(buffer):
+                self._hold(buffer)
+                continue
+            decode = decode_proto_frames if self._protobuf else decode_lines
+            frames, used, error, line = decode(
                 buffer, self._strip, self._api_version, self._kind, self._replace, self._max_line
             )
             if error is None and used < len(buffer):
@@ -101,5 +113,11 @@ class FrameReader:
         """Keep `part` of a line not complete yet (too long a line: an error)."""
         self._pending.append(part)
         self._size += len(part)
-        if self._size > self._max_line:
-            raise WatchStreamError(f"watch line longer than {self._max_line} bytes")
+        if self._size > self._max_line + (4 if self._protobuf else 0):
+            unit = "protobuf watch frame" if self._protobuf else "watch line"
+            raise WatchStreamError(f"{unit} longer than {self._max_line} bytes")
+
+
+def _has_frame(buffer: bytes) -> bool:
+    """`buffer` starts with a whole length-prefixed frame (4-byte big-endian length)."""
+    return len(buffer) >= 4 and len(buffer) - 4 >= int.from_bytes(buffer[:4], "big")
