@@ -60,7 +60,7 @@ import enum
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import FrozenInstanceError, dataclass, replace
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 import aiohttp
 import orjson
@@ -677,9 +677,10 @@ class _Watcher:
         accept = None
         if self.config.metadata_only:
             accept = METADATA_WATCH_ACCEPT if query.get("watch") else METADATA_LIST_ACCEPT
-        return await request(
+        response = await request(
             self.client, "GET", self.path, query=query, client_timeout=timeout, accept=accept
         )
+        return cast(aiohttp.ClientResponse, response)  # a read timeout: streamed by aiohttp
 
     # -- list -------------------------------------------------------------------------
 
