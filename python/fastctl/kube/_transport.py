@@ -312,7 +312,7 @@ def pool_for(client: ApiClient) -> Pool | None:
         pool = cached[3]
         return None if pool is None or pool.closed else pool
     if cached is not None and cached[3] is not None:
-        cached[3].close()  # made for another session, server or loop
+        _close(cached[2], cached[3])  # made for another session, server or loop
     pool = _new_pool(loop, rest, session, host)
     rest.__dict__["_fastctl_lean"] = (session, host, loop, pool)
     if pool is not None and not rest.__dict__.get("_fastctl_close_hooked"):
@@ -367,8 +367,23 @@ def _close_pool_with(rest: Any) -> None:
     async def close_with_pool() -> None:
         cached = rest.__dict__.get("_fastctl_lean")
         if cached is not None and cached[3] is not None:
-            cached[3].close()
+            _close(cached[2], cached[3])
         await close()
 
     rest.close = close_with_pool
     rest.__dict__["_fastctl_close_hooked"] = True
+
+
+def _close(loop: asyncio.AbstractEventLoop, pool: Pool) -> None:
+    """Close `pool` on its own loop (its connections are that loop's); a closed loop took
+    them with it."""
+    if loop.is_closed():
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if loop is running or not loop.is_running():
+        pool.close()
+    else:
+        loop.call_soon_threadsafe(pool.close)
