@@ -1,9 +1,11 @@
-"""Raw HTTP to the API server, on kubernetes-asyncio's session, configuration and auth.
+"""Raw HTTP to the API server, with kubernetes-asyncio's configuration, auth and session.
 
 kubernetes-asyncio handles kubeconfig, in-cluster config, TLS and token refresh; its request
 path, though, re-serialises bodies with the stdlib `json` and its typed models parse every
 response twice. fastctl sends `orjson` bytes and reads raw bytes (`_preload_content=False`
-in spirit) through the same `aiohttp` session, so the hot path never touches a model.
+in spirit), so the hot path never touches a model: object calls on fastctl's lean HTTP/1.1
+transport (`fastctl.kube._transport`) with the client's TLS and headers, watches on the
+client's `aiohttp` session.
 
 `ApiError` turns a Kubernetes ``Status`` body into one line that names the request, which is
 what an operator author needs in a log: ``PATCH /api/v1/namespaces/a/configmaps/b: 409
