@@ -339,7 +339,10 @@ def _new_pool(
     connector = session.connector
     if not plain or not isinstance(connector, aiohttp.TCPConnector):
         return None
-    url = URL(host)
+    try:
+        url = URL(host)
+    except ValueError:  # aiohttp says what is wrong with it (InvalidURL)
+        return None
     if url.scheme not in ("http", "https") or url.user or url.password or not url.raw_host:
         return None
     if url.query_string or url.fragment or not _SAFE_PATH(url.raw_path):
