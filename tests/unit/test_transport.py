@@ -7,6 +7,7 @@ the connector's limit, closed when idle or when the client closes), the errors i
 from __future__ import annotations
 
 import asyncio
+import random
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -506,3 +507,41 @@ async def test_lean_requests_are_counted_with_their_code_or_as_failed(
     host = str(client.configuration.host).split("//")[1]
     assert fresh.counts() == {("404", "GET", host): 1, (ERROR_CODE, "GET", host): 1}
     assert sum(fresh.latencies()[("GET", host)].counts) == 2
+
+
+async def test_the_pool_counts_right_through_closes_cancellations_and_waits(
+    serve: Callable[..., Awaitable[tuple[RawServer, ApiClient]]],
+) -> None:
+    """Forty calls at a bound of three, answers that close their connection or close it
+    unanswered, calls cancelled at any point: afterwards every place is accounted for (the
+    idle connections are all that is counted) and nothing waits. Broken once: a place not
+    freed when a connection is dropped (red: the later calls wait for ever, cut by their
+    timeout)."""
+    rng = random.Random(7)
+
+    async def script(peer: Peer) -> None:
+        while (req := await peer.next_request()) is not None:
+            n = int(req[0].split()[1].strip("/"))
+            for _ in range(n % 4):
+                await asyncio.sleep(0)
+            if n % 5 == 0:
+                return  # closed unanswered
+            await peer.send(answer(head="Connection: close\r\n" if n % 7 == 0 else ""))
+
+    _, client = await serve(script, connection_pool_maxsize=3)
+    calls = [
+        asyncio.ensure_future(request_json(client, "GET", f"/{i}", request_timeout=20))
+        for i in range(40)
+    ]
+    for _ in range(12):
+        for _ in range(rng.randrange(5)):
+            await asyncio.sleep(0)
+        rng.choice(calls).cancel()
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert not [r for r in results if isinstance(r, TimeoutError)]
+    assert {type(r).__name__ for r in results} <= {
+        "dict", "CancelledError", "ServerDisconnectedError"
+    }  # fmt: skip
+    pool = pool_of(client)
+    assert not pool.waiters
+    assert pool.count == len(pool.idle) <= 3
