@@ -122,7 +122,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, float]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     server = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", SERVER, str(port), stdin=asyncio.subprocess.PIPE, env=os.environ
+        sys.executable, "-c", SERVER, str(port), stdin=asyncio.subprocess.PIPE, env=dict(os.environ)
     )
     assert server.stdin is not None
     server.stdin.write(ANSWER)
