@@ -103,7 +103,7 @@ class Pool:
         data = self._message(method, path, params, headers, body)
         loop = self.loop
         deadline = None if total is None else loop.time() + total
-        conn = await self._acquire(deadline)
+        conn = self._idle() or await self._acquire(deadline)
         waiter: asyncio.Future[None] = loop.create_future()
         timer = None if deadline is None else loop.call_at(deadline, conn.timed_out)
         try:
