@@ -1,6 +1,6 @@
 """The client's CPU per status patch: fastctl's `patch` against a bare aiohttp request.
 
-One command (about 20 s)::
+One command (about 20 s; ``--loop uvloop`` for uvloop's loop)::
 
     flock /tmp/fastctl-heavy.lock .venv/bin/python benches/e2e/bench_request_path.py
 
@@ -122,7 +122,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, float]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     server = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", SERVER, str(port), stdin=asyncio.subprocess.PIPE, env=os.environ
+        sys.executable, "-c", SERVER, str(port), stdin=asyncio.subprocess.PIPE, env=dict(os.environ)
     )
     assert server.stdin is not None
     server.stdin.write(ANSWER)
@@ -169,13 +169,19 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000, help="per round and client")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     args = parser.parse_args()
     if min(args.requests, args.rounds, args.concurrency) < 1:
         parser.error("--requests, --rounds and --concurrency must be at least 1")
-    out = asyncio.run(main_async(args))
+    if args.loop == "uvloop":
+        import uvloop
+
+        out = uvloop.run(main_async(args))
+    else:
+        out = asyncio.run(main_async(args))
     print(
         f"client CPU per status patch: fastctl {out['fastctl_us']:.0f} µs, "
-        f"raw aiohttp {out['raw_us']:.0f} µs, ratio {out['ratio']:.2f}"
+        f"raw aiohttp {out['raw_us']:.0f} µs, ratio {out['ratio']:.2f} ({args.loop})"
     )
 
 

@@ -36,6 +36,7 @@ from fastctl.demo import widgets
 from fastctl.deploy import DeployOptions, derive
 from fastctl.deploy._manifests import rbac_objects
 from fastctl.deploy._operator import describe, resolve_resources
+from fastctl.kube._transport import Pool
 from fastctl.runtime.leader import LeaderElection
 from fastctl.runtime.manager import Manager
 from fastctl.testing import ControlPlane
@@ -119,29 +120,46 @@ class Sent:
 
 @pytest.fixture
 def sent() -> Iterator[tuple[set[str], list[Sent]]]:
-    """Every request this process sends with one of the bearer tokens put in the set."""
+    """Every request this process sends with one of the bearer tokens put in the set, on
+    either transport (object calls on the lean one, `fastctl.kube._transport`; watches on
+    aiohttp's session)."""
     tokens: set[str] = set()
     log: list[Sent] = []
+
+    async def note(
+        method: str, path: str, params: Any, headers: Any, status: int, read: Any
+    ) -> None:
+        if (headers or {}).get("authorization", "").removeprefix("Bearer ") not in tokens:
+            return
+        grant = grant_of(method, path, dict(params or {}))
+        if status == 403:  # the server names what it refused
+            refused = FORBIDDEN.search((await read()).decode(errors="replace"))
+            grant = None if refused is None else (refused[3], refused[2], refused[1])
+        elif method == "PATCH" and status == 201 and grant is not None:
+            # A server-side apply that created the object was authorized as a create too.
+            log.append(Sent((grant[0], grant[1], "create"), 201, method, path))
+        if grant is not None:
+            log.append(Sent(grant, status, method, path))
+
     original = aiohttp.ClientSession._request
+    lean = Pool.request
 
     async def recording(self: aiohttp.ClientSession, method: str, url: Any, **kw: Any) -> Any:
         response = await original(self, method, url, **kw)
-        auth = (kw.get("headers") or {}).get("authorization", "")
-        if auth.removeprefix("Bearer ") in tokens:
-            path = urlsplit(str(url)).path
-            grant = grant_of(method, path, dict(kw.get("params") or {}))
-            if response.status == 403:  # the server names what it refused
-                refused = FORBIDDEN.search((await response.read()).decode(errors="replace"))
-                grant = None if refused is None else (refused[3], refused[2], refused[1])
-            elif method == "PATCH" and response.status == 201 and grant is not None:
-                # A server-side apply that created the object was authorized as a create too.
-                log.append(Sent((grant[0], grant[1], "create"), 201, method, path))
-            if grant is not None:
-                log.append(Sent(grant, response.status, method, path))
+        path, status = urlsplit(str(url)).path, response.status
+        await note(method, path, kw.get("params"), kw.get("headers"), status, response.read)
         return response
+
+    async def lean_recording(
+        self: Pool, method: str, path: str, params: Any, headers: Any, *rest: Any
+    ) -> Any:
+        answer, head_at = await lean(self, method, path, params, headers, *rest)
+        await note(method, path, params, headers, answer.status, answer.read)
+        return answer, head_at
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(aiohttp.ClientSession, "_request", recording)
+        mp.setattr(Pool, "request", lean_recording)
         yield tokens, log
 
 
@@ -158,11 +176,9 @@ def conflicts(
     the Widget again. Yields the paths where that happened."""
     tokens, _ = sent
     done: list[str] = []
-    recording = aiohttp.ClientSession._request
 
-    async def interfering(self: aiohttp.ClientSession, method: str, url: Any, **kw: Any) -> Any:
-        auth = (kw.get("headers") or {}).get("authorization", "")
-        body = kw.get("data")
+    async def interfere(method: str, path: str, headers: Any, body: Any) -> None:
+        auth = (headers or {}).get("authorization", "")
         if (
             not done
             and method == "PATCH"
@@ -170,7 +186,6 @@ def conflicts(
             and isinstance(body, bytes)
             and b'"path":"/metadata/finalizers' in body
         ):
-            path = urlsplit(str(url)).path
             hold = {"metadata": {"finalizers": [HOLD]}}
             status, answer = await asyncio.to_thread(
                 control_plane.api_request,
@@ -181,10 +196,23 @@ def conflicts(
             )
             assert status == 200, answer
             done.append(path)
+
+    recording = aiohttp.ClientSession._request
+    lean = Pool.request
+
+    async def interfering(self: aiohttp.ClientSession, method: str, url: Any, **kw: Any) -> Any:
+        await interfere(method, urlsplit(str(url)).path, kw.get("headers"), kw.get("data"))
         return await recording(self, method, url, **kw)
+
+    async def lean_interfering(
+        self: Pool, method: str, path: str, params: Any, headers: Any, body: Any, *rest: Any
+    ) -> Any:
+        await interfere(method, path, headers, body)
+        return await lean(self, method, path, params, headers, body, *rest)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(aiohttp.ClientSession, "_request", interfering)
+        mp.setattr(Pool, "request", lean_interfering)
         yield done
 
 

@@ -1,9 +1,11 @@
-"""Raw HTTP to the API server, on kubernetes-asyncio's session, configuration and auth.
+"""Raw HTTP to the API server, with kubernetes-asyncio's configuration, auth and session.
 
 kubernetes-asyncio handles kubeconfig, in-cluster config, TLS and token refresh; its request
 path, though, re-serialises bodies with the stdlib `json` and its typed models parse every
 response twice. fastctl sends `orjson` bytes and reads raw bytes (`_preload_content=False`
-in spirit) through the same `aiohttp` session, so the hot path never touches a model.
+in spirit), so the hot path never touches a model: object calls on fastctl's lean HTTP/1.1
+transport (`fastctl.kube._transport`) with the client's TLS and headers, watches on the
+client's `aiohttp` session.
 
 `ApiError` turns a Kubernetes ``Status`` body into one line that names the request, which is
 what an operator author needs in a log: ``PATCH /api/v1/namespaces/a/configmaps/b: 409
@@ -34,6 +36,7 @@ from fastctl.kube._call_retry import Safety, retry_delay
 from fastctl.kube._in_memory import SESSIONS
 from fastctl.kube._request_metrics import ERROR_CODE, REQUESTS
 from fastctl.kube._throttle import rate_limit_of, retry_policy_of, throttle
+from fastctl.kube._transport import LeanResponse, pool_for
 
 __all__ = [
     "ApiError",
@@ -69,7 +72,7 @@ def error_from_response(
     return err
 
 
-def retry_after_header(resp: aiohttp.ClientResponse) -> str | None:
+def retry_after_header(resp: aiohttp.ClientResponse | LeanResponse) -> str | None:
     """The answer's ``Retry-After`` header (an answer made up without headers has none)."""
     headers = getattr(resp, "headers", None)
     return None if headers is None else headers.get("Retry-After")
@@ -95,11 +98,14 @@ async def request(
     content_type: str = "application/json",
     client_timeout: aiohttp.ClientTimeout | None = None,
     accept: str | None = None,
-) -> aiohttp.ClientResponse:
-    """Send one request on the client's session and return the unread response.
+) -> aiohttp.ClientResponse | LeanResponse:
+    """Send one request and return its response.
 
     The caller reads (or streams) the body and must release the response (``async with`` or
     ``.release()``). No status check happens here: watch streams and lists need the code.
+    A request with a total timeout and no read timeout (an object call, a list page) is read
+    whole before it returns, on the lean transport when the client allows it
+    (`fastctl.kube._transport`); a watch (no total timeout) streams from aiohttp's response.
     `accept` replaces the ``Accept`` header (a metadata-only watch asks for
     ``PartialObjectMetadata`` this way); by default it is ``application/json``.
     Every request is counted, with its code and the time its headers took
@@ -123,12 +129,34 @@ async def request(
             if auth["in"] == "header":
                 headers[auth["key"]] = auth["value"]
     params = {k: _qs(v) for k, v in (query or {}).items() if v is not None}
+    timeout = client_timeout or _timeout(60.0)
     rest = client.rest_client
+    # A fake cluster of a test answers from memory (`fastctl.kube._in_memory`).
+    session: aiohttp.ClientSession = SESSIONS.get(config.host) or rest.pool_manager  # type: ignore[assignment]
+    # A call with a total timeout and nothing else is read whole: on the lean transport,
+    # when the client's configuration allows it (`fastctl.kube._transport`).
+    pool = None
+    if session is rest.pool_manager and _whole(timeout):
+        pool = pool_for(client)
+    if rate_limit_of(client) is not None:  # no coroutine per request without a limit
+        await throttle(client, method, config.host)
+    span = request_span(method, path)  # a child span of the reconcile, while tracing is on
+    started = time.perf_counter()
+    if pool is not None:
+        try:
+            answer, head_at = await pool.request(method, path, params, headers, body, timeout.total)
+        except BaseException as exc:  # no answer, or one cut short, timed out or cancelled
+            REQUESTS.record(method, config.host, ERROR_CODE, time.perf_counter() - started)
+            span.failed(exc)
+            raise
+        REQUESTS.record(method, config.host, answer.status, head_at - started)
+        span.answered(answer.status)
+        return answer
     kwargs: dict[str, Any] = {
         "params": params,
         "headers": headers,
         "data": body,
-        "timeout": client_timeout or _timeout(60.0),
+        "timeout": timeout,
     }
     if rest.proxy:
         kwargs["proxy"] = rest.proxy
@@ -136,12 +164,6 @@ async def request(
         kwargs["proxy_headers"] = rest.proxy_headers
     if rest.server_hostname:
         kwargs["server_hostname"] = rest.server_hostname
-    # A fake cluster of a test answers from memory (`fastctl.kube._in_memory`).
-    session: aiohttp.ClientSession = SESSIONS.get(config.host) or rest.pool_manager  # type: ignore[assignment]
-    if rate_limit_of(client) is not None:  # no coroutine per request without a limit
-        await throttle(client, method, config.host)
-    span = request_span(method, path)  # a child span of the reconcile, while tracing is on
-    started = time.perf_counter()
     try:
         response = await session.request(method, config.host + path, **kwargs)
     except BaseException as exc:  # no answer: refused, timed out, or cancelled while waiting
@@ -155,6 +177,11 @@ async def request(
 
 _BEARER = "BearerToken"
 """The key of kubernetes-asyncio's ``Configuration.api_key`` that holds a bearer token."""
+
+
+def _whole(timeout: aiohttp.ClientTimeout) -> bool:
+    """Whether a request with this timeout is read whole (a total, no read timeout)."""
+    return timeout.total is not None and timeout.sock_read is None and timeout.connect is None
 
 
 @functools.lru_cache(maxsize=64)

@@ -66,7 +66,7 @@ import enum
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import FrozenInstanceError, dataclass, replace
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 import aiohttp
 import orjson
@@ -701,9 +701,10 @@ class _Watcher:
             accept = METADATA_WATCH_ACCEPT if query.get("watch") else METADATA_LIST_ACCEPT
         elif self.protobuf and query.get("watch"):
             accept = PROTOBUF_WATCH_ACCEPT
-        return await request(
+        response = await request(
             self.client, "GET", self.path, query=query, client_timeout=timeout, accept=accept
         )
+        return cast(aiohttp.ClientResponse, response)  # a read timeout: streamed by aiohttp
 
     # -- list -------------------------------------------------------------------------
 
