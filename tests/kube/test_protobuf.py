@@ -9,8 +9,9 @@ them so."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Callable
-from typing import Any
+from typing import Any, cast
 
+import aiohttp
 import orjson
 import pytest
 from kubernetes_asyncio.client import ApiClient
@@ -98,9 +99,11 @@ async def streaming_list(client: ApiClient, res: ResolvedResource, ns: str, acce
         "allowWatchBookmarks": "true",
     }
     data = b""
-    async with await request(
-        client, "GET", res.collection_path(ns), query=query, accept=accept
-    ) as resp:
+    streamed = aiohttp.ClientTimeout(total=None, sock_read=30)  # a stream: aiohttp reads it
+    answer = await request(
+        client, "GET", res.collection_path(ns), query=query, accept=accept, client_timeout=streamed
+    )
+    async with cast(aiohttp.ClientResponse, answer) as resp:
         assert resp.status == 200
         assert resp.content_type == accept
         async for chunk in resp.content.iter_any():
