@@ -14,6 +14,7 @@ from fastctl.kube._resource import Resource
 from fastctl.kube._watcher import (
     METADATA_LIST_ACCEPT,
     METADATA_WATCH_ACCEPT,
+    PROTOBUF_WATCH_ACCEPT,
     EventKind,
     ListFrame,
     MetadataOnlyUnsupported,
@@ -379,9 +380,14 @@ def test_a_406_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_full_watch_sends_no_metadata_accept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ConfigMap watch asks for protobuf (JSON if refused), and with `protobuf=False`
+    for the default JSON; never for metadata."""
     server = AcceptServer(lambda q: None)
     run(server, monkeypatch)
-    assert server.accepts == [None]
+    assert server.accepts == [PROTOBUF_WATCH_ACCEPT]
+    as_json = AcceptServer(lambda q: None)
+    run(as_json, monkeypatch, protobuf=False)
+    assert as_json.accepts == [None]
 
 
 async def test_a_shared_watch_fills_the_cache_and_keeps_metadata_only_watches_apart() -> None:
