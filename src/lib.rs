@@ -1,7 +1,8 @@
 //! fastctl's core: the keyed priority/delay scheduler (`scheduler`), the watch-frame
-//! decoder (`frames`), the compact object cache (`cache`) and the OTLP trace writer
-//! (`otlp`), all plain Rust, and their thin Python binding (`binding`, `cache_binding`,
-//! `otlp_binding`), built by maturin into `fastctl._core`.
+//! decoder (`frames`), the compact object cache (`cache`), the OTLP trace writer (`otlp`)
+//! and the read-your-writes guard's state (`written`), all plain Rust, and their thin
+//! Python binding (`binding`, `cache_binding`, `otlp_binding`, `written_binding`), built by
+//! maturin into `fastctl._core`.
 
 mod binding;
 pub mod cache;
@@ -11,3 +12,5 @@ pub mod frames;
 pub mod otlp;
 mod otlp_binding;
 pub mod scheduler;
+pub mod written;
+mod written_binding;
