@@ -10,6 +10,8 @@ __all__ = [
     "Item",
     "Scheduler",
     "SpanBuffer",
+    "Written",
+    "Wrote",
     "__version__",
     "decode_frame",
     "decode_lines",
