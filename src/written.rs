@@ -244,7 +244,12 @@ impl Written {
     ) -> Option<Wrote> {
         let mut shown = None;
         if name.is_empty() {
-            let left = self.creating.get(&kind).copied().unwrap_or(1).saturating_sub(1);
+            let left = self
+                .creating
+                .get(&kind)
+                .copied()
+                .unwrap_or(1)
+                .saturating_sub(1);
             if left > 0 {
                 self.creating.insert(kind, left);
                 shown = self.created.get(&kind).map(|s| s.contains(uid));
@@ -350,7 +355,11 @@ impl Written {
         }
         let key = target_key(kind, namespace, name);
         let gone = seen == Seen::Delete;
-        if !self.creating.is_empty() && !gone && !uid.is_empty() && self.creating.contains_key(&kind) {
+        if !self.creating.is_empty()
+            && !gone
+            && !uid.is_empty()
+            && self.creating.contains_key(&kind)
+        {
             self.created.entry(kind).or_default().insert(uid.to_owned());
         }
         let Some(target) = self.targets.get_mut(&key) else {

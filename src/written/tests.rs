@@ -166,7 +166,9 @@ fn a_failed_write_keeps_nothing_followed() {
     let mut w = Written::new(WAIT);
     w.follow(CM, NS, "c");
     assert_eq!(w.followed(), 1);
-    assert!(w.answered(CM, NS, "c", "c", "", None, false, false, false).is_none());
+    assert!(w
+        .answered(CM, NS, "c", "c", "", None, false, false, false)
+        .is_none());
     assert_eq!(w.followed(), 0);
 }
 
