@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fastctl import _core
+from fastctl._core import Written, Wrote
 from fastctl.kube._namespaces import NamespaceScope, covers
 from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._selectors import LabelSelector
@@ -48,12 +48,6 @@ from fastctl.kube._watcher import EventKind, ListFrame, WatchEvent
 from fastctl.types import ObjectRef
 
 __all__ = ["CacheScope", "WrittenObjects", "Wrote"]
-
-Wrote = _core.Wrote
-"""One write a reconcile made (to one object, answered with a UID and a version, made or
-deleted by it), as its fence waits for it: opaque here, kept by the extension. It holds no
-Python object, so the garbage collector never tracks it (about a thousand are alive at once
-in a burst of writes)."""
 
 Caches = Mapping[tuple[str, str], Mapping[ObjectRef, Mapping[str, Any]]]
 """The caches a reconcile reads, by the (group, kind) of their objects."""
@@ -92,7 +86,7 @@ class WrittenObjects:
         scopes = scopes or {}
         self.kinds = frozenset(caches)
         """The (group, kind) of the objects followed."""
-        self.state = _core.Written(max_wait)
+        self.state = Written(max_wait)
         # Per kind, worked out once rather than on every write: its index in `state`, its
         # namespace scope, its label selector (only where there is one), and how its cache
         # is asked for the version it shows.
