@@ -17,7 +17,7 @@ use crate::proto;
 /// One decoded object: its JSON as kept and the metadata fastctl reads.
 #[pyclass(frozen, name = "Item", module = "fastctl._core")]
 pub struct PyItem {
-    packed: Packed,
+    pub(crate) packed: Packed,
     generation: Option<i64>,
     deletion_timestamp: Option<String>,
     labels: Vec<(String, String)>,

@@ -1,8 +1,9 @@
 //! fastctl's core: the keyed priority/delay scheduler (`scheduler`), the watch-frame
 //! decoder (`frames`, and `proto` for protobuf frames of ConfigMaps and Secrets), the
-//! compact object cache (`cache`) and the OTLP trace writer (`otlp`), all plain Rust, and
-//! their thin Python binding (`binding`, `cache_binding`, `otlp_binding`), built by maturin
-//! into `fastctl._core`.
+//! compact object cache (`cache`), the OTLP trace writer (`otlp`) and the read-your-writes
+//! guard's state (`written`), all plain Rust, and their thin Python binding (`binding`,
+//! `cache_binding`, `otlp_binding`, `written_binding`), built by maturin into
+//! `fastctl._core`.
 
 mod binding;
 pub mod cache;
@@ -13,3 +14,5 @@ pub mod otlp;
 mod otlp_binding;
 pub mod proto;
 pub mod scheduler;
+pub mod written;
+mod written_binding;

@@ -10,6 +10,8 @@ __all__ = [
     "Item",
     "Scheduler",
     "SpanBuffer",
+    "Written",
+    "Wrote",
     "__version__",
     "decode_frame",
     "decode_lines",
@@ -451,3 +453,51 @@ class SpanBuffer:
     def dropped(self) -> int: ...
     def __len__(self) -> int: ...
     def close(self) -> None: ...
+
+@final
+class Wrote:
+    """One write a reconcile made, as its fence waits for it (opaque)."""
+
+@final
+class Written:
+    """The read-your-writes guard's state of one controller run: the objects its reconciles
+    wrote, followed through their caches' events, and each object's fence. Kinds are the
+    indices the caller gives each cached kind; `seen` is 0 (applied), 1 (deleted) or 2 (a
+    list's item, counted at its list's end). Calls that may catch a held key's fence up
+    return the keys to wake (None: none)."""
+
+    def __new__(cls, max_wait: float) -> Self: ...
+    def __len__(self) -> int:
+        """How many objects have a fence."""
+    @property
+    def followed(self) -> int:
+        """How many objects are followed."""
+    def set_waking(self, waking: bool) -> None: ...
+    def follow(self, kind: int, namespace: str, name: str) -> bool:
+        """A write begins; True: its object was not followed (seed it)."""
+    def seed(self, kind: int, namespace: str, name: str, uid: str, version: str) -> None: ...
+    def answered(
+        self,
+        kind: int,
+        namespace: str,
+        name: str,
+        target: str,
+        uid: str,
+        version: str | None,
+        recorded: bool,
+        created: bool,
+        deleted: bool,
+    ) -> Wrote | None: ...
+    def shown(self, wrote: Wrote) -> bool: ...
+    def saw(
+        self, kind: int, namespace: str, name: str, uid: str, version: str, seen: int
+    ) -> list[str] | None: ...
+    def saw_item(self, kind: int, item: Item, seen: int) -> list[str] | None: ...
+    def list_frame(
+        self, kind: int, done: bool, namespace: str | None = None
+    ) -> list[str] | None: ...
+    def fence(self, key: str, writes: tuple[Wrote, ...], now: float) -> None: ...
+    def hold(self, key: str, now: float) -> float | tuple[float, bool, bool, int] | None:
+        """None: start; a float: wait at most that long; a tuple ``(waited, was_held,
+        expired, missing)``: start, and count it."""
+    def release(self, key: str) -> None: ...

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from collections.abc import Set as AbstractSet
 from typing import Any
 
 import pytest
@@ -217,13 +216,12 @@ def test_related_triggers_diff_one_namespaces_relist() -> None:
 
 
 def test_read_your_writes_counts_a_listed_write_when_its_namespace_is_swapped_in() -> None:
-    shown: list[AbstractSet[str]] = []
+    shown: list[list[str]] = []
     store = Store()
     written = WrittenObjects({("", "ConfigMap"): store}, Namespaces("a", "b"), shown.append)
     written.follow(CM, "a", "x")
     w = written.answered(CM, "a", "x", obj("x", "a", rv="5"), created=False, deleted=False)
     assert w is not None
-    written.attach("key", [w])
     written.saw(("", "ConfigMap"))(init("a"))
     written.saw(("", "ConfigMap"))(listed(obj("x", "a", rv="5")))
     written.saw(("", "ConfigMap"))(done("b"))  # another namespace's list: not yet

@@ -45,7 +45,6 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,10 +69,6 @@ DEFAULT_MAX_WAIT = 5.0
 watch shows a write within milliseconds on a healthy API server and within a second or two
 on a loaded one; five seconds covers that, while a write the cache will never show (see the
 module docstring) costs its object no more than a short delay."""
-
-_FORGET_AFTER = 300.0
-"""Seconds after its deadline a fence is forgotten if its object is never reconciled again
-(deleted, or no longer served): fences must not stay for the life of the process."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +98,6 @@ class ReadYourWrites:
         ):
             raise ValueError(f"max_wait must be a finite number of seconds > 0, got {wait!r}")
         object.__setattr__(self, "max_wait", float(wait))
-
-
-_Fence = tuple[float, *tuple[Wrote, ...]]
-"""When a hold for an object's last reconcile's writes ends, and those writes: one flat
-tuple of a number and the writes' tuples, which the garbage collector stops tracking
-(about a thousand are alive at once in a burst of writes)."""
 
 
 class _Writes:
@@ -203,16 +192,14 @@ class CacheFence:
         clock: Callable[[], float] = monotonic,
         scopes: Mapping[tuple[str, str], CacheScope] | None = None,
     ) -> None:
-        self.written = WrittenObjects(caches, namespace, self._shown, scopes)
+        self.written = WrittenObjects(
+            caches, namespace, self._caught_up, scopes, max_wait=options.max_wait
+        )
+        self._state = self.written.state  # the fences and holds (the extension's)
         self._max_wait = options.max_wait
         self._counters = counters
         self._clock = clock
         self._now = clock  # the loop's own clock while bound, if `clock` is the default
-        # Fences by key, the oldest deadline first (each new one goes last: a deadline is
-        # its fence's time plus the one `max_wait`).
-        self._fences: dict[str, _Fence] = {}
-        self._held: dict[str, float] = {}  # key -> when its first hold began
-        self._next_sweep = -math.inf  # no fence is forgotten before then (`_expire`)
         self._wake: Callable[[str], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.get_ident()
@@ -221,6 +208,7 @@ class CacheFence:
         """`wake(key)` queues a held key once its fence is caught up (the applier's; None:
         no more). Called on the loop's thread, which all state belongs to."""
         self._wake = wake
+        self._state.set_waking(wake is not None)
         if wake is not None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.get_ident()
@@ -238,7 +226,7 @@ class CacheFence:
 
     def __len__(self) -> int:
         """How many objects have a fence."""
-        return len(self._fences)
+        return len(self._state)
 
     def saw(self, resource: Resource) -> Callable[[WatchEvent], None]:
         """What a watch loop of `resource` calls with each event its cache applied, before
@@ -299,80 +287,37 @@ class CacheFence:
         if not wrote:  # the common case of a no-op (the sweep is left to the next start)
             return
         writes.wrote = ()
-        now = self._now()
-        if now >= self._next_sweep:
-            self._expire(now)
-        written, key = self.written, writes.key
-        if all(map(written.shown, wrote)):  # caught up already (its echo came first)
-            written.release(key, wrote)
-            return
-        old = self._fences.pop(key, None)
-        if old is not None:  # a fence no start consumed: superseded
-            written.release(key, old[1:])
-        self._fences[key] = (now + self._max_wait, *wrote)
-        if key in self._held:  # only a held key is woken by its writes' events (`_hold`)
-            written.attach(key, wrote)
+        self._state.fence(writes.key, wrote, self._now())
 
-    def _shown(self, keys: AbstractSet[str]) -> None:
-        """An event of an object these keys' fences name: wake those now caught up."""
-        wake, held = self._wake, self._held
-        if wake is None or not held:  # usually none held: the key started at once
-            return
-        for key in [k for k in keys if k in held]:
-            fence = self._fences.get(key)
-            if fence is not None and self._caught_up(fence[1:]):
+    def _caught_up(self, keys: list[str]) -> None:
+        """An event caught these held keys' fences up: wake them now."""
+        wake = self._wake
+        if wake is not None:
+            for key in keys:
                 wake(key)
 
     # -- the hold (`fastctl._applier.StartGate`) ------------------------------------------
 
     def hold(self, key: str, now: float) -> float | None:
         """The reconcile of `key` is about to start: ``None`` to let it, or how many
-        seconds at most it waits (until its fence is caught up, then it is woken)."""
-        held = self._held
-        fence = self._fences.get(key)
-        if fence is None:  # the common case: its last reconcile wrote nothing
-            if held:
-                held.pop(key, None)
-            wait = None
-        elif key not in held and all(map(self.written.shown, fence[1:])):
-            # `_start`'s common case, inline: caught up before it was ever held.
-            del self._fences[key]
-            self.written.release(key, fence[1:])
-            wait = None
-        else:
-            wait = self._hold(key, fence, now)
-        if now >= self._next_sweep:  # after this key's own, which an expiry counts
-            self._expire(now)
-        return wait
-
-    def _hold(self, key: str, fence: _Fence, now: float) -> float | None:
-        deadline, wrote = fence[0], fence[1:]
-        if all(map(self.written.shown, wrote)):
-            self._start(key, wrote, now, expired=False)
+        seconds at most it waits (until its fence is caught up, then it is woken). Fences
+        of objects not reconciled again long after their deadline are forgotten meanwhile
+        (five minutes after it)."""
+        wait = self._state.hold(key, now)
+        if type(wait) is tuple:  # it starts after a hold, or at the bound: counted
+            self._started(key, *wait)
             return None
-        if now >= deadline:
-            self._start(key, wrote, now, expired=True)
-            return None
-        if key not in self._held:  # its writes' events wake it from now on (`_shown`)
-            self._held[key] = now
-            self.written.attach(key, wrote)
-        return deadline - now
+        return wait  # type: ignore[return-value]
 
     def release(self, key: str) -> None:
         """`key` will not start (its object is gone): forget its fence and hold."""
-        self._held.pop(key, None)
-        fence = self._fences.pop(key, None)
-        if fence is not None:
-            self.written.release(key, fence[1:])
+        self._state.release(key)
 
-    def _start(self, key: str, wrote: tuple[Wrote, ...], now: float, *, expired: bool) -> None:
-        del self._fences[key]
-        missing = sum(1 for w in wrote if not self.written.shown(w)) if expired else 0
-        self.written.release(key, wrote)
-        since = self._held.pop(key, None)
-        waited = 0.0 if since is None else now - since
+    def _started(
+        self, key: str, waited: float, was_held: bool, expired: bool, missing: int
+    ) -> None:
         counters = self._counters
-        if since is not None:
+        if was_held:
             counters.cache_waits += 1
             counters.cache_wait_seconds += waited
         if expired:
@@ -385,26 +330,8 @@ class CacheFence:
                 waited,
                 self._max_wait,
             )
-        elif since is not None:
+        elif was_held:
             log.debug("reconcile of %s waited %.3fs for its cache", key, waited)
-
-    def _caught_up(self, wrote: tuple[Wrote, ...]) -> bool:
-        return all(map(self.written.shown, wrote))  # no generator: usually one write
-
-    def _expire(self, now: float) -> None:
-        """Forget the fences of objects not reconciled again long after their deadline: at
-        a start or a fence, once the oldest may be due (`_next_sweep`)."""
-        fences = self._fences
-        while fences:
-            key, (deadline, *wrote) = next(iter(fences.items()))
-            if now - deadline < _FORGET_AFTER:
-                self._next_sweep = deadline + _FORGET_AFTER  # the oldest's: none before
-                return
-            del fences[key]
-            self._held.pop(key, None)
-            self.written.release(key, wrote)
-        # None left: any fence made from now on has a deadline after now + max_wait.
-        self._next_sweep = now + self._max_wait + _FORGET_AFTER
 
 
 def _key_of(obj: Any) -> str:
