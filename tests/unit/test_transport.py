@@ -545,3 +545,20 @@ async def test_the_pool_counts_right_through_closes_cancellations_and_waits(
     pool = pool_of(client)
     assert not pool.waiters
     assert pool.count == len(pool.idle) <= 3
+
+
+async def test_the_switch_sends_every_request_on_aiohttp_and_names_a_wrong_value(
+    serve: Callable[..., Awaitable[tuple[RawServer, ApiClient]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, client = await serve(echo_path())
+    monkeypatch.setenv("FASTCTL_HTTP", "aiohttp")
+    assert pool_for(client) is None
+    assert await request_json(client, "GET", "/on-aiohttp") == {"path": "/on-aiohttp"}
+    _, client = await serve(echo_path())
+    monkeypatch.setenv("FASTCTL_HTTP", "lean")
+    assert pool_for(client) is not None
+    _, client = await serve(echo_path())
+    monkeypatch.setenv("FASTCTL_HTTP", "fast")
+    with pytest.raises(ValueError, match="FASTCTL_HTTP must be 'lean' or 'aiohttp', not 'fast'"):
+        await request_json(client, "GET", "/a")

@@ -45,7 +45,7 @@ from yarl import URL
 
 from fastctl.kube._http1 import Connection, LeanResponse
 
-__all__ = ["IDLE_SECONDS", "LeanResponse", "Pool", "pool_for"]
+__all__ = ["IDLE_SECONDS", "SWITCH", "LeanResponse", "Pool", "pool_for"]
 
 IDLE_SECONDS = 15.0
 """How long a connection may stay idle in the pool (aiohttp's keep-alive timeout)."""
@@ -320,9 +320,25 @@ def pool_for(client: ApiClient) -> Pool | None:
     return pool
 
 
+SWITCH = "FASTCTL_HTTP"
+"""``aiohttp`` sends every request on kubernetes-asyncio's aiohttp session, as before the
+lean transport (an operator that meets a server the transport does not get right needs no
+code change to step around it); ``lean``, the default, uses the transport where it applies.
+Read when a client's pool is made."""
+
+
+def _lean_allowed() -> bool:
+    choice = os.environ.get(SWITCH, "lean")
+    if choice not in ("lean", "aiohttp"):
+        raise ValueError(f"{SWITCH} must be 'lean' or 'aiohttp', not {choice!r}")
+    return choice == "lean"
+
+
 def _new_pool(
     loop: asyncio.AbstractEventLoop, rest: Any, session: Any, host: str | None
 ) -> Pool | None:
+    if not _lean_allowed():
+        return None
     if not isinstance(session, aiohttp.ClientSession) or session.closed or not host:
         return None
     if rest.proxy or rest.proxy_headers or (session.trust_env and _environment_applies()):
