@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import ssl
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from fastctl._pki import CertificateAuthority
 from fastctl.kube import _http, _transport
 from fastctl.kube._http import ApiError, request, request_json, request_json_status
+from fastctl.kube._http1 import Connection
 from fastctl.kube._in_memory import SESSIONS
 from fastctl.kube._request_metrics import ERROR_CODE, RequestTotals
 from fastctl.kube._transport import Pool, pool_for
@@ -324,6 +326,55 @@ async def test_at_most_the_connector_limit_of_connections_with_waiters_beyond(
     assert await asyncio.gather(*calls) == [{}] * 5
     assert server.connections == 2
     assert pool_of(client).count == 2
+
+
+async def test_a_connection_handed_to_a_waiter_cancelled_before_it_ran_is_passed_on(
+    serve: Callable[..., Awaitable[tuple[RawServer, ApiClient]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At a bound of one: the first call's connection is handed to the waiting second call,
+    which is cancelled before it runs. The connection goes back to the pool and serves the
+    third call; nothing leaks. Broken once: the handed connection not passed on when its
+    waiter is cancelled (red: the third call waits for ever, cut by its timeout)."""
+    release = asyncio.Event()
+
+    async def script(peer: Peer) -> None:
+        while await peer.next_request() is not None:
+            await release.wait()
+            await peer.send(answer())
+
+    server, client = await serve(script, connection_pool_maxsize=1)
+    pool = pool_of(client)
+    first = asyncio.ensure_future(request_json(client, "GET", "/first"))
+    await server.opened(1)
+    waiting = asyncio.Event()
+
+    class Waiters(deque[asyncio.Future[Connection | None]]):
+        def append(self, waiter: asyncio.Future[Connection | None]) -> None:
+            super().append(waiter)
+            waiting.set()
+
+    pool.waiters = Waiters()
+    second = asyncio.ensure_future(request_json(client, "GET", "/second"))
+    await waiting.wait()
+    turn = pool.waiters[0]
+    hand_over = pool._release
+
+    def release_then_cancel(conn: Connection) -> None:
+        hand_over(conn)
+        if turn.done() and not second.done():
+            second.cancel()  # after the hand-over, before the second call runs again
+
+    monkeypatch.setattr(pool, "_release", release_then_cancel)
+    release.set()
+    assert await first == {}
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    assert turn.result() is not None, "the connection was handed over"
+    assert await request_json(client, "GET", "/third", request_timeout=5) == {}
+    assert server.connections == 1
+    assert pool.count == len(pool.idle) == 1
+    assert not pool.waiters
 
 
 async def test_idle_connections_are_closed_after_a_while_and_with_the_client(
