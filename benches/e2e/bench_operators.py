@@ -161,7 +161,7 @@ def _count_loop_iterations(stats: dict[str, int]) -> None:
     select = selector.select
 
     def counted(timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        ready = select(timeout)
+        ready: list[tuple[selectors.SelectorKey, int]] = select(timeout)
         stats["loop_iterations"] = stats.get("loop_iterations", 0) + 1
         stats["ready_events"] = stats.get("ready_events", 0) + len(ready)
         return ready
@@ -314,7 +314,10 @@ async def run_fastctl_widgets(args: argparse.Namespace, model: bool) -> None:
         if os.environ.get("FASTCTL_BENCH_STATS"):
             import gc
 
-            report = {"reconciles": stats, "counters": dataclasses.asdict(ctl.counters)}
+            report: dict[str, object] = {
+                "reconciles": stats,
+                "counters": dataclasses.asdict(ctl.counters),
+            }
             report["gc"] = gc.get_stats()
             import resource
 
