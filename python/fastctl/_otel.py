@@ -274,21 +274,44 @@ class WebhookSpan:
 
 
 class EventLink:
-    """The link to one watch event, made when a run that is kept (sampled) first asks for
-    it (`link`, `plain`) and shared by every run the event triggered: a span context of its
-    own (no span is made or exported for it) and the event's attributes, few (each is copied
-    per link): the reason, the ``resourceVersion``, and the kind and object unless they are
-    the run's own (``own_change``). A run the sampler drops never builds it."""
+    """The link to one watch event, shared by every run the event triggered: a span context
+    of its own (no span is made or exported for it) and the event's attributes, few (each
+    is copied per link): the reason, the ``resourceVersion``, and the kind and object
+    unless they are the run's own (``own_change``).
 
-    __slots__ = ("_built", "_event", "_ids", "_kind", "_plain", "_reason")
+    The event's few fields are read when the link is made (from the extension's decoded
+    frame where there is one: no metadata dict is built for it), and the event is not
+    kept: a link waits with its key until the key's run starts, and with thousands of keys
+    queued, each event held (and what it holds) would outlive young collections and be
+    promoted, for the collector to walk again (docs/benchmarks.md, tracing). The ids and
+    the attributes are made when a run that is kept (sampled) first asks for them
+    (`link`, `plain`): a run the sampler drops never builds them."""
+
+    __slots__ = ("_built", "_deleted", "_ids", "_kind", "_object", "_plain", "_reason", "_version")
 
     def __init__(self, ids: IdGenerator, kind: str, reason: str, event: Any) -> None:
         self._ids = ids
         self._kind = kind
         self._reason = reason
-        self._event = event
         self._plain: PlainLink | None = None
         self._built: Link | None = None
+        name: Any = None
+        namespace: Any = None
+        version: Any = None
+        item = getattr(event, "_decoded", None)  # an ObjectEvent from a watch frame
+        if item is not None:
+            name, namespace, version = item.name, item.namespace, item.resource_version
+        else:
+            meta_of = getattr(event, "_meta", None)  # an ObjectEvent; a ListFrame has none
+            if meta_of is not None:
+                meta = meta_of()
+                name, namespace = meta.get("name", ""), meta.get("namespace")
+                version = meta.get("resourceVersion")
+        self._object: str | None = None
+        if name is not None and reason != Reason.OWN_CHANGE:
+            self._object = f"{namespace}/{name}" if namespace else str(name)
+        self._version = str(version) if version else None
+        self._deleted = name is not None and event.kind.name == "DELETE"
 
     def plain(self) -> PlainLink:
         """The link as fastctl's OTLP export writes it: ``(trace_id, span_id, False,
@@ -296,24 +319,18 @@ class EventLink:
         plain = self._plain
         if plain is not None:
             return plain
-        reason, event = self._reason, self._event
+        reason = self._reason
         attrs: dict[str, Any] = {"fastctl.trigger.reason": reason}
-        meta_of = getattr(event, "_meta", None)  # an ObjectEvent; a ListFrame has none
         if reason != Reason.OWN_CHANGE:  # else the run's own kind and object: not repeated
             attrs["fastctl.watch.kind"] = self._kind
-        if meta_of is not None:
-            meta = meta_of()  # the decoded metadata: the object is not parsed for a link
-            if reason != Reason.OWN_CHANGE:
-                ns, name = meta.get("namespace"), meta.get("name", "")
-                attrs["fastctl.watch.object"] = f"{ns}/{name}" if ns else str(name)
-            version = meta.get("resourceVersion")
-            if version:
-                attrs["k8s.resource_version"] = str(version)
-            if event.kind.name == "DELETE":
-                attrs["fastctl.watch.deleted"] = True
+            if self._object is not None:
+                attrs["fastctl.watch.object"] = self._object
+        if self._version is not None:
+            attrs["k8s.resource_version"] = self._version
+        if self._deleted:
+            attrs["fastctl.watch.deleted"] = True
         ids = self._ids
         self._plain = plain = (ids.generate_trace_id(), ids.generate_span_id(), False, attrs)
-        self._event = None  # what it needed is in the link now
         return plain
 
     def link(self) -> Link:
@@ -336,9 +353,11 @@ class LinkedTrigger(Trigger):
 class _Pending:
     """What a key's next run is for: its links (the first `MAX_LINKS`; the others
     counted), when the first of its triggers came or its retry was due (on the applier's
-    clock), and the highest priority among them (the scheduler keeps the highest)."""
+    clock), and the highest priority among them (the scheduler keeps the highest). A run
+    has one link mostly (the event of its object's change): it is held as it is, a list
+    only from the second on (one object less per queued key)."""
 
-    links: list[EventLink | Link]
+    links: EventLink | Link | list[EventLink | Link] | None
     since: float
     priority: int
     dropped: int = 0
@@ -422,13 +441,19 @@ class ControllerTracing:
     def _add(self, key: str, link: EventLink | Link | None, since: float, priority: int) -> None:
         pending = self._pending.get(key)
         if pending is None:
-            pending = self._pending[key] = _Pending([], since, priority)
-        elif priority > pending.priority:
+            self._pending[key] = _Pending(link, since, priority)
+            return
+        if priority > pending.priority:
             pending.priority = priority
         if link is None:
             return
-        if len(pending.links) < MAX_LINKS:
-            pending.links.append(link)
+        links = pending.links
+        if links is None:
+            pending.links = link
+        elif type(links) is not list:
+            pending.links = [links, link]  # type: ignore[list-item]
+        elif len(links) < MAX_LINKS:
+            links.append(link)
         else:
             pending.dropped += 1
 
@@ -441,58 +466,84 @@ class ControllerTracing:
         it; the scheduler says its attempt (its failure count) and fair group, two cheap
         reads (its ``inspect`` builds a whole record). Its attributes and links are built
         only for a span the sampler keeps (`SpanMaker.start`)."""
-        now = self.clock()
         pending = self._pending.pop(key, None)
-        priority = pending.priority if pending is not None else 0
-
-        def attributes() -> dict[str, Any]:
-            attrs: dict[str, Any] = {"fastctl.controller": self.name, "fastctl.object": key}
-            failures = getattr(scheduler, "failures", None)
-            attrs["fastctl.reconcile.attempt"] = failures(key) + 1 if failures is not None else 1
-            if pending is not None:
-                attrs["fastctl.reconcile.queue_wait"] = max(0.0, now - pending.since)
-                if pending.dropped:
-                    attrs["fastctl.reconcile.links_dropped"] = pending.dropped
-            attrs["fastctl.reconcile.priority"] = priority
-            group_of = getattr(scheduler, "group_of", None)
-            group = group_of(key) if group_of is not None else None
-            if group is not None:
-                attrs["fastctl.reconcile.fair_group"] = group
-            return attrs
-
-        def links() -> list[Link | PlainLink]:
-            if pending is None:
-                return []
-            if self.spans.plain_links:  # fastctl's OTLP export: tuples, no Link objects
-                return [
-                    item.plain() if type(item) is EventLink else item  # type: ignore[misc]
-                    for item in pending.links
-                ]
-            return [
-                item.link() if type(item) is EventLink else item  # type: ignore[misc]
-                for item in pending.links
-            ]
-
-        span = self.spans.start(self._span_name, _ROOT, SpanKind.INTERNAL, attributes, links)
-        return RunSpan(self, key, span, scheduler, priority)
+        run = RunSpan(self, key, scheduler, pending, self.clock())
+        run.span = self.spans.start(
+            self._span_name, _ROOT, SpanKind.INTERNAL, run.attributes, run.links
+        )
+        run.pending = None  # what the span needed of it is in the span now
+        return run
 
 
 class RunSpan:
     """One reconcile's span: current in its task while it runs (`enter`), ended with its
     outcome (`end`, `cancelled`)."""
 
-    __slots__ = ("_ended", "_owner", "_priority", "_scheduler", "_token", "key", "span")
+    __slots__ = (
+        "_ended",
+        "_owner",
+        "_priority",
+        "_scheduler",
+        "_started",
+        "_token",
+        "key",
+        "pending",
+        "span",
+    )
+
+    span: Span
 
     def __init__(
-        self, owner: ControllerTracing, key: str, span: Span, scheduler: Any, priority: int
+        self,
+        owner: ControllerTracing,
+        key: str,
+        scheduler: Any,
+        pending: _Pending | None,
+        started: float,
     ) -> None:
         self._owner = owner
-        self._priority = priority
+        self._priority = pending.priority if pending is not None else 0
         self.key = key
-        self.span = span
+        self.pending = pending
+        self._started = started
         self._scheduler = scheduler
         self._token: object | None = None
         self._ended = False
+
+    def attributes(self) -> dict[str, Any]:
+        """The span's attributes at its start (asked for only when the sampler keeps it)."""
+        owner, key, pending = self._owner, self.key, self.pending
+        scheduler = self._scheduler
+        attrs: dict[str, Any] = {"fastctl.controller": owner.name, "fastctl.object": key}
+        failures = getattr(scheduler, "failures", None)
+        attrs["fastctl.reconcile.attempt"] = failures(key) + 1 if failures is not None else 1
+        if pending is not None:
+            attrs["fastctl.reconcile.queue_wait"] = max(0.0, self._started - pending.since)
+            if pending.dropped:
+                attrs["fastctl.reconcile.links_dropped"] = pending.dropped
+        attrs["fastctl.reconcile.priority"] = self._priority
+        group_of = getattr(scheduler, "group_of", None)
+        group = group_of(key) if group_of is not None else None
+        if group is not None:
+            attrs["fastctl.reconcile.fair_group"] = group
+        return attrs
+
+    def links(self) -> list[Link | PlainLink]:
+        """The links to what triggered the run (asked for only when the sampler keeps it):
+        tuples for fastctl's OTLP export, the SDK's `Link` objects for any other."""
+        held = self.pending.links if self.pending is not None else None
+        if held is None:
+            return []
+        items = held if type(held) is list else [held]
+        if self._owner.spans.plain_links:
+            return [
+                item.plain() if type(item) is EventLink else item  # type: ignore[misc]
+                for item in items
+            ]
+        return [
+            item.link() if type(item) is EventLink else item  # type: ignore[misc]
+            for item in items
+        ]
 
     def enter(self) -> None:
         """Make the span current in the reconcile's task (and so in its thread, which runs
