@@ -38,7 +38,7 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from fastctl import _tracing
 from fastctl._core import otlp_encode
-from fastctl._otel import EventLink, LinkedTrigger
+from fastctl._otel import LinkedTrigger, sdk_link
 from fastctl._otel_spans import _checked_context, _direct_context, new_context
 from fastctl._otlp import OtlpExport, span_processor
 from fastctl.kube._watcher import EventKind, ObjectEvent
@@ -93,7 +93,7 @@ def test_a_span_ended_after_a_processor_was_added_hands_the_sdks_links() -> None
         scheduler = type("S", (), {"failures": lambda self, key: 0})()
         (trigger,) = controller.primary(_Event(), [ObjectRef("a", "ns")])
         assert isinstance(trigger, LinkedTrigger)
-        assert isinstance(trigger.link, EventLink)
+        assert type(trigger.link) is tuple  # an EventLink
         controller.queued(trigger)
         run = controller.start("ns/a", scheduler)
         assert tracing.spans.plain_links  # the export alone: the link went in as a tuple
@@ -106,7 +106,8 @@ def test_a_span_ended_after_a_processor_was_added_hands_the_sdks_links() -> None
     (span,) = memory.get_finished_spans()
     (link,) = span.links
     assert isinstance(link, Link)
-    assert link.context == trigger.link.link().context
+    assert trigger.link is not None
+    assert link.context == sdk_link(trigger.link).context
     assert dict(link.attributes or {}) == {
         "fastctl.trigger.reason": "own_change",
         "k8s.resource_version": "7",
@@ -254,7 +255,16 @@ def test_a_queued_link_holds_none_of_its_watch_event() -> None:
         del held, trigger
         gc.collect()
         assert gone() is None  # the key waits; its links hold none of the event
+        (waiting,) = controller._pending.values()
+        assert not gc.is_tracked(waiting[0][0])  # a link of plain values: not walked
         assert decoded._obj is None  # the link read the frame, not a parsed object
+        for trigger in controller.primary(decoded, [ObjectRef("d", "ns")]):
+            controller.queued(trigger)
+        del trigger
+        gc.collect()
+        gc.collect()  # (a record examined before its link in the first pass: in the next)
+        assert not gc.is_tracked(controller._pending["ns/d"])  # one link: nothing to walk
+        controller.dropped("ns/d")
         run = controller.start("ns/a", scheduler)
         run.end(None, None, 0.0, again=False)
         assert export.force_flush()
