@@ -43,7 +43,7 @@ from fastctl._otel_spans import _checked_context, _direct_context, new_context
 from fastctl._otlp import OtlpExport, span_processor
 from fastctl.kube._watcher import EventKind, ObjectEvent
 from fastctl.kube._wire import decode_watch_line
-from fastctl.types import ObjectRef
+from fastctl.types import ObjectRef, Trigger
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -246,11 +246,11 @@ def test_a_queued_link_holds_none_of_its_watch_event() -> None:
         scheduler = type("S", (), {"failures": lambda self, key: 0})()
         held = _HeldEvent("APPLY")
         gone = weakref.ref(held)
-        for trigger in controller.related("Gadget", True, held, [ObjectRef("a", "ns")]):
+        for trigger in controller.related("Gadget", True, held, [Trigger(ObjectRef("a", "ns"))]):
             controller.queued(trigger)
         decoded = _widget_event("c", "9")
         assert decoded._obj is None
-        for trigger in controller.related("Gizmo", False, decoded, [ObjectRef("a", "ns")]):
+        for trigger in controller.related("Gizmo", False, decoded, [Trigger(ObjectRef("a", "ns"))]):
             controller.queued(trigger)
         del held, trigger
         gc.collect()
