@@ -273,55 +273,69 @@ class WebhookSpan:
         self._span.end()
 
 
-class EventLink:
-    """The link to one watch event, made when a run that is kept (sampled) first asks for
-    it (`link`, `plain`) and shared by every run the event triggered: a span context of its
-    own (no span is made or exported for it) and the event's attributes, few (each is copied
-    per link): the reason, the ``resourceVersion``, and the kind and object unless they are
-    the run's own (``own_change``). A run the sampler drops never builds it."""
+EventLink = tuple[int, int, str, str, str | None, str | None, bool]
+"""The link to one watch event, shared by every run the event triggered: ``(trace_id,
+span_id, kind, reason, object, resource_version, deleted)``, a span context of its own
+(no span is made or exported for it) and what its attributes say (`plain_link`).
 
-    __slots__ = ("_built", "_event", "_ids", "_kind", "_plain", "_reason")
+A plain tuple of strings, numbers and None on purpose: a link waits with its key until
+the key's run starts, and with thousands of keys queued in a burst, objects held that
+long outlive young collections and are promoted, for the collector to walk again and
+again; a tuple of such values is untracked by the collector at its first pass. So the
+event's few fields are read when the link is made (from the extension's decoded frame
+where there is one: no metadata dict is built for it), and the event itself is not kept
+(docs/benchmarks.md, tracing)."""
 
-    def __init__(self, ids: IdGenerator, kind: str, reason: str, event: Any) -> None:
-        self._ids = ids
-        self._kind = kind
-        self._reason = reason
-        self._event = event
-        self._plain: PlainLink | None = None
-        self._built: Link | None = None
 
-    def plain(self) -> PlainLink:
-        """The link as fastctl's OTLP export writes it: ``(trace_id, span_id, False,
-        attributes)`` (`fastctl._otlp.SpanRecord`), no `SpanContext` or `Link` built."""
-        plain = self._plain
-        if plain is not None:
-            return plain
-        reason, event = self._reason, self._event
-        attrs: dict[str, Any] = {"fastctl.trigger.reason": reason}
+def event_link(ids: IdGenerator, kind: str, reason: str, event: Any) -> EventLink:
+    """The `EventLink` of `event` (an ObjectEvent, or a ListFrame, which names no object),
+    a watch event of `kind` that triggers for `reason`."""
+    name: Any = None
+    namespace: Any = None
+    version: Any = None
+    item = getattr(event, "_decoded", None)  # an ObjectEvent from a watch frame
+    if item is not None:
+        name, namespace, version = item.name, item.namespace, item.resource_version
+    else:
         meta_of = getattr(event, "_meta", None)  # an ObjectEvent; a ListFrame has none
-        if reason != Reason.OWN_CHANGE:  # else the run's own kind and object: not repeated
-            attrs["fastctl.watch.kind"] = self._kind
         if meta_of is not None:
-            meta = meta_of()  # the decoded metadata: the object is not parsed for a link
-            if reason != Reason.OWN_CHANGE:
-                ns, name = meta.get("namespace"), meta.get("name", "")
-                attrs["fastctl.watch.object"] = f"{ns}/{name}" if ns else str(name)
+            meta = meta_of()
+            name, namespace = meta.get("name", ""), meta.get("namespace")
             version = meta.get("resourceVersion")
-            if version:
-                attrs["k8s.resource_version"] = str(version)
-            if event.kind.name == "DELETE":
-                attrs["fastctl.watch.deleted"] = True
-        ids = self._ids
-        self._plain = plain = (ids.generate_trace_id(), ids.generate_span_id(), False, attrs)
-        self._event = None  # what it needed is in the link now
-        return plain
+    named = None
+    if name is not None and reason != Reason.OWN_CHANGE:  # else the run's own: not repeated
+        named = f"{namespace}/{name}" if namespace else str(name)
+    return (
+        ids.generate_trace_id(),
+        ids.generate_span_id(),
+        kind,
+        reason,
+        named,
+        str(version) if version else None,
+        name is not None and event.kind.name == "DELETE",
+    )
 
-    def link(self) -> Link:
-        """The link as the SDK's span takes it."""
-        built = self._built
-        if built is None:
-            self._built = built = as_link(self.plain())
-        return built
+
+def plain_link(link: EventLink) -> PlainLink:
+    """`link` as fastctl's OTLP export writes it: ``(trace_id, span_id, False,
+    attributes)`` (`fastctl._otlp.SpanRecord`), no `SpanContext` or `Link` built. Made
+    only for a run the sampler keeps."""
+    trace_id, span_id, kind, reason, named, version, deleted = link
+    attrs: dict[str, Any] = {"fastctl.trigger.reason": reason}
+    if reason != Reason.OWN_CHANGE:  # else the run's own kind and object: not repeated
+        attrs["fastctl.watch.kind"] = kind
+        if named is not None:
+            attrs["fastctl.watch.object"] = named
+    if version is not None:
+        attrs["k8s.resource_version"] = version
+    if deleted:
+        attrs["fastctl.watch.deleted"] = True
+    return (trace_id, span_id, False, attrs)
+
+
+def sdk_link(link: EventLink) -> Link:
+    """`link` as the SDK's span takes it. Made only for a run the sampler keeps."""
+    return as_link(plain_link(link))
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,16 +346,13 @@ class LinkedTrigger(Trigger):
     link: EventLink | None = None
 
 
-@dataclass(slots=True)
-class _Pending:
-    """What a key's next run is for: its links (the first `MAX_LINKS`; the others
-    counted), when the first of its triggers came or its retry was due (on the applier's
-    clock), and the highest priority among them (the scheduler keeps the highest)."""
-
-    links: list[EventLink | Link]
-    since: float
-    priority: int
-    dropped: int = 0
+_Pending = tuple[Any, float, int, int]
+"""What a key's next run is for: ``(links, since, priority, dropped)``: its links (None, one
+`EventLink` or `Link` as it is, or a list of them from the second on; the first
+`MAX_LINKS`, the others counted in ``dropped``), when the first of its triggers came or its
+retry was due (on the applier's clock), and the highest priority among them (the scheduler
+keeps the highest). A plain tuple, replaced when it changes: with one link of plain values,
+the collector untracks it (`EventLink`)."""
 
 
 _ROOT = ROOT
@@ -374,10 +385,6 @@ class ControllerTracing:
 
     # -- watch events -----------------------------------------------------------------------
 
-    def _event_link(self, kind: str, reason: str, event: Any) -> EventLink:
-        """The link that stands for one watch event (`EventLink`), built when first used."""
-        return EventLink(self._ids, kind, reason, event)
-
     def linked(
         self, kind: str, reason: str, event: Any, triggers: Iterable[ObjectRef | Trigger]
     ) -> Iterator[ObjectRef | Trigger]:
@@ -386,7 +393,7 @@ class ControllerTracing:
         link: EventLink | None = None
         for item in triggers:
             if link is None:
-                link = self._event_link(kind, reason, event)
+                link = event_link(self._ids, kind, reason, event)
             if isinstance(item, Trigger):
                 yield LinkedTrigger(item.ref, item.priority, item.reason, link)
             else:
@@ -422,15 +429,22 @@ class ControllerTracing:
     def _add(self, key: str, link: EventLink | Link | None, since: float, priority: int) -> None:
         pending = self._pending.get(key)
         if pending is None:
-            pending = self._pending[key] = _Pending([], since, priority)
-        elif priority > pending.priority:
-            pending.priority = priority
-        if link is None:
+            self._pending[key] = (link, since, priority, 0)
             return
-        if len(pending.links) < MAX_LINKS:
-            pending.links.append(link)
+        links, since, highest, dropped = pending
+        if link is None:
+            if priority > highest:
+                self._pending[key] = (links, since, priority, dropped)
+            return
+        if links is None:
+            links = link
+        elif type(links) is not list:
+            links = [links, link]
+        elif len(links) < MAX_LINKS:
+            links.append(link)
         else:
-            pending.dropped += 1
+            dropped += 1
+        self._pending[key] = (links, since, max(priority, highest), dropped)
 
     def dropped(self, key: str) -> None:
         """`key` leaves without a run (its object is gone)."""
@@ -441,58 +455,77 @@ class ControllerTracing:
         it; the scheduler says its attempt (its failure count) and fair group, two cheap
         reads (its ``inspect`` builds a whole record). Its attributes and links are built
         only for a span the sampler keeps (`SpanMaker.start`)."""
-        now = self.clock()
         pending = self._pending.pop(key, None)
-        priority = pending.priority if pending is not None else 0
-
-        def attributes() -> dict[str, Any]:
-            attrs: dict[str, Any] = {"fastctl.controller": self.name, "fastctl.object": key}
-            failures = getattr(scheduler, "failures", None)
-            attrs["fastctl.reconcile.attempt"] = failures(key) + 1 if failures is not None else 1
-            if pending is not None:
-                attrs["fastctl.reconcile.queue_wait"] = max(0.0, now - pending.since)
-                if pending.dropped:
-                    attrs["fastctl.reconcile.links_dropped"] = pending.dropped
-            attrs["fastctl.reconcile.priority"] = priority
-            group_of = getattr(scheduler, "group_of", None)
-            group = group_of(key) if group_of is not None else None
-            if group is not None:
-                attrs["fastctl.reconcile.fair_group"] = group
-            return attrs
-
-        def links() -> list[Link | PlainLink]:
-            if pending is None:
-                return []
-            if self.spans.plain_links:  # fastctl's OTLP export: tuples, no Link objects
-                return [
-                    item.plain() if type(item) is EventLink else item  # type: ignore[misc]
-                    for item in pending.links
-                ]
-            return [
-                item.link() if type(item) is EventLink else item  # type: ignore[misc]
-                for item in pending.links
-            ]
-
-        span = self.spans.start(self._span_name, _ROOT, SpanKind.INTERNAL, attributes, links)
-        return RunSpan(self, key, span, scheduler, priority)
+        run = RunSpan(self, key, scheduler, pending, self.clock())
+        run.span = self.spans.start(
+            self._span_name, _ROOT, SpanKind.INTERNAL, run.attributes, run.links
+        )
+        run.pending = None  # what the span needed of it is in the span now
+        return run
 
 
 class RunSpan:
     """One reconcile's span: current in its task while it runs (`enter`), ended with its
     outcome (`end`, `cancelled`)."""
 
-    __slots__ = ("_ended", "_owner", "_priority", "_scheduler", "_token", "key", "span")
+    __slots__ = (
+        "_ended",
+        "_owner",
+        "_priority",
+        "_scheduler",
+        "_started",
+        "_token",
+        "key",
+        "pending",
+        "span",
+    )
+
+    span: Span
 
     def __init__(
-        self, owner: ControllerTracing, key: str, span: Span, scheduler: Any, priority: int
+        self,
+        owner: ControllerTracing,
+        key: str,
+        scheduler: Any,
+        pending: _Pending | None,
+        started: float,
     ) -> None:
         self._owner = owner
-        self._priority = priority
+        self._priority = pending[2] if pending is not None else 0
         self.key = key
-        self.span = span
+        self.pending = pending
+        self._started = started
         self._scheduler = scheduler
         self._token: object | None = None
         self._ended = False
+
+    def attributes(self) -> dict[str, Any]:
+        """The span's attributes at its start (asked for only when the sampler keeps it)."""
+        owner, key, pending = self._owner, self.key, self.pending
+        scheduler = self._scheduler
+        attrs: dict[str, Any] = {"fastctl.controller": owner.name, "fastctl.object": key}
+        failures = getattr(scheduler, "failures", None)
+        attrs["fastctl.reconcile.attempt"] = failures(key) + 1 if failures is not None else 1
+        if pending is not None:
+            attrs["fastctl.reconcile.queue_wait"] = max(0.0, self._started - pending[1])
+            if pending[3]:
+                attrs["fastctl.reconcile.links_dropped"] = pending[3]
+        attrs["fastctl.reconcile.priority"] = self._priority
+        group_of = getattr(scheduler, "group_of", None)
+        group = group_of(key) if group_of is not None else None
+        if group is not None:
+            attrs["fastctl.reconcile.fair_group"] = group
+        return attrs
+
+    def links(self) -> list[Link | PlainLink]:
+        """The links to what triggered the run (asked for only when the sampler keeps it):
+        tuples for fastctl's OTLP export, the SDK's `Link` objects for any other."""
+        held = self.pending[0] if self.pending is not None else None
+        if held is None:
+            return []
+        items = held if type(held) is list else [held]
+        made = plain_link if self._owner.spans.plain_links else sdk_link
+        return [made(item) if type(item) is tuple else item for item in items]
 
     def enter(self) -> None:
         """Make the span current in the reconcile's task (and so in its thread, which runs

@@ -10,13 +10,21 @@ What must hold:
 - ``OTEL_BSP_EXPORT_TIMEOUT`` bounds each batch's export when it is shorter than the
   exporter's own timeout;
 - in a child made by ``os.fork``, the export sends the child's spans from a thread of its
-  own, and not the ones its parent buffered before the fork.
+  own, and not the ones its parent buffered before the fork;
+- a link waiting with its queued key holds none of its watch event (thousands of keys
+  queued would otherwise keep thousands of events alive for the collector to walk), and
+  the link the run gets still says the event's object and ``resourceVersion``, read from
+  the decoded frame or from the parsed object;
+- a span's context built without the SDK's constructor is the one the constructor builds.
 """
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,9 +38,12 @@ from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from fastctl import _tracing
 from fastctl._core import otlp_encode
-from fastctl._otel import EventLink, LinkedTrigger
+from fastctl._otel import LinkedTrigger, sdk_link
+from fastctl._otel_spans import _checked_context, _direct_context, new_context
 from fastctl._otlp import OtlpExport, span_processor
-from fastctl.types import ObjectRef
+from fastctl.kube._watcher import EventKind, ObjectEvent
+from fastctl.kube._wire import decode_watch_line
+from fastctl.types import ObjectRef, Trigger
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,7 +93,7 @@ def test_a_span_ended_after_a_processor_was_added_hands_the_sdks_links() -> None
         scheduler = type("S", (), {"failures": lambda self, key: 0})()
         (trigger,) = controller.primary(_Event(), [ObjectRef("a", "ns")])
         assert isinstance(trigger, LinkedTrigger)
-        assert isinstance(trigger.link, EventLink)
+        assert type(trigger.link) is tuple  # an EventLink
         controller.queued(trigger)
         run = controller.start("ns/a", scheduler)
         assert tracing.spans.plain_links  # the export alone: the link went in as a tuple
@@ -95,7 +106,8 @@ def test_a_span_ended_after_a_processor_was_added_hands_the_sdks_links() -> None
     (span,) = memory.get_finished_spans()
     (link,) = span.links
     assert isinstance(link, Link)
-    assert link.context == trigger.link.link().context
+    assert trigger.link is not None
+    assert link.context == sdk_link(trigger.link).context
     assert dict(link.attributes or {}) == {
         "fastctl.trigger.reason": "own_change",
         "k8s.resource_version": "7",
@@ -199,3 +211,100 @@ def test_a_forked_child_exports_its_own_spans_from_a_thread_of_its_own(
     assert len(sink) == 1
     export.shutdown()
     assert len(sent) == 1
+
+
+class _HeldEvent:
+    """A watch event whose life a test can see (a weak reference to it)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = type("K", (), {"name": kind})()
+
+    def _meta(self) -> Mapping[str, str]:
+        return {"name": "b", "namespace": "ns", "resourceVersion": "8"}
+
+
+def _widget_event(name: str, version: str) -> ObjectEvent:
+    """An event as the watcher makes it from a frame: decoded, its object not parsed."""
+    obj = {"apiVersion": "g/v1", "kind": "Widget"}
+    obj["metadata"] = {"name": name, "namespace": "ns", "resourceVersion": version}  # type: ignore[assignment]
+    line = f'{{"type":"DELETED","object":{json.dumps(obj)}}}'.encode()
+    _, item = decode_watch_line(line, strip_managed_fields=True)
+    assert not isinstance(item, bytes)
+    return ObjectEvent._of_item(EventKind.DELETE, item)
+
+
+def test_a_queued_link_holds_none_of_its_watch_event() -> None:
+    requests: list[bytes] = []
+    export = OtlpExport(requests.append, lambda: None)
+    provider = TracerProvider()
+    provider.add_span_processor(export)
+    assert _tracing.enable(provider)
+    try:
+        tracing = _tracing.active()
+        assert tracing is not None
+        controller = tracing.controller("widgets", "Widget")
+        scheduler = type("S", (), {"failures": lambda self, key: 0})()
+        held = _HeldEvent("APPLY")
+        gone = weakref.ref(held)
+        for trigger in controller.related("Gadget", True, held, [Trigger(ObjectRef("a", "ns"))]):
+            controller.queued(trigger)
+        decoded = _widget_event("c", "9")
+        assert decoded._obj is None
+        for trigger in controller.related("Gizmo", False, decoded, [Trigger(ObjectRef("a", "ns"))]):
+            controller.queued(trigger)
+        del held, trigger
+        gc.collect()
+        assert gone() is None  # the key waits; its links hold none of the event
+        (waiting,) = controller._pending.values()
+        assert not gc.is_tracked(waiting[0][0])  # a link of plain values: not walked
+        assert decoded._obj is None  # the link read the frame, not a parsed object
+        for trigger in controller.primary(decoded, [ObjectRef("d", "ns")]):
+            controller.queued(trigger)
+        del trigger
+        gc.collect()
+        gc.collect()  # (a record examined before its link in the first pass: in the next)
+        assert not gc.is_tracked(controller._pending["ns/d"])  # one link: nothing to walk
+        controller.dropped("ns/d")
+        run = controller.start("ns/a", scheduler)
+        run.end(None, None, 0.0, again=False)
+        assert export.force_flush()
+    finally:
+        _tracing.disable()
+    (data,) = requests
+    (span,) = ExportTraceServiceRequest.FromString(data).resource_spans[0].scope_spans[0].spans
+    attributes = [
+        {kv.key: kv.value.string_value or kv.value.bool_value for kv in link.attributes}
+        for link in span.links
+    ]
+    assert attributes == [
+        {
+            "fastctl.trigger.reason": "owned_child",
+            "fastctl.watch.kind": "Gadget",
+            "fastctl.watch.object": "ns/b",
+            "k8s.resource_version": "8",
+        },
+        {
+            "fastctl.trigger.reason": "mapped_object",
+            "fastctl.watch.kind": "Gizmo",
+            "fastctl.watch.object": "ns/c",
+            "k8s.resource_version": "9",
+            "fastctl.watch.deleted": True,
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    ("trace_id", "span_id"), [(1, 2), (2**128 - 1, 2**64 - 1), (0, 5), (5, 0), (2**128, 1)]
+)
+@pytest.mark.parametrize("flags", [0, 1])
+def test_a_context_built_directly_is_the_one_the_sdk_builds(
+    trace_id: int, span_id: int, flags: int
+) -> None:
+    assert new_context is _direct_context  # the direct way is the one in use
+    mine = _direct_context(trace_id, span_id, TraceFlags(flags), None)
+    theirs = _checked_context(trace_id, span_id, TraceFlags(flags), None)
+    assert type(mine) is SpanContext
+    assert mine == theirs
+    assert mine.is_valid == theirs.is_valid
+    assert mine.trace_flags.sampled == theirs.trace_flags.sampled
+    assert mine.trace_state == theirs.trace_state
