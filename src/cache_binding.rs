@@ -159,7 +159,7 @@ fn decode_frame<'py>(
     frame_tuple(py, frames::decode_frame(line, opts).map_err(value_error)?)
 }
 
-fn frame_tuple<'py>(py: Python<'py>, frame: Frame) -> PyResult<Bound<'py, PyTuple>> {
+pub(crate) fn frame_tuple<'py>(py: Python<'py>, frame: Frame) -> PyResult<Bound<'py, PyTuple>> {
     match frame {
         Frame::Error(status) => ("ERROR", PyBytes::new(py, &status)).into_pyobject(py),
         Frame::Object(etype, object) => {

@@ -14,5 +14,7 @@ pub mod otlp;
 mod otlp_binding;
 pub mod proto;
 pub mod scheduler;
+pub mod stream;
+mod stream_binding;
 pub mod written;
 mod written_binding;

@@ -10,6 +10,7 @@ __all__ = [
     "Item",
     "Scheduler",
     "SpanBuffer",
+    "WatchBody",
     "Written",
     "Wrote",
     "__version__",
@@ -501,3 +502,32 @@ class Written:
         """None: start; a float: wait at most that long; a tuple ``(waited, was_held,
         expired, missing)``: start, and count it."""
     def release(self, key: str) -> None: ...
+
+class WatchBody:
+    """One watch response's body, decoded read by read off the socket: the HTTP/1.1 framing
+    (`chunked`, else `length` bytes, else until the server closes) undone and the frames it
+    completes decoded, as `decode_lines` (or, `protobuf`, `decode_proto_frames`) gives them."""
+
+    def __init__(
+        self,
+        chunked: bool,
+        length: int | None = None,
+        protobuf: bool = False,
+        strip_managed_fields: bool = False,
+        api_version: str | None = None,
+        kind: str | None = None,
+        replace_identity: bool = False,
+        max_line: int = ...,
+    ) -> None: ...
+    def feed(self, data: bytes) -> tuple[list[tuple[str, Item | bytes]], str | None, bytes | None]:
+        """One read's bytes: (frames, and for the first malformed or too long frame, what
+        is wrong and its bytes; nothing after it is read); ValueError for bad framing."""
+    @property
+    def done(self) -> bool:
+        """The body is complete (its last chunk, or its length, was read)."""
+    @property
+    def overrun(self) -> bool:
+        """Bytes came after the body's end: the connection cannot be used again."""
+    @property
+    def pending(self) -> int:
+        """The bytes of a frame begun and not complete."""

@@ -17,7 +17,8 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 import fastctl.kube._lines as lines_module
-from fastctl._core import Item, decode_lines, decode_proto_frames
+import fastctl.kube._watch_stream as stream_module
+from fastctl._core import Item, WatchBody, decode_lines, decode_proto_frames
 from fastctl.kube._http import request
 from fastctl.kube._objects import apply, create, delete, patch
 from fastctl.kube._resource import ResolvedResource
@@ -170,7 +171,24 @@ async def test_the_watcher_reads_protobuf_by_default_and_json_when_told(
         calls.append(len(buffer))
         return decode_proto_frames(buffer, *args)
 
-    monkeypatch.setattr(lines_module, "decode_proto_frames", counting)
+    class CountingBody:
+        """The lean transport's decoder, counting the protobuf reads that gave frames."""
+
+        def __init__(self, chunked: bool, length: int | None, protobuf: bool, *args: Any):
+            self.body = WatchBody(chunked, length, protobuf, *args)
+            self.protobuf = protobuf
+
+        def feed(self, data: bytes) -> Any:
+            fed = self.body.feed(data)
+            if self.protobuf and fed[0]:
+                calls.append(len(data))
+            return fed
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.body, name)
+
+    monkeypatch.setattr(lines_module, "decode_proto_frames", counting)  # on aiohttp
+    monkeypatch.setattr(stream_module, "WatchBody", CountingBody)  # on the lean transport
     await make_objects(client, namespace)
     try:
         seen: dict[bool, dict[str, Any]] = {}

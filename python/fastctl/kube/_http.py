@@ -3,9 +3,10 @@
 kubernetes-asyncio handles kubeconfig, in-cluster config, TLS and token refresh; its request
 path, though, re-serialises bodies with the stdlib `json` and its typed models parse every
 response twice. fastctl sends `orjson` bytes and reads raw bytes (`_preload_content=False`
-in spirit), so the hot path never touches a model: object calls on fastctl's lean HTTP/1.1
-transport (`fastctl.kube._transport`) with the client's TLS and headers, watches on the
-client's `aiohttp` session.
+in spirit), so the hot path never touches a model: object calls and watches on fastctl's
+lean HTTP/1.1 transport (`fastctl.kube._transport`; a watch's body decoded as it arrives,
+`fastctl.kube._watch_stream`) with the client's TLS and headers, or on the client's
+`aiohttp` session where the transport does not apply.
 
 `ApiError` turns a Kubernetes ``Status`` body into one line that names the request, which is
 what an operator author needs in a log: ``PATCH /api/v1/namespaces/a/configmaps/b: 409
@@ -24,7 +25,7 @@ import functools
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 import aiohttp
 import orjson
@@ -36,7 +37,7 @@ from fastctl.kube._call_retry import Safety, retry_delay
 from fastctl.kube._in_memory import SESSIONS
 from fastctl.kube._request_metrics import ERROR_CODE, REQUESTS
 from fastctl.kube._throttle import rate_limit_of, retry_policy_of, throttle
-from fastctl.kube._transport import LeanResponse, pool_for
+from fastctl.kube._transport import LeanResponse, LeanStream, pool_for
 
 __all__ = [
     "ApiError",
@@ -72,7 +73,7 @@ def error_from_response(
     return err
 
 
-def retry_after_header(resp: aiohttp.ClientResponse | LeanResponse) -> str | None:
+def retry_after_header(resp: aiohttp.ClientResponse | LeanResponse | LeanStream) -> str | None:
     """The answer's ``Retry-After`` header (an answer made up without headers has none)."""
     headers = getattr(resp, "headers", None)
     return None if headers is None else headers.get("Retry-After")
@@ -88,6 +89,7 @@ def _seconds(header: str) -> float | None:
     return float(value) if value > 0 else None
 
 
+@overload
 async def request(
     client: ApiClient,
     method: str,
@@ -98,14 +100,44 @@ async def request(
     content_type: str = "application/json",
     client_timeout: aiohttp.ClientTimeout | None = None,
     accept: str | None = None,
-) -> aiohttp.ClientResponse | LeanResponse:
+    stream: Literal[False] = False,
+) -> aiohttp.ClientResponse | LeanResponse: ...
+@overload
+async def request(
+    client: ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: Query | None = None,
+    body: bytes | None = None,
+    content_type: str = "application/json",
+    client_timeout: aiohttp.ClientTimeout | None = None,
+    accept: str | None = None,
+    stream: bool,
+) -> aiohttp.ClientResponse | LeanResponse | LeanStream: ...
+async def request(
+    client: ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: Query | None = None,
+    body: bytes | None = None,
+    content_type: str = "application/json",
+    client_timeout: aiohttp.ClientTimeout | None = None,
+    accept: str | None = None,
+    stream: bool = False,
+) -> aiohttp.ClientResponse | LeanResponse | LeanStream:
     """Send one request and return its response.
 
     The caller reads (or streams) the body and must release the response (``async with`` or
     ``.release()``). No status check happens here: watch streams and lists need the code.
-    A request with a total timeout and no read timeout (an object call, a list page) is read
-    whole before it returns, on the lean transport when the client allows it
-    (`fastctl.kube._transport`); a watch (no total timeout) streams from aiohttp's response.
+    A watch (`stream`, with the connect and read timeouts of `client_timeout`) returns once
+    its head is in: on the lean transport when the client allows it
+    (`fastctl.kube._transport`), a `LeanStream` for a 200 (an error is read whole, a
+    `LeanResponse`), else aiohttp's response, which streams. Any other request with a total
+    timeout and no read timeout (an object call) is read whole before it returns, on the
+    lean transport when the client allows it; one with a read timeout instead (a list that
+    may be long) goes on aiohttp.
     `accept` replaces the ``Accept`` header (a metadata-only watch asks for
     ``PartialObjectMetadata`` this way); by default it is ``application/json``.
     Every request is counted, with its code and the time its headers took
@@ -136,15 +168,21 @@ async def request(
     # A call with a total timeout and nothing else is read whole: on the lean transport,
     # when the client's configuration allows it (`fastctl.kube._transport`).
     pool = None
-    if session is rest.pool_manager and _whole(timeout):
+    if session is rest.pool_manager and (stream or _whole(timeout)):
         pool = pool_for(client)
     if rate_limit_of(client) is not None:  # no coroutine per request without a limit
         await throttle(client, method, config.host)
     span = request_span(method, path)  # a child span of the reconcile, while tracing is on
     started = time.perf_counter()
     if pool is not None:
+        limits = None
+        if stream:  # uncompressed: the extension decodes the body as it arrives
+            headers["Accept-Encoding"] = "identity"
+            limits = (timeout.sock_connect or 30.0, timeout.sock_read or 300.0)
         try:
-            answer, head_at = await pool.request(method, path, params, headers, body, timeout.total)
+            answer, head_at = await pool.request(
+                method, path, params, headers, body, timeout.total, limits
+            )
         except BaseException as exc:  # no answer, or one cut short, timed out or cancelled
             REQUESTS.record(method, config.host, ERROR_CODE, time.perf_counter() - started)
             span.failed(exc)

@@ -8,6 +8,10 @@ as lines for `LeanResponse.headers`, built only when a caller reads a header), t
 read by ``Content-Length``, in chunks, or until the server closes (an HTTP/1.0 answer
 without a length). Informational answers (1xx) are skipped.
 
+A watch (``send(..., stream=...)``) is answered the same way unless its answer is a 200: then
+the request is done once the head is in, and every read of the body after it goes to a
+`LeanStream` (`fastctl.kube._watch_stream`) as it arrives, which decodes it in the extension.
+
 A connection that ends before its answer is complete fails the request with the error
 aiohttp raises in the same case, so retries (`fastctl.kube._call_retry`) and messages do
 not depend on the transport: ``ServerDisconnectedError`` (closed before the answer, e.g. a
@@ -22,7 +26,9 @@ import zlib
 from typing import TYPE_CHECKING
 
 import aiohttp
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDictProxy
+
+from fastctl.kube._watch_stream import LeanStream, headers_of
 
 if TYPE_CHECKING:
     from fastctl.kube._transport import Pool
@@ -32,7 +38,7 @@ __all__ = ["Connection", "LeanResponse"]
 _MAX_HEAD = 1 << 20
 """The longest answer head accepted (aiohttp's limits are of the same order)."""
 
-_HEAD, _LENGTH, _CHUNKED, _UNTIL_CLOSE, _DONE = range(5)
+_HEAD, _LENGTH, _CHUNKED, _UNTIL_CLOSE, _DONE, _STREAM = range(6)
 
 
 class LeanResponse:
@@ -53,12 +59,13 @@ class LeanResponse:
     def headers(self) -> CIMultiDictProxy[str]:
         """The answer's headers, made on first use (most answers are never asked)."""
         if self._headers is None:
-            pairs = CIMultiDict[str]()
-            for line in self._lines:
-                name, _, value = line.partition(b":")
-                pairs.add(name.strip().decode("latin-1"), value.strip().decode("latin-1"))
-            self._headers = CIMultiDictProxy(pairs)
+            self._headers = headers_of(self._lines)
         return self._headers
+
+    @property
+    def content_type(self) -> str:
+        """The media type of the body, without parameters, as aiohttp gives it."""
+        return self.headers.get("Content-Type", "application/octet-stream").partition(";")[0]
 
     async def read(self) -> bytes:
         return self._body
@@ -95,6 +102,8 @@ class Connection(asyncio.Protocol):
         self._left = 0
         self._parts: list[bytes] = []
         self._encoding = b""
+        self._stream: float | None = None  # a watch: its read timeout
+        self.stream: LeanStream | None = None
 
     # -- the pool's side ----------------------------------------------------------------
 
@@ -102,12 +111,17 @@ class Connection(asyncio.Protocol):
     def usable(self) -> bool:
         return not self.lost and self.transport is not None and not self.transport.is_closing()
 
-    def send(self, data: bytes, waiter: asyncio.Future[None], no_body: bool) -> None:
-        """Write one request; `waiter` is done when its whole answer is in (or failed)."""
+    def send(
+        self, data: bytes, waiter: asyncio.Future[None], no_body: bool, stream: float | None = None
+    ) -> None:
+        """Write one request; `waiter` is done when its whole answer is in (or failed), or,
+        for a watch (`stream`: the read timeout of its body), when the head of a 200 is:
+        `stream` then reads the body."""
         assert self.transport is not None
         self.waiter = waiter
         self.phase = _HEAD
         self._no_body = no_body
+        self._stream = stream
         self.transport.write(data)
 
     def abort(self) -> None:
@@ -133,6 +147,9 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.phase == _STREAM:
+            self.stream.received(data)  # type: ignore[union-attr]  # set with the phase
+            return
         if self.waiter is None or self.phase == _DONE:
             self.keep_alive = False  # bytes nobody asked for: this connection is out of step
             self.abort()
@@ -151,6 +168,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if self.phase == _STREAM:
+            self.stream.lost(exc)  # type: ignore[union-attr]
+            return
         waiter = self.waiter
         if waiter is None or waiter.done():
             self.pool.lost(self)
@@ -176,6 +196,12 @@ class Connection(asyncio.Protocol):
                 return
             self._head(bytes(buf[:end]))
             del buf[: end + 4]
+        if self.phase == _STREAM:
+            if buf:
+                data = bytes(buf)
+                buf.clear()
+                self.stream.received(data)  # type: ignore[union-attr]
+            return
         if self.phase == _LENGTH:
             if len(buf) >= self._left:
                 body = bytes(buf[: self._left])
@@ -218,7 +244,16 @@ class Connection(asyncio.Protocol):
             elif name == b"content-encoding":
                 self._encoding = value.strip().lower()
         self.keep_alive = keep_alive
-        if self._no_body or status in (204, 304):
+        if self._stream is not None and status == 200 and not self._no_body:
+            self.phase = _STREAM
+            self.stream = LeanStream(self, chunked, length if length >= 0 else None,
+                                     self._encoding, self._stream)  # fmt: skip
+            if not chunked and length < 0:
+                self.keep_alive = False
+            waiter = self.waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        elif self._no_body or status in (204, 304):
             self._finish(b"")
         elif chunked:
             self.phase, self._left, self._parts = _CHUNKED, 0, []
@@ -255,6 +290,10 @@ class Connection(asyncio.Protocol):
                     continue
                 size = int(line.split(b";", 1)[0].strip(), 16)
                 self._left = size if size > 0 else -1
+
+    def reuse(self) -> None:
+        """A watch's body was read to its end: the connection is idle again."""
+        self.phase, self.stream, self.waiter, self._stream = _DONE, None, None, None
 
     def _finish(self, body: bytes) -> None:
         if self._encoding in (b"gzip", b"deflate") and body:

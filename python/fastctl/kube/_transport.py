@@ -4,10 +4,12 @@ An object call (get, create, patch, apply, delete, a status patch, a list page) 
 request and a small answer. Through aiohttp it costs about 170 µs of client CPU: URL objects,
 header multidicts, a stream reader, timers and trace hooks per request; written as one
 buffer on an `asyncio.Protocol` and parsed by hand (`fastctl.kube._http1`) it costs a
-fraction of that. `fastctl.kube._http.request` sends a request here when it has a total
-timeout and nothing else (a watch, with no total timeout, stays on aiohttp's streams), and
-the client's `Pool` (`pool_for`) exists: the client is configured as the lean transport
-supports. Otherwise, the request goes on kubernetes-asyncio's aiohttp session as before:
+fraction of that. `fastctl.kube._http.request` sends a request here when it is a watch
+(``stream=True``: its body is decoded as it arrives, `fastctl.kube._watch_stream`) or has a
+total timeout and nothing else (a paginated list's page, with a read timeout instead, stays
+on aiohttp), and the client's `Pool` (`pool_for`) exists: the client is configured as the
+lean transport supports. Otherwise, the request goes on kubernetes-asyncio's aiohttp
+session as before:
 
 - a proxy (the configuration's, or ``*_proxy`` variables or a ``.netrc`` for a session
   that reads the environment), a fake cluster of a test (`fastctl.kube._in_memory`);
@@ -19,7 +21,9 @@ TLS is the session's own ``SSLContext`` (kubernetes-asyncio builds it from the C
 client certificate and key, ``verify_ssl``), with ``tls_server_name`` as the server name;
 the client's ``default_headers`` and bearer token are headers `request` passes in. A pool
 keeps at most the connector's limit of connections (kubernetes-asyncio's
-``connection_pool_maxsize``, 100), with waiters beyond it; an idle connection is closed
+``connection_pool_maxsize``, 100) for requests read whole, with waiters beyond it (a
+watch's connection is outside the bound while it streams: the watches, which hold theirs
+for minutes, never leave object calls without one); an idle connection is closed
 after `IDLE_SECONDS` (aiohttp's keep-alive timeout); a connection goes back to the pool only
 after its whole answer was read, and a request that fails, times out or is cancelled drops
 its connection. Closing the client (``ApiClient.close``) closes the pool.
@@ -44,8 +48,9 @@ from kubernetes_asyncio.client import ApiClient
 from yarl import URL
 
 from fastctl.kube._http1 import Connection, LeanResponse
+from fastctl.kube._watch_stream import LeanStream
 
-__all__ = ["IDLE_SECONDS", "SWITCH", "LeanResponse", "Pool", "pool_for"]
+__all__ = ["IDLE_SECONDS", "SWITCH", "LeanResponse", "LeanStream", "Pool", "pool_for"]
 
 IDLE_SECONDS = 15.0
 """How long a connection may stay idle in the pool (aiohttp's keep-alive timeout)."""
@@ -87,6 +92,7 @@ class Pool:
         self.idle: list[Connection] = []  # the most recently used last
         self.waiters: deque[asyncio.Future[Connection | None]] = deque()
         self.sweeper: asyncio.TimerHandle | None = None
+        self.streams: set[Connection] = set()  # the connections of watches under way
         self.closed = False
 
     async def request(
@@ -97,17 +103,24 @@ class Pool:
         headers: Mapping[str, str],
         body: bytes | None,
         total: float | None,
-    ) -> tuple[LeanResponse, float]:
+        stream: tuple[float, float] | None = None,
+    ) -> tuple[LeanResponse | LeanStream, float]:
         """Send one request and read its whole answer: the answer, and the `clock` time its
-        head arrived (what the request metrics time)."""
+        head arrived (what the request metrics time). A watch (`stream`: its connect and
+        read timeouts) returns once the head of a 200 is in: a `LeanStream` that holds the
+        connection until released."""
         data = self._message(method, path, params, headers, body)
         loop = self.loop
         deadline = None if total is None else loop.time() + total
-        conn = self._idle() or await self._acquire(deadline)
+        if stream is not None:  # the connect timeout, then the read timeout for the head
+            conn = self._idle() or await self._acquire(loop.time() + stream[0])
+            deadline = loop.time() + stream[1]
+        else:
+            conn = self._idle() or await self._acquire(deadline)
         waiter: asyncio.Future[None] = loop.create_future()
         timer = None if deadline is None else loop.call_at(deadline, conn.timed_out)
         try:
-            conn.send(data, waiter, method == "HEAD")
+            conn.send(data, waiter, method == "HEAD", None if stream is None else stream[1])
             await waiter
         except BaseException:  # failed, timed out or cancelled: never reused mid-answer
             conn.abort()
@@ -116,6 +129,10 @@ class Pool:
         finally:
             if timer is not None:
                 timer.cancel()
+        if conn.stream is not None:  # a watch holds its connection outside the bound
+            self.streams.add(conn)
+            self._forget(conn)
+            return conn.stream, conn.head_at
         answer = LeanResponse(conn.status, conn.reason, conn.lines, conn.body)
         head_at = conn.head_at
         conn.waiter, conn.body, conn.lines = None, b"", []
@@ -124,7 +141,8 @@ class Pool:
 
     def close(self) -> None:
         """Close the idle connections (a request under way closes its own when done) and
-        fail the waiters."""
+        the watches' (which fail as aiohttp's do when its session closes), and fail the
+        waiters."""
         self.closed = True
         if self.sweeper is not None:
             self.sweeper.cancel()
@@ -133,9 +151,25 @@ class Pool:
             waiter = self.waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(aiohttp.ClientConnectionError("the client was closed"))
+        for conn in list(self.streams):
+            conn.abort()
         idle, self.idle = self.idle, []
         for conn in idle:
             conn.close()
+            self._forget(conn)
+
+    def finished(self, conn: Connection, clean: bool) -> None:
+        """A watch's stream on `conn` was released: read to its end (`clean`), the
+        connection is reused while the bound has a place for it, else dropped."""
+        self.streams.discard(conn)
+        place = not self.limit or self.count < self.limit
+        if clean and place and not self.closed and conn.keep_alive and conn.usable:
+            conn.reuse()
+            conn.counted = True
+            self.count += 1
+            self._release(conn)
+        else:
+            conn.abort()
             self._forget(conn)
 
     def lost(self, conn: Connection) -> None:

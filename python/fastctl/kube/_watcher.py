@@ -52,7 +52,9 @@ Frames and list pages are decoded once, in the extension (`fastctl._core.decode_
 ``decode_list``), from the raw response bytes, never through kubernetes-asyncio's models:
 the type, the object's JSON (without managedFields when stripped) and the metadata fastctl
 reads, checked there. A watch stream is read as it arrives, every complete line of what
-arrived decoded in one call (`fastctl.kube._lines`), not a read and a call per line. List
+arrived decoded in one call, not a read and a call per line: on the lean transport, each
+read off the socket goes to the extension as it is, chunked coding and all
+(`fastctl.kube._watch_stream`); on aiohttp, what its reader buffered (`fastctl.kube._lines`). List
 items get their ``apiVersion``/``kind`` filled in (the API server omits them inside
 lists), so every object looks the same whichever path it came by. An event parses its
 object into a dict only when something reads ``event.obj`` (a transform, secret
@@ -66,7 +68,7 @@ import enum
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import FrozenInstanceError, dataclass, replace
-from typing import Any, Literal, TypeAlias, cast
+from typing import Any, Literal, TypeAlias
 
 import aiohttp
 import orjson
@@ -83,6 +85,8 @@ from fastctl.kube._lines import FrameReader
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import Backoff, resolve_patiently
 from fastctl.kube._transforms import Transform, apply_transform
+from fastctl.kube._transport import LeanResponse
+from fastctl.kube._watch_stream import LeanStream
 from fastctl.kube._wire import Identity, decode_list_page, decode_watch_line, item_of
 from fastctl.log import RedactingFilter
 from fastctl.types import ObjectRef
@@ -689,7 +693,9 @@ class _Watcher:
         object.__setattr__(event, "_obj", obj)
         return event
 
-    async def _get(self, query: dict[str, str | int | bool | None]) -> aiohttp.ClientResponse:
+    async def _get(
+        self, query: dict[str, str | int | bool | None]
+    ) -> aiohttp.ClientResponse | LeanResponse | LeanStream:
         """GET the collection; no total timeout (lists can be long, watches are), but a
         read timeout so a silent connection is noticed. Metadata only, a list and a watch
         ask for different types (the list type, or the type of the events' objects)."""
@@ -701,10 +707,10 @@ class _Watcher:
             accept = METADATA_WATCH_ACCEPT if query.get("watch") else METADATA_LIST_ACCEPT
         elif self.protobuf and query.get("watch"):
             accept = PROTOBUF_WATCH_ACCEPT
-        response = await request(
-            self.client, "GET", self.path, query=query, client_timeout=timeout, accept=accept
-        )
-        return cast(aiohttp.ClientResponse, response)  # a read timeout: streamed by aiohttp
+        return await request(
+            self.client, "GET", self.path, query=query, client_timeout=timeout, accept=accept,
+            stream=bool(query.get("watch")),
+        )  # fmt: skip
 
     # -- list -------------------------------------------------------------------------
 
@@ -719,6 +725,7 @@ class _Watcher:
                 "continue": cont,
             }
             async with await self._get(query) as resp:
+                assert not isinstance(resp, LeanStream), "a list is not a stream"
                 data = await resp.read()
                 if resp.status != 200:
                     err = error_from_response(
@@ -799,6 +806,7 @@ class _Watcher:
             # An answer made up without a content type (a test's) is JSON.
             protobuf = getattr(resp, "content_type", None) == PROTOBUF
             if resp.status != 200:
+                assert not isinstance(resp, LeanStream), "only a 200 is streamed"
                 err = error_from_response(
                     resp.status,
                     _status_json(await resp.read()) if protobuf else await resp.read(),
@@ -815,14 +823,19 @@ class _Watcher:
                 yield _INIT
             received = False
             identity, replace = self._identity(listed=False)
-            reader = FrameReader(
-                resp.content,
-                strip=bool(self.config.strip_managed_fields),
-                identity=identity,
-                replace=replace,
-                max_line=_MAX_LINE,
-                protobuf=protobuf,
-            )
+            strip = bool(self.config.strip_managed_fields)
+            reader: FrameReader | LeanStream
+            if isinstance(resp, LeanStream):
+                reader = resp.decode(
+                    strip=strip, identity=identity, replace=replace, max_line=_MAX_LINE,
+                    protobuf=protobuf,
+                )  # fmt: skip
+            else:
+                assert not isinstance(resp, LeanResponse), "a 200 on the lean transport streams"
+                reader = FrameReader(
+                    resp.content, strip=strip, identity=identity, replace=replace,
+                    max_line=_MAX_LINE, protobuf=protobuf,
+                )  # fmt: skip
             while True:
                 try:
                     batch = await reader.read()
