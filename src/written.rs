@@ -157,6 +157,10 @@ pub struct Written {
     next_sweep: f64,
     /// Whether someone wakes held keys (`bind`): without, nothing is worked out for it.
     waking: bool,
+    /// The writes of reconciles still running, by the token each got at its first write
+    /// (`record`): no object per write crosses to Python.
+    pending: HashMap<u64, Vec<Wrote>>,
+    next_token: u64,
 }
 
 impl Written {
@@ -174,11 +178,19 @@ impl Written {
             held: HashMap::new(),
             next_sweep: f64::NEG_INFINITY,
             waking: false,
+            pending: HashMap::new(),
+            next_token: 0,
         }
     }
 
     pub fn set_waking(&mut self, waking: bool) {
         self.waking = waking;
+    }
+
+    /// Whether nothing is followed: no event can catch a write up (the common case between
+    /// bursts, and of a cache whose kind nobody writes).
+    pub fn idle(&self) -> bool {
+        self.targets.is_empty() && self.creating.is_empty()
     }
 
     /// How many objects are followed.
@@ -287,6 +299,39 @@ impl Written {
             created,
             deleted,
         })
+    }
+
+    /// Keep `w` among the writes of the reconcile `token` names (0: its first; a new
+    /// token is returned, which its next writes and its fence give again).
+    pub fn record(&mut self, token: u64, w: Wrote) -> u64 {
+        let token = if token == 0 {
+            self.next_token += 1;
+            self.next_token
+        } else {
+            token
+        };
+        self.pending.entry(token).or_default().push(w);
+        token
+    }
+
+    /// Whether the cache has applied every write recorded under `token` (false if none).
+    pub fn pending_shown(&self, token: u64) -> bool {
+        self.pending
+            .get(&token)
+            .is_some_and(|writes| self.all_shown(writes))
+    }
+
+    /// The reconcile of `key` that recorded its writes under `token` ended at `now`: they
+    /// are its fence (`fence`). A token with no writes (0) is nothing.
+    pub fn fence_pending(&mut self, key: &str, token: u64, now: f64) {
+        if let Some(writes) = self.pending.remove(&token) {
+            self.fence(key, writes, now);
+        }
+    }
+
+    /// How many reconciles have writes recorded and not yet fenced.
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
     }
 
     fn drop_if_unused(&mut self, key: &str) {

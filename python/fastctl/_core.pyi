@@ -11,8 +11,9 @@ __all__ = [
     "Scheduler",
     "SpanBuffer",
     "WatchBody",
+    "Writes",
     "Written",
-    "Wrote",
+    "WrittenHook",
     "__version__",
     "decode_frame",
     "decode_lines",
@@ -456,10 +457,6 @@ class SpanBuffer:
     def close(self) -> None: ...
 
 @final
-class Wrote:
-    """One write a reconcile made, as its fence waits for it (opaque)."""
-
-@final
 class Written:
     """The read-your-writes guard's state of one controller run: the objects its reconciles
     wrote, followed through their caches' events, and each object's fence. Kinds are the
@@ -474,22 +471,44 @@ class Written:
     def followed(self) -> int:
         """How many objects are followed."""
     def set_waking(self, waking: bool) -> None: ...
-    def follow(self, kind: int, namespace: str, name: str) -> bool:
-        """A write begins; True: its object was not followed (seed it)."""
-    def seed(self, kind: int, namespace: str, name: str, uid: str, version: str) -> None: ...
+    @property
+    def pending(self) -> int:
+        """How many reconciles have recorded writes not fenced yet."""
+    def add_kind(
+        self,
+        group: str,
+        kind: str,
+        scope: str | object | None,
+        reader: Callable[[str, str | None], tuple[str | None, str | None] | None],
+        selector: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> int:
+        """The next followed kind, its cache's scope (None: all; a namespace; a set with
+        ``covers(namespace)``), how its cache shows an object's ``(uid, version)``, and
+        its label check of an answer; returns its index."""
+    def set_on_started(
+        self, on_started: Callable[[str, float, bool, bool, int], object] | None
+    ) -> None:
+        """Told ``(key, waited, was_held, expired, missing)`` of a start to count."""
+    def set_key_of(self, key_of: Callable[[Any], str] | None) -> None:
+        """The key of a reconciled object that is not a plain dict."""
+    def follow(self, resource: Any, namespace: str | None, name: str) -> None:
+        """A write begins: its object is followed (if a followed cache holds it)."""
     def answered(
         self,
-        kind: int,
-        namespace: str,
+        token: int,
+        resource: Any,
+        namespace: str | None,
         name: str,
-        target: str,
-        uid: str,
-        version: str | None,
-        recorded: bool,
+        answer: Mapping[str, Any] | None,
         created: bool,
         deleted: bool,
-    ) -> Wrote | None: ...
-    def shown(self, wrote: Wrote) -> bool: ...
+    ) -> int:
+        """A write ended: kept under `token` (0: the reconcile's first); the token (0:
+        nothing recorded yet)."""
+    def observer(self, obj: Any) -> Writes:
+        """The observer of one async reconcile's writes."""
+    def shown(self, token: int) -> bool:
+        """Whether every write kept under `token` is shown."""
     def saw(
         self, kind: int, namespace: str, name: str, uid: str, version: str, seen: int
     ) -> list[str] | None: ...
@@ -497,11 +516,50 @@ class Written:
     def list_frame(
         self, kind: int, done: bool, namespace: str | None = None
     ) -> list[str] | None: ...
-    def fence(self, key: str, writes: tuple[Wrote, ...], now: float) -> None: ...
-    def hold(self, key: str, now: float) -> float | tuple[float, bool, bool, int] | None:
-        """None: start; a float: wait at most that long; a tuple ``(waited, was_held,
-        expired, missing)``: start, and count it."""
+    def fence(self, key: str, token: int, now: float) -> None: ...
+    def hold(self, key: str, now: float) -> float | None:
+        """None: start; a float: wait at most that long. A start after a hold or at the
+        bound is told to `on_started` first."""
     def release(self, key: str) -> None: ...
+    def hook(
+        self,
+        kind: int,
+        list_frame: type,
+        delete: object,
+        init_apply: object,
+        init_done: object,
+        on_caught_up: Callable[[list[str]], object],
+    ) -> WrittenHook:
+        """What a cache of `kind` calls with each event it applied."""
+
+@final
+class Writes:
+    """The observer of one async reconcile's writes (`Written.observer`)."""
+
+    @property
+    def token(self) -> int:
+        """The number its writes are kept under (0: none)."""
+    def started(self, resource: Any, namespace: str | None, name: str) -> str | None: ...
+    def finished(
+        self,
+        resource: Any,
+        namespace: str | None,
+        name: str,
+        answer: Mapping[str, Any] | None,
+        *,
+        made: bool,
+        based_on: str | None,
+        deleted: bool = False,
+    ) -> None: ...
+    def end(self, clock: Callable[[], float]) -> None:
+        """The reconcile ended: its writes are its object's fence from ``clock()``; a
+        write that ends later is recorded nowhere."""
+
+@final
+class WrittenHook:
+    """The event hook of one cached kind (`Written.hook`)."""
+
+    def __call__(self, event: Any) -> None: ...
 
 class WatchBody:
     """One watch response's body, decoded read by read off the socket: the HTTP/1.1 framing

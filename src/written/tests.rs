@@ -182,3 +182,33 @@ fn a_released_key_leaves_nothing_behind() {
     assert_eq!((w.fenced_count(), w.followed()), (0, 0));
     assert_eq!(w.hold("default/a", 0.0), Hold::Start(None));
 }
+
+#[test]
+fn writes_recorded_under_a_token_are_the_fence_of_its_reconcile() {
+    let mut w = Written::new(WAIT);
+    let first = write(&mut w, "c", "7");
+    let token = w.record(0, first);
+    assert_ne!(token, 0);
+    let second = write(&mut w, "d", "3");
+    assert_eq!(w.record(token, second), token); // the same reconcile's next write
+    let other = write(&mut w, "e", "1");
+    let other_token = w.record(0, other);
+    assert_ne!(other_token, token); // another reconcile's
+    apply(&mut w, "c", "7");
+    assert!(!w.pending_shown(token)); // d not yet
+    w.fence_pending("default/a", token, 0.0);
+    assert_eq!((w.fenced_count(), w.pending_count()), (1, 1));
+    assert_eq!(w.hold("default/a", 1.0), Hold::Wait(WAIT - 1.0));
+    apply(&mut w, "d", "3");
+    assert_eq!(
+        w.hold("default/a", 1.0),
+        Hold::Start(Some(Started {
+            waited: 0.0,
+            was_held: true,
+            expired: false,
+            missing: 0,
+        }))
+    );
+    w.fence_pending("default/b", 0, 1.0); // wrote nothing: no fence
+    assert_eq!(w.fenced_count(), 0);
+}

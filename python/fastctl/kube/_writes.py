@@ -162,10 +162,9 @@ class observed_write:
         answer = self._answer
         if self._created:  # it made the object: nothing came before it
             made, based_on = True, None
-        else:
+        else:  # applied to a known version: made if the answer has another
             based_on = self._based_on
-            version = version_of(answer)
-            made = based_on is not None and version is not None and version != based_on
+            made = based_on is not None and version_of(answer) not in (None, based_on)
         observer.finished(
             self._resource,
             self._namespace,

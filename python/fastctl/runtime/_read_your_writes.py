@@ -56,7 +56,7 @@ from fastctl.kube._writes import WRITE_OBSERVER, WriteObserver, observed
 from fastctl.log import RedactingFilter
 from fastctl.runtime._metrics import ReconcileCounters
 from fastctl.runtime._own_writes import OwnWrites
-from fastctl.runtime._written import Caches, CacheScope, WrittenObjects, Wrote
+from fastctl.runtime._written import Caches, CacheScope, WrittenObjects
 from fastctl.types import ObjectRef, Reconcile
 
 __all__ = ["DEFAULT_MAX_WAIT", "CacheFence", "ReadYourWrites"]
@@ -108,15 +108,15 @@ class _Writes:
     applied at once; a plain reconcile's thread hands it over (`CacheFence.call`). Decided
     once per reconcile, in the thread it runs in, rather than on every call."""
 
-    __slots__ = ("direct", "fence", "obj", "own", "wrote")
+    __slots__ = ("direct", "fence", "obj", "own", "token")
 
     def __init__(self, fence: CacheFence, obj: Any, own: OwnWrites | None) -> None:
         self.fence = fence
         self.obj = obj  # whose key is needed only if the reconcile wrote (`key`)
         self.own = own
-        # What it wrote: a tuple, as most reconciles write once or not at all (no list
-        # made for a no-op); its fence takes the records over (`CacheFence.fenced`).
-        self.wrote: tuple[Wrote, ...] = ()
+        # What it wrote is kept in the extension under this number, given at its first
+        # recorded write (0: none; no list or record made in Python, a no-op's included).
+        self.token = 0
         self.direct = fence._loop is None or threading.get_ident() == fence._thread
 
     @property
@@ -125,7 +125,8 @@ class _Writes:
         return _key_of(self.obj)
 
     def started(self, resource: ResolvedResource, namespace: str | None, name: str) -> str | None:
-        known = self.own.started(resource, namespace, name) if self.own is not None else None
+        own = self.own
+        known = own.started(resource, namespace, name) if own is not None else None
         if self.direct:
             self.fence.written.follow(resource, namespace, name)
         else:
@@ -149,11 +150,18 @@ class _Writes:
             )
         created = made and based_on is None and not deleted
         if self.direct:
-            w = self.fence.written.answered(
-                resource, namespace, name, answer, created=created, deleted=deleted
+            self.token = (
+                self.fence.written.answered(
+                    resource,
+                    namespace,
+                    name,
+                    answer,
+                    created=created,
+                    deleted=deleted,
+                    token=self.token,
+                )
+                or 0
             )
-            if w is not None:
-                self.wrote = (*self.wrote, w)
         else:
             self.fence.call(self._answered, resource, namespace, name, answer, created, deleted)
 
@@ -166,11 +174,18 @@ class _Writes:
         created: bool,
         deleted: bool,
     ) -> None:
-        w = self.fence.written.answered(
-            resource, namespace, name, answer, created=created, deleted=deleted
+        self.token = (
+            self.fence.written.answered(
+                resource,
+                namespace,
+                name,
+                answer,
+                created=created,
+                deleted=deleted,
+                token=self.token,
+            )
+            or 0
         )
-        if w is not None:
-            self.wrote = (*self.wrote, w)
 
 
 class CacheFence:
@@ -196,6 +211,15 @@ class CacheFence:
             caches, namespace, self._caught_up, scopes, max_wait=options.max_wait
         )
         self._state = self.written.state  # the fences and holds (the extension's)
+        self._state.set_on_started(self._started)
+        self._state.set_key_of(_key_of)
+        self.hold: Callable[[str, float], float | None] = self._state.hold
+        """The reconcile of `key` is about to start (``hold(key, now)``): ``None`` to let
+        it, or how many seconds at most it waits (until its fence is caught up, then it is
+        woken). A start after a hold or at the bound is counted and logged (`_started`).
+        Fences of objects not reconciled again long after their deadline are forgotten
+        meanwhile (five minutes after it). The extension's own method: the applier calls
+        it at every start, with or without a fence."""
         self._max_wait = options.max_wait
         self._counters = counters
         self._clock = clock
@@ -253,7 +277,7 @@ class CacheFence:
         def end(observer: WriteObserver) -> None:
             assert isinstance(observer, _Writes)
             if observer.direct:
-                if observer.wrote:
+                if observer.token:
                     self.fenced(observer)
             else:
                 self.call(self.fenced, observer)
@@ -262,8 +286,25 @@ class CacheFence:
 
     def _observing_async(self, reconcile: Reconcile, own: OwnWrites | None) -> Reconcile:
         """`observing` of an async reconcile: `observed`'s wrapper with its begin and end
-        inline (two calls fewer on every reconcile, a no-op's too)."""
+        inline (two calls fewer on every reconcile, a no-op's too). It runs on the loop's
+        thread, so without an own-writes registry its observer is the extension's
+        (`Written.observer`): each write is one call into it as it starts and one as it
+        ends, and so is the reconcile's end (the clock read only if it wrote)."""
         fenced, call = self.fenced, self.call
+        if own is None:
+            observer = self._state.observer
+
+            @functools.wraps(reconcile)
+            async def run_own_less(obj: Any, ctx: Any) -> Any:
+                writes = observer(obj)
+                token = WRITE_OBSERVER.set(writes)
+                try:
+                    return await reconcile(obj, ctx)  # type: ignore[misc]
+                finally:
+                    WRITE_OBSERVER.reset(token)
+                    writes.end(self._now)
+
+            return run_own_less
 
         @functools.wraps(reconcile)
         async def run_async(obj: Any, ctx: Any) -> Any:
@@ -275,7 +316,7 @@ class CacheFence:
                 WRITE_OBSERVER.reset(token)
                 if not writes.direct:
                     call(fenced, writes)
-                elif writes.wrote:
+                elif writes.token:
                     fenced(writes)
 
         return run_async
@@ -283,11 +324,11 @@ class CacheFence:
     def fenced(self, writes: _Writes) -> None:
         """The reconcile ended: its writes are its object's fence (nothing to wait for if
         it wrote nothing, or the cache has caught up already)."""
-        wrote = writes.wrote
-        if not wrote:  # the common case of a no-op (the sweep is left to the next start)
+        token = writes.token
+        if not token:  # the common case of a no-op (the sweep is left to the next start)
             return
-        writes.wrote = ()
-        self._state.fence(writes.key, wrote, self._now())
+        writes.token = 0
+        self._state.fence(_key_of(writes.obj), token, self._now())
 
     def _caught_up(self, keys: list[str]) -> None:
         """An event caught these held keys' fences up: wake them now."""
@@ -297,17 +338,6 @@ class CacheFence:
                 wake(key)
 
     # -- the hold (`fastctl._applier.StartGate`) ------------------------------------------
-
-    def hold(self, key: str, now: float) -> float | None:
-        """The reconcile of `key` is about to start: ``None`` to let it, or how many
-        seconds at most it waits (until its fence is caught up, then it is woken). Fences
-        of objects not reconciled again long after their deadline are forgotten meanwhile
-        (five minutes after it)."""
-        wait = self._state.hold(key, now)
-        if type(wait) is tuple:  # it starts after a hold, or at the bound: counted
-            self._started(key, *wait)
-            return None
-        return wait  # type: ignore[return-value]
 
     def release(self, key: str) -> None:
         """`key` will not start (its object is gone): forget its fence and hold."""

@@ -31,23 +31,27 @@ forgotten with the last of those; a few versions per object.
 
 What is followed, the fences and every event's check are kept in the extension
 (`fastctl._core.Written`): each change passes there three times (its write, its echo, the
-next start), which in Python cost some eighty calls a change.
+next start), which in Python cost some eighty calls a change. A write's record stays there
+too: a reconcile's writes are kept under a number it gets at its first write (its *token*),
+which its fence names, so no object is made per write (one per write, a thousand alive in a
+burst, made the collector run more often).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fastctl._core import Written, Wrote
-from fastctl.kube._namespaces import NamespaceScope, covers
+from fastctl._core import Written
+from fastctl.kube._namespaces import NamespaceScope
 from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._selectors import LabelSelector
 from fastctl.kube._watcher import EventKind, ListFrame, WatchEvent
 from fastctl.types import ObjectRef
 
-__all__ = ["CacheScope", "WrittenObjects", "Wrote"]
+__all__ = ["CacheScope", "WrittenObjects"]
 
 Caches = Mapping[tuple[str, str], Mapping[ObjectRef, Mapping[str, Any]]]
 """The caches a reconcile reads, by the (group, kind) of their objects."""
@@ -87,20 +91,20 @@ class WrittenObjects:
         self.kinds = frozenset(caches)
         """The (group, kind) of the objects followed."""
         self.state = Written(max_wait)
-        # Per kind, worked out once rather than on every write: its index in `state`, its
-        # namespace scope, its label selector (only where there is one), and how its cache
-        # is asked for the version it shows.
-        kinds = list(caches)
-        self._index: dict[tuple[str, str], int] = {kind: i for i, kind in enumerate(kinds)}
-        self._spaces: list[NamespaceScope] = [
-            namespace if kind not in scopes else scopes[kind].namespace for kind in kinds
-        ]
-        self._selectors: dict[int, LabelSelector] = {
-            i: scopes[kind].labels  # type: ignore[misc]
-            for i, kind in enumerate(kinds)
-            if kind in scopes and scopes[kind].labels is not None
-        }
-        self._shown_in: list[_VersionOf] = [_version_reader(caches[kind]) for kind in kinds]
+        # Per kind, worked out once rather than on every write (the extension keeps it,
+        # and reads each write's resource, scope and answer itself): its index in
+        # `state`, its namespace scope, its cache's reader, its label selector (if any).
+        self._index: dict[tuple[str, str], int] = {}
+        for kind, cache in caches.items():
+            scope = scopes.get(kind, CacheScope(namespace))
+            labels = scope.labels
+            self._index[kind] = self.state.add_kind(
+                kind[0],
+                kind[1],
+                scope.namespace,
+                _version_reader(cache),
+                None if labels is None else functools.partial(_labels_match, labels),
+            )
         self._on_caught_up = on_caught_up
 
     def __len__(self) -> int:
@@ -110,14 +114,10 @@ class WrittenObjects:
     # -- the writes -------------------------------------------------------------------------
 
     def follow(self, resource: ResolvedResource, namespace: str | None, name: str) -> None:
-        """A write begins: follow its object's events from now."""
-        kind = self._index.get((resource.group, resource.kind))
-        if kind is None or not covers(self._spaces[kind], namespace):
-            return  # out of scope
-        if self.state.follow(kind, namespace or "", name):
-            shown = self._shown_in[kind](name, namespace or None)
-            if shown is not None:  # what the cache shows already (a no-op's answer)
-                self.state.seed(kind, namespace or "", name, shown[0] or "", shown[1] or "")
+        """A write begins: follow its object's events from now (seeded, if it was not
+        followed, with what its cache shows already: a no-op's answer is that version).
+        Nothing if no followed cache holds it (another kind, namespace)."""
+        self.state.follow(resource, namespace, name)
 
     def answered(
         self,
@@ -128,67 +128,36 @@ class WrittenObjects:
         *,
         created: bool,
         deleted: bool,
-    ) -> Wrote | None:
-        """A write ended: what a cache must show of it (``None``: nothing, it failed or is
-        out of scope). A record keeps its object followed until its fence is over."""
-        kind = self._index.get((resource.group, resource.kind))
-        if kind is None or not covers(self._spaces[kind], namespace):
-            return None  # out of scope
-        meta = answer.get("metadata") if answer is not None else None
-        if type(meta) is not dict and not isinstance(meta, Mapping):
-            meta = None
-        target = name or (str(meta.get("name") or "") if meta is not None else "")
-        uid = str((meta.get("uid") if meta is not None else None) or "")
-        if not uid and answer is not None:
-            uid = _uid_of(answer)  # a delete's Status names it in its details
-        # Not recorded: failed (nothing changed), not an object, or never cached.
-        recorded = answer is not None and bool(target) and bool(uid or deleted)
-        if recorded:
-            selector = self._selectors.get(kind)
-            if selector is not None and not _labels_match(selector, answer):
-                recorded = False
-        version = None
-        if recorded and not (deleted and not _still_there(answer)):  # type: ignore[arg-type]
-            given = meta.get("resourceVersion") if meta is not None else None
-            version = str(given) if given else None  # as `version_of`
-        return self.state.answered(
-            kind, namespace or "", name, target, uid, version, recorded, created, deleted
-        )
+        token: int = 0,
+    ) -> int | None:
+        """A write ended: what a cache must show of it is kept under the writing
+        reconcile's `token` (0: none yet), which its fence names. Returns the token (a new
+        one at the reconcile's first recorded write; ``None`` while nothing is: the write
+        failed, or is out of scope). A record keeps its object followed until its fence
+        is over. The answer's name, UID and version are read by the extension."""
+        token = self.state.answered(token, resource, namespace, name, answer, created, deleted)
+        return token or None
 
-    def shown(self, w: Wrote) -> bool:
-        """Whether the cache has applied `w` (see the module docstring)."""
-        return self.state.shown(w)
+    def shown(self, token: int) -> bool:
+        """Whether the cache has applied every write kept under `token` (see the module
+        docstring)."""
+        return self.state.shown(token)
 
     # -- the caches' events -----------------------------------------------------------------
 
     def saw(self, kind: tuple[str, str]) -> Callable[[WatchEvent], None]:
-        """What a cache of `kind` ((group, kind)) calls with each event it applied: one call
-        into the extension, which reads a decoded frame's fields itself. A closure per kind,
-        as every event of a read cache passes here."""
-        index = self._index[kind]
-        state = self.state
-        saw_item, saw_names, list_frame = state.saw_item, state.saw, state.list_frame
-        delete, init_apply, init_done = EventKind.DELETE, EventKind.INIT_APPLY, EventKind.INIT_DONE
-        on_caught_up = self._on_caught_up
-
-        def saw(event: WatchEvent) -> None:
-            if isinstance(event, ListFrame):
-                keys = list_frame(index, event.kind is init_done, event.namespace)
-            else:
-                # How it counts: deleted (1), a list's item (2, counted at the list's end),
-                # applied (0).
-                k = event.kind
-                seen = 1 if k is delete else 2 if k is init_apply else 0
-                item = event._item
-                if item is not None:  # a decoded frame: its fields read by the extension
-                    keys = saw_item(index, item, seen)
-                else:
-                    namespace, name, uid, version = event._names()
-                    keys = saw_names(index, namespace, name, uid, version, seen)
-            if keys is not None:
-                on_caught_up(keys)
-
-        return saw
+        """What a cache of `kind` ((group, kind)) calls with each event it applied: the
+        extension's hook, one call per event (every event of a read cache passes here),
+        which reads a decoded frame's fields itself and returns at once while nothing is
+        followed. An event that catches held keys up calls `on_caught_up` with them."""
+        return self.state.hook(
+            self._index[kind],
+            ListFrame,
+            EventKind.DELETE,
+            EventKind.INIT_APPLY,
+            EventKind.INIT_DONE,
+            self._on_caught_up,
+        )
 
 
 _VersionOf = Callable[[str, str | None], tuple[str | None, str | None] | None]
@@ -222,22 +191,3 @@ def _labels_match(selector: LabelSelector, answer: Mapping[str, Any] | None) -> 
     if not isinstance(meta, Mapping) or answer.get("kind") == "Status":
         return True
     return selector.matches(meta.get("labels"))
-
-
-def _uid_of(answer: Mapping[str, Any]) -> str:
-    """The UID of a write's answer: the object's, or a delete's Status details'."""
-    meta = answer.get("metadata")
-    uid = meta.get("uid") if isinstance(meta, Mapping) else None
-    if not uid:
-        details = answer.get("details")
-        uid = details.get("uid") if isinstance(details, Mapping) else None
-    return str(uid or "")
-
-
-def _still_there(answer: Mapping[str, Any]) -> bool:
-    """A DELETE's answer is the object, still present: finalizers keep it (marked for
-    deletion) until their controllers let it go."""
-    meta = answer.get("metadata")
-    if not isinstance(meta, Mapping):
-        return False
-    return bool(meta.get("deletionTimestamp")) and bool(meta.get("finalizers"))
