@@ -2,8 +2,8 @@
 
 Everything here is measurement plumbing, neutral between the frameworks measured: the
 operators run as child processes (`Child`), their peak memory is read from ``/proc/<pid>``
-and their CPU time from their CPU-time clock by the driver, and API requests are counted by the API server itself
-(``apiserver_request_total`` from ``/metrics``).
+and their CPU time from their CPU-time clock by the driver, and API requests are counted by
+the API server itself (``apiserver_request_total`` from ``/metrics``).
 
 Times are ``time.monotonic()`` everywhere, in the driver and in the children alike: on Linux
 it is ``CLOCK_MONOTONIC``, one clock for the whole machine, so a time recorded in a child can
