@@ -20,7 +20,7 @@
 
 use std::borrow::Cow;
 
-use crate::frames::{self, Error, Lines, Options};
+use crate::frames::{Error, Frame, Lines, Meta, Object, Options, Owner, INITIAL_EVENTS_END};
 
 /// The prefix of every protobuf-encoded object.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
@@ -266,30 +266,21 @@ fn time_of(bytes: &[u8]) -> Result<Option<i64>, Error> {
     Ok(Some(seconds))
 }
 
-/// A pointer `*metav1.Time` field: its time, or `null` for the zero time.
-fn push_time_field(obj: &mut Obj<'_>, key: &str, bytes: &[u8]) -> Result<(), Error> {
+/// A pointer `*metav1.Time`'s value: its time, or `null` for the zero time.
+fn push_time_value(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
     match time_of(bytes)? {
-        Some(seconds) => push_time(obj.key(key), seconds),
+        Some(seconds) => push_time(out, seconds),
         None => {
-            obj.raw(key, b"null");
+            out.extend_from_slice(b"null");
             Ok(())
         }
     }
 }
 
-/// A `map<string, string>` or `map<string, bytes>` (the entries as on the wire), written
-/// as Go writes a map: keys sorted, the last of equal keys kept, omitted when empty.
-fn push_map(
-    obj: &mut Obj<'_>,
-    key: &str,
-    entries: &[&[u8]],
-    binary: bool,
-    what: &'static str,
-) -> Result<(), Error> {
-    if entries.is_empty() {
-        return Ok(());
-    }
-    let mut pairs: Vec<(Cow<'_, str>, &[u8])> = Vec::with_capacity(entries.len());
+/// The pairs of a `map<string, string>` or `map<string, bytes>` (the entries as on the
+/// wire) as Go reads and writes a map: keys sorted, the last of equal keys kept.
+fn map_pairs<'a>(entries: &[&'a [u8]], what: &'static str) -> Result<Pairs<'a>, Error> {
+    let mut pairs: Pairs<'a> = Vec::with_capacity(entries.len());
     for entry in entries {
         let mut fields = Fields::of(entry, what);
         let (mut k, mut v): (&[u8], &[u8]) = (b"", b"");
@@ -302,13 +293,28 @@ fn push_map(
         }
         pairs.push((text(k), v));
     }
+    // Stable: equal keys stay in wire order, and the last of them is the one kept.
     pairs.sort_by(|a, b| a.0.cmp(&b.0));
-    let out = obj.key(key);
-    let mut map = Obj::open(out);
-    for (i, (k, v)) in pairs.iter().enumerate() {
-        if pairs.get(i + 1).is_some_and(|next| next.0 == *k) {
-            continue;
+    let mut kept: Pairs<'a> = Vec::with_capacity(pairs.len());
+    for pair in pairs {
+        match kept.last_mut() {
+            Some(last) if last.0 == pair.0 => *last = pair,
+            _ => kept.push(pair),
         }
+    }
+    Ok(kept)
+}
+
+/// A map's keys and values, sorted by key, each key once.
+type Pairs<'a> = Vec<(Cow<'a, str>, &'a [u8])>;
+
+/// A map as Go writes it (`map_pairs`), omitted when empty.
+fn write_map(obj: &mut Obj<'_>, key: &str, pairs: &Pairs<'_>, binary: bool) {
+    if pairs.is_empty() {
+        return;
+    }
+    let mut map = Obj::open(obj.key(key));
+    for (k, v) in pairs {
         let out = map.key(k);
         if binary {
             push_base64(out, v);
@@ -317,6 +323,17 @@ fn push_map(
         }
     }
     map.close();
+}
+
+/// `map_pairs` then `write_map`.
+fn push_map(
+    obj: &mut Obj<'_>,
+    key: &str,
+    entries: &[&[u8]],
+    binary: bool,
+    what: &'static str,
+) -> Result<(), Error> {
+    write_map(obj, key, &map_pairs(entries, what)?, binary);
     Ok(())
 }
 
@@ -330,8 +347,15 @@ fn push_int(obj: &mut Obj<'_>, key: &str, value: i64) {
 
 // -- the messages --------------------------------------------------------------------------
 
-/// `metav1.ObjectMeta`, in the field order of its Go struct.
-fn push_object_meta(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
+/// Text as an owned string, `None` when empty (`omitempty`: the JSON has no such field).
+fn owned(bytes: &[u8]) -> Option<String> {
+    (!bytes.is_empty()).then(|| text(bytes).into_owned())
+}
+
+/// `metav1.ObjectMeta`, in the field order of its Go struct (`managedFields` left out when
+/// `strip_managed`), and what `frames::Meta` holds of it: the same values the JSON decoder
+/// reads from the JSON written here.
+fn push_object_meta(out: &mut Vec<u8>, bytes: &[u8], strip_managed: bool) -> Result<Meta, Error> {
     const STRINGS: [&str; 6] = [
         "name",
         "generateName",
@@ -362,6 +386,14 @@ fn push_object_meta(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
             n => return fields.unknown(n),
         }
     }
+    let mut meta = Meta {
+        name: text(strings[0]).into_owned(),
+        namespace: owned(strings[2]),
+        uid: owned(strings[4]),
+        resource_version: owned(strings[5]),
+        generation: (generation != 0).then_some(generation),
+        ..Meta::default()
+    };
     let mut obj = Obj::open(out);
     for (key, value) in STRINGS.iter().zip(strings) {
         obj.string(key, &text(value));
@@ -373,19 +405,28 @@ fn push_object_meta(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
         push_time(obj.key("creationTimestamp"), seconds)?;
     }
     if let Some(bytes) = deleted {
-        push_time_field(&mut obj, "deletionTimestamp", bytes)?;
+        let out = obj.key("deletionTimestamp");
+        let start = out.len();
+        push_time_value(out, bytes)?;
+        if out[start] == b'"' {
+            let stamp = &out[start + 1..out.len() - 1];
+            meta.deletion_timestamp = Some(String::from_utf8_lossy(stamp).into_owned());
+        }
     }
     if let Some(grace) = grace {
         push_int(&mut obj, "deletionGracePeriodSeconds", grace);
     }
-    push_map(&mut obj, "labels", &labels, false, "a label")?;
-    push_map(
-        &mut obj,
-        "annotations",
-        &annotations,
-        false,
-        "an annotation",
-    )?;
+    let labels = map_pairs(&labels, "a label")?;
+    write_map(&mut obj, "labels", &labels, false);
+    meta.labels = labels
+        .iter()
+        .map(|(k, v)| (k.clone().into_owned(), text(v).into_owned()))
+        .collect();
+    let annotations = map_pairs(&annotations, "an annotation")?;
+    write_map(&mut obj, "annotations", &annotations, false);
+    meta.initial_events_end = annotations
+        .iter()
+        .any(|(k, v)| k == INITIAL_EVENTS_END && *v == b"true");
     if !owners.is_empty() {
         let out = obj.key("ownerReferences");
         out.push(b'[');
@@ -393,7 +434,7 @@ fn push_object_meta(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
             if i > 0 {
                 out.push(b',');
             }
-            push_owner(out, owner)?;
+            meta.owners.push(push_owner(out, owner)?);
         }
         out.push(b']');
     }
@@ -408,7 +449,7 @@ fn push_object_meta(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
         }
         out.push(b']');
     }
-    if !managed.is_empty() {
+    if !managed.is_empty() && !strip_managed {
         let out = obj.key("managedFields");
         out.push(b'[');
         for (i, entry) in managed.iter().enumerate() {
@@ -420,11 +461,11 @@ fn push_object_meta(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
         out.push(b']');
     }
     obj.close();
-    Ok(())
+    Ok(meta)
 }
 
 /// `metav1.OwnerReference`: apiVersion, kind, name and uid always (no `omitempty`).
-fn push_owner(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
+fn push_owner(out: &mut Vec<u8>, bytes: &[u8]) -> Result<Owner, Error> {
     let (mut api_version, mut kind, mut name, mut uid): (&[u8], &[u8], &[u8], &[u8]) =
         (b"", b"", b"", b"");
     let (mut controller, mut block) = (None, None);
@@ -456,7 +497,13 @@ fn push_owner(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
         push_bool(&mut obj, "blockOwnerDeletion", v);
     }
     obj.close();
-    Ok(())
+    Ok(Owner {
+        api_version: text(api_version).into_owned(),
+        kind: text(kind).into_owned(),
+        name: text(name).into_owned(),
+        uid: text(uid).into_owned(),
+        controller: controller.is_some_and(|v| v != 0),
+    })
 }
 
 /// `metav1.ManagedFieldsEntry`; `fieldsV1` is JSON on the wire and is kept as it is.
@@ -482,7 +529,7 @@ fn push_managed_fields_entry(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Erro
     obj.string("operation", &text(operation));
     obj.string("apiVersion", &text(api_version));
     if let Some(bytes) = time {
-        push_time_field(&mut obj, "time", bytes)?;
+        push_time_value(obj.key("time"), bytes)?;
     }
     obj.string("fieldsType", &text(fields_type));
     if let Some(bytes) = fields_v1 {
@@ -507,13 +554,15 @@ fn push_managed_fields_entry(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Erro
     Ok(())
 }
 
-/// `v1.ConfigMap` or `v1.Secret` (`secret`): kind, apiVersion, metadata, then the body.
+/// `v1.ConfigMap` or `v1.Secret` (`secret`): kind, apiVersion (`identity`), metadata, then
+/// the body; what `frames::Meta` holds of its metadata.
 fn push_data_object(
     out: &mut Vec<u8>,
-    kind: &str,
+    identity: (&str, &str),
     bytes: &[u8],
     secret: bool,
-) -> Result<(), Error> {
+    strip_managed: bool,
+) -> Result<Meta, Error> {
     let what = if secret { "Secret" } else { "ConfigMap" };
     let mut meta: &[u8] = b"";
     let mut immutable = None;
@@ -532,9 +581,9 @@ fn push_data_object(
         }
     }
     let mut obj = Obj::open(out);
-    obj.string("kind", kind);
-    obj.string("apiVersion", "v1");
-    push_object_meta(obj.key("metadata"), meta)?;
+    obj.string("kind", identity.1);
+    obj.string("apiVersion", identity.0);
+    let meta = push_object_meta(obj.key("metadata"), meta, strip_managed)?;
     if let Some(v) = immutable {
         push_bool(&mut obj, "immutable", v);
     }
@@ -547,7 +596,7 @@ fn push_data_object(
         push_map(&mut obj, "binaryData", &other, true, "a binaryData entry")?;
     }
     obj.close();
-    Ok(())
+    Ok(meta)
 }
 
 /// `metav1.Status` (the object of an `ERROR` event).
@@ -658,9 +707,9 @@ fn push_status_details(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
 
 // -- objects, events, streams --------------------------------------------------------------
 
-/// One protobuf-encoded object (the magic, then a `runtime.Unknown`) as the API server's
-/// JSON of it.
-pub fn object_json(encoded: &[u8]) -> Result<Vec<u8>, Error> {
+/// A protobuf-encoded object (the magic, then a `runtime.Unknown`): its `apiVersion`, its
+/// `kind` and its message.
+fn unknown_of(encoded: &[u8]) -> Result<(&[u8], &[u8], &[u8]), Error> {
     let Some(unknown) = encoded.strip_prefix(MAGIC) else {
         return err("protobuf object without the k8s magic prefix");
     };
@@ -688,25 +737,45 @@ pub fn object_json(encoded: &[u8]) -> Result<Vec<u8>, Error> {
             n => return fields.unknown(n),
         }
     }
-    let mut out = Vec::with_capacity(raw.len() * 3 / 2 + 64);
+    Ok((api_version, kind, raw))
+}
+
+/// What one object message is: the kinds decoded here.
+enum Known {
+    ConfigMap,
+    Secret,
+    Status,
+}
+
+fn known(api_version: &[u8], kind: &[u8]) -> Result<Known, Error> {
     match (api_version, kind) {
-        (b"v1", b"ConfigMap") => push_data_object(&mut out, "ConfigMap", raw, false)?,
-        (b"v1", b"Secret") => push_data_object(&mut out, "Secret", raw, true)?,
-        (b"v1", b"Status") => push_status(&mut out, raw)?,
-        _ => {
-            return err(format!(
-                "protobuf object {} {} is not decoded here",
-                text(api_version),
-                text(kind)
-            ))
-        }
+        (b"v1", b"ConfigMap") => Ok(Known::ConfigMap),
+        (b"v1", b"Secret") => Ok(Known::Secret),
+        (b"v1", b"Status") => Ok(Known::Status),
+        _ => err(format!(
+            "protobuf object {} {} is not decoded here",
+            text(api_version),
+            text(kind)
+        )),
+    }
+}
+
+/// One protobuf-encoded object (the magic, then a `runtime.Unknown`) as the API server's
+/// JSON of it.
+pub fn object_json(encoded: &[u8]) -> Result<Vec<u8>, Error> {
+    let (api_version, kind, raw) = unknown_of(encoded)?;
+    let mut out = Vec::with_capacity(raw.len() * 3 / 2 + 64);
+    let identity = (&*text(api_version), &*text(kind));
+    match known(api_version, kind)? {
+        Known::ConfigMap => drop(push_data_object(&mut out, identity, raw, false, false)?),
+        Known::Secret => drop(push_data_object(&mut out, identity, raw, true, false)?),
+        Known::Status => push_status(&mut out, raw)?,
     }
     Ok(out)
 }
 
-/// One frame of a protobuf watch stream (a `metav1.WatchEvent`) as the JSON watch line the
-/// API server would have sent (without its newline).
-pub fn watch_line(frame: &[u8]) -> Result<Vec<u8>, Error> {
+/// A `metav1.WatchEvent`: its type and its object's encoded bytes.
+fn event_of(frame: &[u8]) -> Result<(&[u8], &[u8]), Error> {
     let (mut etype, mut object): (Option<&[u8]>, Option<&[u8]>) = (None, None);
     let mut fields = Fields::of(frame, "WatchEvent");
     while let Some((number, value)) = fields.next_field()? {
@@ -724,9 +793,16 @@ pub fn watch_line(frame: &[u8]) -> Result<Vec<u8>, Error> {
             n => return fields.unknown(n),
         }
     }
-    let (Some(etype), Some(object)) = (etype, object) else {
-        return err("watch event without a type or an object");
-    };
+    match (etype, object) {
+        (Some(etype), Some(object)) => Ok((etype, object)),
+        _ => err("watch event without a type or an object"),
+    }
+}
+
+/// One frame of a protobuf watch stream (a `metav1.WatchEvent`) as the JSON watch line the
+/// API server would have sent (without its newline).
+pub fn watch_line(frame: &[u8]) -> Result<Vec<u8>, Error> {
+    let (etype, object) = event_of(frame)?;
     let json = object_json(object)?;
     let mut line = Vec::with_capacity(json.len() + 32);
     line.extend_from_slice(b"{\"type\":");
@@ -735,6 +811,53 @@ pub fn watch_line(frame: &[u8]) -> Result<Vec<u8>, Error> {
     line.extend_from_slice(&json);
     line.push(b'}');
     Ok(line)
+}
+
+/// One frame of a protobuf watch stream decoded as `frames::decode_frame` decodes the JSON
+/// line the server would have sent for it (`watch_line`), in one pass: the object's JSON is
+/// written and its metadata read from the message itself, so no JSON is parsed. The
+/// `Frame` is the same (a test holds the two paths equal on the server's own frames); so
+/// are the refusals that concern a watch: no name on an object that needs one.
+pub fn watch_frame(frame: &[u8], options: Options<'_>) -> Result<Frame, Error> {
+    let malformed = |Error(p): Error| Error(format!("malformed protobuf watch frame: {p}"));
+    let (etype, object) = event_of(frame).map_err(malformed)?;
+    let etype = text(etype).into_owned();
+    let (api_version, kind, raw) = unknown_of(object).map_err(malformed)?;
+    let what = known(api_version, kind).map_err(malformed)?;
+    let mut json = Vec::with_capacity(raw.len() * 3 / 2 + 64);
+    let (api_version, kind) = (text(api_version), text(kind));
+    let identity = match options.identity {
+        Some(given) if options.replace_identity => given,
+        _ => (&*api_version, &*kind),
+    };
+    let strip = options.strip_managed_fields;
+    let meta = match what {
+        Known::Status if etype == "ERROR" => {
+            push_status(&mut json, raw).map_err(malformed)?;
+            return Ok(Frame::Error(json));
+        }
+        Known::Status => return Err(malformed(Error(format!("a Status in a {etype} event")))),
+        Known::ConfigMap => push_data_object(&mut json, identity, raw, false, strip),
+        Known::Secret => push_data_object(&mut json, identity, raw, true, strip),
+    }
+    .map_err(malformed)?;
+    if etype == "ERROR" {
+        return Ok(Frame::Error(json));
+    }
+    if meta.name.is_empty() && etype != "BOOKMARK" {
+        return Err(Error(
+            "malformed watch line: the object's metadata.name is missing or not a string".into(),
+        ));
+    }
+    Ok(Frame::Object(
+        etype,
+        Box::new(Object {
+            json,
+            meta,
+            api_version: Some(api_version.into_owned()),
+            kind: Some(kind.into_owned()),
+        }),
+    ))
 }
 
 /// Every complete frame at the start of a protobuf watch stream's buffer, decoded as
@@ -759,10 +882,7 @@ pub fn decode_frames(buffer: &[u8], options: Options<'_>, max_frame: usize) -> L
             break;
         };
         lines.used = start + size;
-        let decoded = watch_line(frame)
-            .map_err(|Error(p)| Error(format!("malformed protobuf watch frame: {p}")))
-            .and_then(|line| frames::decode_frame(&line, options));
-        match decoded {
+        match watch_frame(frame, options) {
             Ok(frame) => lines.frames.push(frame),
             Err(error) => {
                 lines.error = Some((error, frame.to_vec()));
