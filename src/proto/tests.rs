@@ -301,6 +301,17 @@ fn strings_escape_as_go_does() {
     );
 }
 
+#[test]
+fn only_the_line_separators_among_three_byte_characters_are_escaped() {
+    // 0xE2 starts U+2028/U+2029 and also these, which Go writes as they are.
+    let mut out = Vec::new();
+    push_str(&mut out, "€…\u{2028}x\u{2027}\u{202a}⁂\u{2029}");
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "\"€…\\u2028x\u{2027}\u{202a}⁂\\u2029\""
+    );
+}
+
 // -- streams and malformed input --------------------------------------------------------------
 
 #[test]
