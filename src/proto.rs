@@ -761,9 +761,12 @@ fn push_status_details(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
 
 // -- objects, events, streams --------------------------------------------------------------
 
+/// A protobuf-encoded object's `apiVersion`, `kind` and message.
+type Typed<'a> = (&'a [u8], &'a [u8], &'a [u8]);
+
 /// A protobuf-encoded object (the magic, then a `runtime.Unknown`): its `apiVersion`, its
 /// `kind` and its message.
-fn unknown_of(encoded: &[u8]) -> Result<(&[u8], &[u8], &[u8]), Error> {
+fn unknown_of(encoded: &[u8]) -> Result<Typed<'_>, Error> {
     let Some(unknown) = encoded.strip_prefix(MAGIC) else {
         return err("protobuf object without the k8s magic prefix");
     };
