@@ -3,10 +3,12 @@
 //!
 //! The API server encodes protobuf faster than JSON: a streaming list of 100,000 ConfigMaps
 //! reaches a client in less than half the time (docs/benchmarks.md). fastctl's cache holds
-//! each object as its JSON bytes with parsed metadata (`frames`), so a protobuf frame is
-//! turned here into the JSON watch line the server would have sent (the same fields, in the
-//! order and with the escaping of Go's `encoding/json`), and that line is decoded by
-//! `frames::decode_frame`, as every JSON line is: nothing downstream changes.
+//! each object as its JSON bytes with parsed metadata (`frames`), so a protobuf frame's
+//! object is written here as the JSON the server would have sent (the same fields, in the
+//! order and with the escaping of Go's `encoding/json`), and the metadata `frames::Meta`
+//! holds is read from the message in the same pass (`watch_frame`): the `Frame` is the one
+//! `frames::decode_frame` makes of the JSON line (`watch_line`, tested equal), without that
+//! JSON being parsed, and nothing downstream changes.
 //!
 //! The wire (`k8s.io/apimachinery` `runtime/serializer/protobuf`, `k8s.io/api/core/v1` and
 //! `apimachinery/pkg/apis/meta/v1` `generated.proto`): a watch body is length-prefixed
