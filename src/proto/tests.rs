@@ -529,3 +529,21 @@ fn one_pass_refuses_what_the_json_decoder_refuses() {
         assert!(got.contains(want), "{got:?} does not say {want:?}");
     }
 }
+
+#[test]
+fn each_kept_object_holds_its_json_at_its_size() {
+    // The cache keeps these bytes as long as the object lives: a buffer with room to spare
+    // freed beside each one fragments the heap (RSS per cached object rose by a third).
+    let full = event("ADDED", &unknown("v1", "ConfigMap", &full_configmap()));
+    let mut stream = framed(&[full.clone(), full]);
+    stream.extend_from_slice(CONFIGMAPS_PB);
+    let lines = decode_frames(&stream, Options::default(), 1 << 20);
+    assert_eq!(lines.error, None);
+    assert_eq!(lines.frames.len(), 4);
+    for frame in lines.frames {
+        let Frame::Object(_, object) = frame else {
+            panic!("not an object")
+        };
+        assert_eq!(object.json.capacity(), object.json.len());
+    }
+}
