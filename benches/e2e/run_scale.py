@@ -24,7 +24,8 @@ fastctl's `Store` alone (`scale_store.py`, no API server) at `--store-objects`.
 Writes ``benches/e2e/results/scale.json`` and ``scale.md`` and the plot
 ``docs/img/e2e-scale.png``; exits 1, after writing them, if an operator did not reconcile
 every object or missed a live change. Needs Go and cargo on PATH (the two peers are built
-as the Widget peers are: `compiled_peers`).
+as the Widget peers are: `compiled_peers`), unless ``--no-build`` says to run the peers'
+binaries as they are.
 """
 
 from __future__ import annotations
@@ -239,12 +240,22 @@ def main() -> int:
     parser.add_argument("--out", default=str(RESULTS / "scale.json"))
     parser.add_argument("--log-dir", default="/tmp/fastctl-e2e-logs")
     parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument(
+        "--no-build",
+        action="store_true",
+        help="use the peers' binaries as they are (built beforehand; never rebuilt)",
+    )
     args = parser.parse_args()
     if args.rounds < 1 or min(args.objects) < 1:
         parser.error("--rounds and every --objects value must be at least 1")
     Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    build()
+    if args.no_build:
+        for binary in (GO_BINARY, RUST_BINARY):
+            if not binary.exists():
+                parser.error(f"--no-build: {binary} is not built")
+    else:
+        build()
     results: dict[str, Any] = {
         "machine": {**machine(), **compiled_peers.versions()},
         "args": vars(args),
