@@ -561,13 +561,14 @@ class WrittenHook:
 
     def __call__(self, event: Any) -> None: ...
 
+@final
 class WatchBody:
     """One watch response's body, decoded read by read off the socket: the HTTP/1.1 framing
     (`chunked`, else `length` bytes, else until the server closes) undone and the frames it
     completes decoded, as `decode_lines` (or, `protobuf`, `decode_proto_frames`) gives them."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         chunked: bool,
         length: int | None = None,
         protobuf: bool = False,
@@ -576,7 +577,7 @@ class WatchBody:
         kind: str | None = None,
         replace_identity: bool = False,
         max_line: int = ...,
-    ) -> None: ...
+    ) -> Self: ...
     def feed(self, data: bytes) -> tuple[list[tuple[str, Item | bytes]], str | None, bytes | None]:
         """One read's bytes: (frames, and for the first malformed or too long frame, what
         is wrong and its bytes; nothing after it is read); ValueError for bad framing."""
