@@ -342,10 +342,12 @@ class ApiServer:
         content_type: str = "application/json",
         client_timeout: aiohttp.ClientTimeout | None = None,
         accept: str | None = None,
+        stream: bool = False,
     ) -> Response:
         """`fastctl.kube._http.request`: collection GETs (lists and watches; full objects
         only: `accept` is for metadata-only watches, which the simulation has none of), and
-        reads and patches of single objects (what `request_json` and the object API send)."""
+        reads and patches of single objects (what `request_json` and the object API send).
+        Every answer is one the watcher reads as it reads aiohttp's, `stream` or not."""
         parts = path.removeprefix(GROUP_PATH).strip("/").split("/")
         if (len(parts) in (4, 5) and parts[0] == "namespaces") or method == "POST":
             try:

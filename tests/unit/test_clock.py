@@ -111,8 +111,10 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("testing/_process.py", "time.monotonic"): (2, "waits for a real process to exit"),
     ("kube/_http.py", "time.perf_counter"): (4, "a real request's latency, for /metrics"),
     ("kube/_transport.py", "time.perf_counter"): (1, "a real request's latency, for /metrics"),
-    ("kube/_transport.py", "loop.time"): (1, "a real socket's deadline: a timer of its loop"),
+    ("kube/_transport.py", "loop.time"): (3, "a real socket's deadlines: timers of its loop"),
     ("kube/_transport.py", "self.loop.time"): (2, "a real connection's idle time: its loop's"),
+    ("kube/_watch_stream.py", "loop.time"): (1, "a real stream's read timeout: its loop's"),
+    ("kube/_watch_stream.py", "self._loop.time"): (1, "a real stream's read timer: its loop's"),
     ("_otel_spans.py", "time.time_ns"): (3, "a span's times: OpenTelemetry's wall clock"),
     ("testing/fake/_server.py", "datetime.now"): (1, "creationTimestamp: wall clock, a server's"),
 }
