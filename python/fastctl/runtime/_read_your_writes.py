@@ -150,18 +150,7 @@ class _Writes:
             )
         created = made and based_on is None and not deleted
         if self.direct:
-            self.token = (
-                self.fence.written.answered(
-                    resource,
-                    namespace,
-                    name,
-                    answer,
-                    created=created,
-                    deleted=deleted,
-                    token=self.token,
-                )
-                or 0
-            )
+            self._answered(resource, namespace, name, answer, created, deleted)
         else:
             self.fence.call(self._answered, resource, namespace, name, answer, created, deleted)
 
