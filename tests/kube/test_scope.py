@@ -262,6 +262,7 @@ async def test_a_namespace_created_later_that_matches_the_pattern_is_picked_up(
     await make_widget(client, crds, early, "w")
     runs = Runs()
     ctl = Controller(proxied, widgets_of(crds), runs.reconcile, namespace=f"{prefix}-*")
+    ctl.owns(CONFIGMAP)  # the same set for a second kind: the Namespace watch is shared
     async with running(ctl):
         await eventually(lambda: runs.seen() == {(early, "w")}, what="the early namespace")
         (other,) = await make_namespaces(f"t-nomatch-{token}", 1)
@@ -272,6 +273,12 @@ async def test_a_namespace_created_later_that_matches_the_pattern_is_picked_up(
         assert ObjectRef("w", late) in ctl.store
         assert not any(f"/namespaces/{other}/" in p for p in proxy.watches())
         assert runs.seen() == {(early, "w"), (late, "w")}
+        await eventually(
+            lambda: any(f"/namespaces/{late}/configmaps?" in p for p in proxy.watches()),
+            what="the owned kind watched in the late namespace",
+        )
+        namespace_watches = [p for p in proxy.watches() if p.startswith("/api/v1/namespaces?")]
+        assert len(namespace_watches) == 1, namespace_watches
 
 
 async def test_a_namespace_labelled_out_of_a_selector_set_leaves_it_with_its_objects(

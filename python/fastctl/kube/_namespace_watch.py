@@ -13,10 +13,11 @@ once no list is open after an ``INIT_DONE``, that is once every namespace of the
 been listed once (at once when the set is empty).
 
 A dynamic set (patterns, a selector) also watches the Namespaces, metadata only, with the
-selector on the server: a namespace that appears (created, or labelled into the set) gets
-its watcher and its first list; one that goes (deleted, or labelled out) has its watcher
-stopped and an empty list framed for it, so its objects leave the caches as ``DELETE``
-events (a `reflector` reports them) and nothing of it lingers.
+selector on the server (one such watch per client and selector, shared by every set that
+needs it: `fastctl.kube._namespace_feed`): a namespace that appears (created, or labelled
+into the set) gets its watcher and its first list; one that goes (deleted, or labelled
+out) has its watcher stopped and an empty list framed for it, so its objects leave the
+caches as ``DELETE`` events (a `reflector` reports them) and nothing of it lingers.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
+from fastctl.kube._namespace_feed import NAMESPACE, namespace_events
 from fastctl.kube._namespaces import Namespaces
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import resolve_patiently
@@ -44,8 +46,6 @@ from fastctl.kube._watcher import (
 __all__ = ["NAMESPACE", "namespace_set_watcher"]
 
 log = logging.getLogger("fastctl.watcher")
-
-NAMESPACE = Resource("v1", "Namespace", plural="namespaces", namespaced=False)
 
 _SET = ""
 """The namespace the set's own first list is framed with (no object is in it)."""
@@ -124,12 +124,11 @@ class _Merged:
         if namespaces.is_fixed:
             await self._initial(set(namespaces.names))
             return
-        config = WatchConfig(label_selector=namespaces.selector, metadata_only=True)
         listing: set[str] | None = None
         first = True
         try:
-            async for event in watcher(
-                self.client, NAMESPACE, config=config, on_error=self.on_error
+            async for event in namespace_events(
+                self.client, namespaces.selector, watch=watcher, on_error=self.on_error
             ):
                 if event.kind is EventKind.INIT:
                     listing = set()
