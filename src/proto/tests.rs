@@ -1,3 +1,4 @@
+use super::json::{push_base64, push_time};
 use super::*;
 use crate::frames::{self, Frame};
 
