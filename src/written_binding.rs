@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyString};
 use pyo3::PyTraverseError;
 
-use crate::cache_binding::PyItem;
+use crate::cache_binding::{PyCompactMap, PyItem};
 use crate::written::{Hold, Seen, Written};
 
 fn seen_of(seen: u8) -> PyResult<Seen> {
@@ -35,7 +35,10 @@ fn woken(keys: Vec<String>) -> Option<Vec<String>> {
 
 /// `obj[key]` of a mapping (a dict read directly), None if absent; None if `obj` is no
 /// mapping at all.
-fn get<'py>(obj: &Bound<'py, PyAny>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+fn get<'py>(
+    obj: &Bound<'py, PyAny>,
+    key: &Bound<'py, PyString>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     if let Ok(d) = obj.cast::<PyDict>() {
         return d.get_item(key);
     }
@@ -50,7 +53,10 @@ fn get<'py>(obj: &Bound<'py, PyAny>, key: &str) -> PyResult<Option<Bound<'py, Py
 }
 
 /// `obj[key]` if `obj` is a mapping and the value is one too.
-fn get_mapping<'py>(obj: &Bound<'py, PyAny>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+fn get_mapping<'py>(
+    obj: &Bound<'py, PyAny>,
+    key: &Bound<'py, PyString>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     Ok(get(obj, key)?.filter(|v| v.cast::<PyDict>().is_ok() || v.cast::<PyMapping>().is_ok()))
 }
 
@@ -75,6 +81,10 @@ pub struct PyWritten {
     on_started: Option<Py<PyAny>>,
     /// ``key_of(obj)``: the scheduler key of a reconciled object that is not a plain dict.
     key_of: Option<Py<PyAny>>,
+    /// The write observer context variable's ``set`` and ``reset`` (`begin`, `Writes.end`).
+    observer_var: Option<(Py<PyAny>, Py<PyAny>)>,
+    /// ``clock()``: the time a writing reconcile ends at (`Writes.end`).
+    clock: Option<Py<PyAny>>,
 }
 
 /// Where a followed kind's cache looks.
@@ -85,14 +95,57 @@ enum Scope {
     Set(Py<PyAny>),
 }
 
+/// How a followed kind's cache is asked what it shows of an object.
+enum Reader {
+    /// A `fastctl.Store`: its table (``_map``, which a relist replaces) is read here, no
+    /// call into Python and no tuple made.
+    Store(Py<PyAny>),
+    /// ``reader(name, namespace)`` → ``(uid, resourceVersion)`` or None: any other mapping.
+    Call(Py<PyAny>),
+}
+
+impl Reader {
+    /// ``(uid, resourceVersion)`` of the object the cache holds (each "" when absent), or
+    /// None. Called outside the state's borrow: a reader may run Python code.
+    fn shown(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> PyResult<Option<(String, String)>> {
+        match self {
+            Reader::Store(store) => {
+                let map = store.bind(py).getattr(intern!(py, "_map"))?;
+                let map = map.cast::<PyCompactMap>()?;
+                Ok(PyCompactMap::one(map, name, namespace)
+                    .map(|p| (p.uid().to_owned(), p.resource_version().to_owned())))
+            }
+            Reader::Call(reader) => {
+                let shown = reader.call1(py, (name, namespace))?;
+                if shown.is_none(py) {
+                    return Ok(None);
+                }
+                let (uid, version): (Option<String>, Option<String>) = shown.extract(py)?;
+                Ok(Some((uid.unwrap_or_default(), version.unwrap_or_default())))
+            }
+        }
+    }
+
+    fn object(&self) -> &Py<PyAny> {
+        match self {
+            Reader::Store(o) | Reader::Call(o) => o,
+        }
+    }
+}
+
 /// A followed kind: its (group, kind), its cache's scope, how its cache is asked what it
-/// shows of an object (``reader(name, namespace)`` → ``(uid, resourceVersion)`` or None),
-/// and its label check of an answer (``selector(answer)``), where its cache has one.
+/// shows of an object, and its label check of an answer (``selector(answer)``), where its
+/// cache has one.
 struct Kind {
     group: String,
     kind: String,
     scope: Scope,
-    reader: Py<PyAny>,
+    reader: Reader,
     selector: Option<Py<PyAny>>,
 }
 
@@ -102,13 +155,14 @@ fn plain_key(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     let Ok(d) = obj.cast::<PyDict>() else {
         return Ok(None);
     };
-    let Some(meta) = d.get_item("metadata")? else {
+    let py = obj.py();
+    let Some(meta) = d.get_item(intern!(py, "metadata"))? else {
         return Ok(None);
     };
     let Ok(meta) = meta.cast::<PyDict>() else {
         return Ok(None);
     };
-    let Some(name) = meta.get_item("name")? else {
+    let Some(name) = meta.get_item(intern!(py, "name"))? else {
         return Ok(None);
     };
     let Ok(name) = name.cast::<PyString>() else {
@@ -118,7 +172,7 @@ fn plain_key(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     if name.is_empty() {
         return Ok(None);
     }
-    let namespace = match meta.get_item("namespace")? {
+    let namespace = match meta.get_item(intern!(py, "namespace"))? {
         Some(ns) if ns.is_truthy()? => match ns.cast::<PyString>() {
             Ok(ns) => Some(ns.to_cow()?.into_owned()),
             Err(_) => return Ok(None),
@@ -146,6 +200,8 @@ impl PyWritten {
             seen_resources: Vec::new(),
             on_started: None,
             key_of: None,
+            observer_var: None,
+            clock: None,
         })
     }
 
@@ -154,7 +210,7 @@ impl PyWritten {
             if let Scope::Set(set) = &k.scope {
                 visit.call(set)?;
             }
-            visit.call(&k.reader)?;
+            visit.call(k.reader.object())?;
             if let Some(selector) = &k.selector {
                 visit.call(selector)?;
             }
@@ -168,6 +224,13 @@ impl PyWritten {
         if let Some(f) = &self.key_of {
             visit.call(f)?;
         }
+        if let Some((set, reset)) = &self.observer_var {
+            visit.call(set)?;
+            visit.call(reset)?;
+        }
+        if let Some(f) = &self.clock {
+            visit.call(f)?;
+        }
         Ok(())
     }
 
@@ -176,6 +239,8 @@ impl PyWritten {
         self.seen_resources.clear();
         self.on_started = None;
         self.key_of = None;
+        self.observer_var = None;
+        self.clock = None;
     }
 
     /// How many objects have a fence.
@@ -203,7 +268,9 @@ impl PyWritten {
     /// The next followed kind (its index is how many came before): its `group` and
     /// `kind`, its cache's `scope` (None: every namespace; a name; or a set, asked with
     /// ``covers(namespace)``), its cache's `reader` and label check (`selector`, if any).
-    #[pyo3(signature = (group, kind, scope, reader, selector=None))]
+    /// `store`: the reader is a `fastctl.Store`, whose table is read here; else a callable
+    /// ``reader(name, namespace)`` → ``(uid, resourceVersion)`` or None.
+    #[pyo3(signature = (group, kind, scope, reader, selector=None, store=false))]
     fn add_kind(
         &mut self,
         group: &str,
@@ -211,7 +278,13 @@ impl PyWritten {
         scope: Option<&Bound<'_, PyAny>>,
         reader: Py<PyAny>,
         selector: Option<Py<PyAny>>,
+        store: bool,
     ) -> PyResult<u32> {
+        let reader = if store {
+            Reader::Store(reader)
+        } else {
+            Reader::Call(reader)
+        };
         let scope = match scope {
             None => Scope::All,
             Some(s) => match s.cast::<PyString>() {
@@ -240,6 +313,21 @@ impl PyWritten {
         self.key_of = key_of;
     }
 
+    /// The context variable `begin` sets each observer as (`Writes.end` resets it).
+    fn set_observer_var(&mut self, var: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = var.py();
+        self.observer_var = Some((
+            var.getattr(intern!(py, "set"))?.unbind(),
+            var.getattr(intern!(py, "reset"))?.unbind(),
+        ));
+        Ok(())
+    }
+
+    /// The clock a writing reconcile's end is read from (`Writes.end`).
+    fn set_clock(&mut self, clock: Py<PyAny>) {
+        self.clock = Some(clock);
+    }
+
     /// A write to `resource` begins: its object is followed from now, seeded with what
     /// its cache shows if it was not followed (a write that changes nothing is answered
     /// with that version). Nothing if no cache of the guard reads it there.
@@ -259,18 +347,14 @@ impl PyWritten {
             if !me.state.follow(kind, ns, name) {
                 return Ok(());
             }
-            me.kinds[kind as usize].reader.clone_ref(py)
+            match &me.kinds[kind as usize].reader {
+                Reader::Store(o) => Reader::Store(o.clone_ref(py)),
+                Reader::Call(o) => Reader::Call(o.clone_ref(py)),
+            }
         };
-        let shown = reader.call1(py, (name, namespace.filter(|n| !n.is_empty())))?;
-        if !shown.is_none(py) {
-            let (uid, version): (Option<String>, Option<String>) = shown.extract(py)?;
-            slf.borrow_mut().state.seed(
-                kind,
-                ns,
-                name,
-                uid.as_deref().unwrap_or(""),
-                version.as_deref().unwrap_or(""),
-            );
+        let namespace = namespace.filter(|n| !n.is_empty());
+        if let Some((uid, version)) = reader.shown(py, name, namespace)? {
+            slf.borrow_mut().state.seed(kind, ns, name, &uid, &version);
         }
         Ok(())
     }
@@ -303,14 +387,7 @@ impl PyWritten {
                 in_selector = selector.call1(py, (answer,))?.is_truthy(py)?;
             }
         }
-        let w = read_answer(
-            kind,
-            namespace.unwrap_or(""),
-            name,
-            answer,
-            deleted,
-            in_selector,
-        )?;
+        let w = read_answer(namespace.unwrap_or(""), name, answer, deleted, in_selector)?;
         let mut me = slf.borrow_mut();
         let wrote = me.state.answered(
             kind,
@@ -329,14 +406,30 @@ impl PyWritten {
         })
     }
 
-    /// The observer of one async reconcile's writes (of `obj`), on the loop's thread.
-    fn observer(slf: &Bound<'_, Self>, obj: Py<PyAny>) -> PyWrites {
-        PyWrites {
-            written: slf.clone().unbind(),
-            obj,
-            token: 0,
-            ended: false,
+    /// The observer of one async reconcile's writes (of `obj`), on the loop's thread, set
+    /// as the current context's write observer (`set_observer_var`) until its `end()`.
+    fn begin(slf: &Bound<'_, Self>, obj: Py<PyAny>) -> PyResult<Py<PyWrites>> {
+        let py = slf.py();
+        let writes = Py::new(
+            py,
+            PyWrites {
+                written: slf.clone().unbind(),
+                obj,
+                token: 0,
+                ended: false,
+                var_token: None,
+            },
+        )?;
+        let set = slf
+            .borrow()
+            .observer_var
+            .as_ref()
+            .map(|(set, _)| set.clone_ref(py));
+        if let Some(set) = set {
+            let token = set.call1(py, (writes.clone_ref(py),))?;
+            writes.borrow_mut(py).var_token = Some(token);
         }
+        Ok(writes)
     }
 
     /// Whether the cache has applied every write kept under `token`.
@@ -518,49 +611,56 @@ struct Answer {
 /// answered with the object marked for deletion). `recorded`: a cache will show it (it
 /// succeeded, names an object, is inside the cache's label selector).
 fn read_answer(
-    _kind: u32,
     namespace: &str,
     name: &str,
     answer: Option<&Bound<'_, PyAny>>,
     deleted: bool,
     in_selector: bool,
 ) -> PyResult<Answer> {
-    let meta = match answer {
-        Some(a) => get_mapping(a, "metadata")?,
-        None => None,
+    let Some(answer) = answer else {
+        return Ok(Answer {
+            namespace: namespace.to_owned(),
+            target: name.to_owned(),
+            uid: String::new(),
+            version: None,
+            recorded: false,
+        });
     };
-    let field = |key: &str| -> PyResult<String> {
+    let py = answer.py();
+    let meta = get_mapping(answer, intern!(py, "metadata"))?;
+    let field = |key: &Bound<'_, PyString>| -> PyResult<String> {
         match &meta {
             Some(m) => text(get(m, key)?),
             None => Ok(String::new()),
         }
     };
     let target = if name.is_empty() {
-        field("name")?
+        field(intern!(py, "name"))?
     } else {
         name.to_owned()
     };
-    let mut uid = field("uid")?;
-    if let (true, Some(a)) = (uid.is_empty(), answer) {
-        if let Some(details) = get_mapping(a, "details")? {
-            uid = text(get(&details, "uid")?)?;
+    let mut uid = field(intern!(py, "uid"))?;
+    if uid.is_empty() {
+        if let Some(details) = get_mapping(answer, intern!(py, "details"))? {
+            uid = text(get(&details, intern!(py, "uid"))?)?;
         }
     }
-    let recorded =
-        answer.is_some() && !target.is_empty() && (!uid.is_empty() || deleted) && in_selector;
+    let recorded = !target.is_empty() && (!uid.is_empty() || deleted) && in_selector;
     let mut version = None;
     if recorded {
-        let still_there = match &meta {
-            Some(m) => {
-                let marked = get(m, "deletionTimestamp")?;
-                let finalizers = get(m, "finalizers")?;
-                marked.map_or(Ok(false), |v| v.is_truthy())?
-                    && finalizers.map_or(Ok(false), |v| v.is_truthy())?
-            }
-            None => false,
+        // A DELETE's answer has a version to wait for only while finalizers keep the
+        // object (marked for deletion); any other write's answer always has one.
+        let still_there = || -> PyResult<bool> {
+            let Some(m) = &meta else {
+                return Ok(false);
+            };
+            let marked = get(m, intern!(py, "deletionTimestamp"))?;
+            let finalizers = get(m, intern!(py, "finalizers"))?;
+            Ok(marked.map_or(Ok(false), |v| v.is_truthy())?
+                && finalizers.map_or(Ok(false), |v| v.is_truthy())?)
         };
-        if !deleted || still_there {
-            version = Some(field("resourceVersion")?).filter(|v| !v.is_empty());
+        if !deleted || still_there()? {
+            version = Some(field(intern!(py, "resourceVersion"))?).filter(|v| !v.is_empty());
         }
     }
     Ok(Answer {
@@ -574,7 +674,7 @@ fn read_answer(
 
 /// The observer of one async reconcile's writes (`fastctl.kube._writes.WriteObserver`):
 /// each write is followed and recorded in its `Written` as it starts and ends, under the
-/// reconcile's token; `end(clock)` at its end makes them its object's fence. A write that
+/// reconcile's token; `end()` at its end makes them its object's fence. A write that
 /// ends after that (a task the reconcile left behind) is recorded nowhere, as before.
 #[pyclass(name = "Writes", module = "fastctl._core")]
 pub struct PyWrites {
@@ -582,6 +682,8 @@ pub struct PyWrites {
     obj: Py<PyAny>,
     token: u64,
     ended: bool,
+    /// The token of the context variable's ``set`` that made it the write observer.
+    var_token: Option<Py<PyAny>>,
 }
 
 #[pymethods]
@@ -639,47 +741,65 @@ impl PyWrites {
         self.token
     }
 
-    /// The reconcile ended: its writes are its object's fence, from ``clock()`` (read
-    /// only if it wrote).
-    fn end(slf: &Bound<'_, Self>, clock: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// The reconcile ended: it is the write observer no more (the context variable is
+    /// reset), and its writes are its object's fence from the `Written`'s clock (read only
+    /// if it wrote).
+    fn end(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
-        let (written, obj, token) = {
+        let (written, token, var_token) = {
             let mut me = slf.borrow_mut();
             me.ended = true;
-            let token = std::mem::take(&mut me.token);
-            if token == 0 {
-                return Ok(());
-            }
-            (me.written.clone_ref(py), me.obj.clone_ref(py), token)
+            (
+                me.written.clone_ref(py),
+                std::mem::take(&mut me.token),
+                me.var_token.take(),
+            )
         };
-        let now: f64 = clock.call0()?.extract()?;
+        let written = written.bind(py);
+        if let Some(var_token) = var_token {
+            let reset = written
+                .borrow()
+                .observer_var
+                .as_ref()
+                .map(|(_, reset)| reset.clone_ref(py));
+            if let Some(reset) = reset {
+                reset.call1(py, (var_token,))?;
+            }
+        }
+        if token == 0 {
+            return Ok(());
+        }
+        let (clock, key_of) = {
+            let me = written.borrow();
+            (
+                me.clock.as_ref().map(|f| f.clone_ref(py)),
+                me.key_of.as_ref().map(|f| f.clone_ref(py)),
+            )
+        };
+        let Some(clock) = clock else {
+            return Err(PyValueError::new_err("no clock to fence by (set_clock)"));
+        };
+        let now: f64 = clock.call0(py)?.extract(py)?;
+        let obj = slf.borrow().obj.clone_ref(py);
         let obj = obj.bind(py);
         let key = match plain_key(obj)? {
             Some(key) => key,
-            None => {
-                let key_of = written
-                    .bind(py)
-                    .borrow()
-                    .key_of
-                    .as_ref()
-                    .map(|f| f.clone_ref(py));
-                match key_of {
-                    Some(f) => f.call1(py, (obj,))?.extract(py)?,
-                    None => return Err(PyValueError::new_err("no key for this object")),
-                }
-            }
+            None => match key_of {
+                Some(f) => f.call1(py, (obj,))?.extract(py)?,
+                None => return Err(PyValueError::new_err("no key for this object")),
+            },
         };
-        written
-            .bind(py)
-            .borrow_mut()
-            .state
-            .fence_pending(&key, token, now);
+        written.borrow_mut().state.fence_pending(&key, token, now);
         Ok(())
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.written)?;
-        visit.call(&self.obj)
+        visit.call(&self.obj)?;
+        if let Some(t) = &self.var_token {
+            visit.call(t)?;
+        }
+        Ok(())
     }
 }
 
