@@ -22,6 +22,8 @@ use std::collections::VecDeque;
 // change looks its object up here several times (its write, its echo, the next start).
 use hashbrown::{HashMap, HashSet};
 
+pub mod answer;
+
 /// Versions remembered per followed object: the writes of a few reconciles and the other
 /// writers' changes between them.
 pub const SEEN: usize = 16;

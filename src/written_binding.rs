@@ -4,69 +4,36 @@
 //! Thin: arguments in, results out. Kinds cross as the small integers the Python side gives
 //! each cached kind; an event's effect as `seen` (0 applied, 1 deleted, 2 a list's item).
 //! A write's record never crosses: a reconcile's writes are kept here under a token (a
-//! number) until its fence. Two calls go back to Python, each outside the state's borrow:
-//! a kind's cache reader (what the cache shows of an object newly followed) and the count
-//! of a start that was held or ran past its bound.
+//! number) until its fence. Calls go back to Python only outside the state's borrow: a
+//! kind's cache reader (for a cache that is not a `Store`, whose table is read here), the
+//! count of a start that was held or ran past its bound, the write observer context
+//! variable's ``set`` and ``reset``, and the clock a writing reconcile's end is read from.
+//!
+//! Here, `Written` and the kind of each write; beside it, `kinds` (a followed kind's scope,
+//! cache reader and label check), `read` (the Python values read: an event's effect, a
+//! reconciled object's key, a write's answer, whose rules are `crate::written::answer`),
+//! `writes` (`Writes`, one async reconcile's observer) and `hook` (`WrittenHook`, each
+//! cached kind's event hook).
 
 use pyo3::exceptions::PyValueError;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyMapping, PyString};
+use pyo3::types::PyString;
 use pyo3::PyTraverseError;
 
-use crate::cache_binding::{PyCompactMap, PyItem};
-use crate::written::{Hold, Seen, Written};
+use crate::cache_binding::PyItem;
+use crate::written::{Hold, Written};
 
-fn seen_of(seen: u8) -> PyResult<Seen> {
-    match seen {
-        0 => Ok(Seen::Apply),
-        1 => Ok(Seen::Delete),
-        2 => Ok(Seen::Listed),
-        _ => Err(PyValueError::new_err(format!(
-            "seen must be 0, 1 or 2, got {seen}"
-        ))),
-    }
-}
+mod hook;
+mod kinds;
+mod read;
+mod writes;
 
-fn woken(keys: Vec<String>) -> Option<Vec<String>> {
-    (!keys.is_empty()).then_some(keys)
-}
-
-/// `obj[key]` of a mapping (a dict read directly), None if absent; None if `obj` is no
-/// mapping at all.
-fn get<'py>(
-    obj: &Bound<'py, PyAny>,
-    key: &Bound<'py, PyString>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    if let Ok(d) = obj.cast::<PyDict>() {
-        return d.get_item(key);
-    }
-    if obj.cast::<PyMapping>().is_err() {
-        return Ok(None);
-    }
-    match obj.get_item(key) {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(obj.py()) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// `obj[key]` if `obj` is a mapping and the value is one too.
-fn get_mapping<'py>(
-    obj: &Bound<'py, PyAny>,
-    key: &Bound<'py, PyString>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    Ok(get(obj, key)?.filter(|v| v.cast::<PyDict>().is_ok() || v.cast::<PyMapping>().is_ok()))
-}
-
-/// ``str(value or "")``, as the Python side read an answer's fields.
-fn text(value: Option<Bound<'_, PyAny>>) -> PyResult<String> {
-    match value {
-        Some(v) if v.is_truthy()? => Ok(v.str()?.to_cow()?.into_owned()),
-        _ => Ok(String::new()),
-    }
-}
+use hook::PyWrittenHook;
+use kinds::{Kind, Reader, Scope};
+use read::{read_answer, seen_of, woken};
+use writes::PyWrites;
 
 /// The followed objects and fences of one controller run (see `crate::written`).
 #[pyclass(name = "Written", module = "fastctl._core")]
@@ -85,104 +52,6 @@ pub struct PyWritten {
     observer_var: Option<(Py<PyAny>, Py<PyAny>)>,
     /// ``clock()``: the time a writing reconcile ends at (`Writes.end`).
     clock: Option<Py<PyAny>>,
-}
-
-/// Where a followed kind's cache looks.
-enum Scope {
-    All,
-    One(String),
-    /// A set of namespaces: asked with ``covers(namespace)``.
-    Set(Py<PyAny>),
-}
-
-/// How a followed kind's cache is asked what it shows of an object.
-enum Reader {
-    /// A `fastctl.Store`: its table (``_map``, which a relist replaces) is read here, no
-    /// call into Python and no tuple made.
-    Store(Py<PyAny>),
-    /// ``reader(name, namespace)`` → ``(uid, resourceVersion)`` or None: any other mapping.
-    Call(Py<PyAny>),
-}
-
-impl Reader {
-    /// ``(uid, resourceVersion)`` of the object the cache holds (each "" when absent), or
-    /// None. Called outside the state's borrow: a reader may run Python code.
-    fn shown(
-        &self,
-        py: Python<'_>,
-        name: &str,
-        namespace: Option<&str>,
-    ) -> PyResult<Option<(String, String)>> {
-        match self {
-            Reader::Store(store) => {
-                let map = store.bind(py).getattr(intern!(py, "_map"))?;
-                let map = map.cast::<PyCompactMap>()?;
-                Ok(PyCompactMap::one(map, name, namespace)
-                    .map(|p| (p.uid().to_owned(), p.resource_version().to_owned())))
-            }
-            Reader::Call(reader) => {
-                let shown = reader.call1(py, (name, namespace))?;
-                if shown.is_none(py) {
-                    return Ok(None);
-                }
-                let (uid, version): (Option<String>, Option<String>) = shown.extract(py)?;
-                Ok(Some((uid.unwrap_or_default(), version.unwrap_or_default())))
-            }
-        }
-    }
-
-    fn object(&self) -> &Py<PyAny> {
-        match self {
-            Reader::Store(o) | Reader::Call(o) => o,
-        }
-    }
-}
-
-/// A followed kind: its (group, kind), its cache's scope, how its cache is asked what it
-/// shows of an object, and its label check of an answer (``selector(answer)``), where its
-/// cache has one.
-struct Kind {
-    group: String,
-    kind: String,
-    scope: Scope,
-    reader: Reader,
-    selector: Option<Py<PyAny>>,
-}
-
-/// The scheduler key of a plain reconciled object (a dict whose metadata names it), as
-/// `ObjectRef.key`; None for anything else.
-fn plain_key(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-    let Ok(d) = obj.cast::<PyDict>() else {
-        return Ok(None);
-    };
-    let py = obj.py();
-    let Some(meta) = d.get_item(intern!(py, "metadata"))? else {
-        return Ok(None);
-    };
-    let Ok(meta) = meta.cast::<PyDict>() else {
-        return Ok(None);
-    };
-    let Some(name) = meta.get_item(intern!(py, "name"))? else {
-        return Ok(None);
-    };
-    let Ok(name) = name.cast::<PyString>() else {
-        return Ok(None);
-    };
-    let name = name.to_cow()?;
-    if name.is_empty() {
-        return Ok(None);
-    }
-    let namespace = match meta.get_item(intern!(py, "namespace"))? {
-        Some(ns) if ns.is_truthy()? => match ns.cast::<PyString>() {
-            Ok(ns) => Some(ns.to_cow()?.into_owned()),
-            Err(_) => return Ok(None),
-        },
-        _ => None,
-    };
-    Ok(Some(match namespace {
-        Some(ns) => format!("{ns}/{name}"),
-        None => name.into_owned(),
-    }))
 }
 
 #[pymethods]
@@ -387,11 +256,11 @@ impl PyWritten {
                 in_selector = selector.call1(py, (answer,))?.is_truthy(py)?;
             }
         }
-        let w = read_answer(namespace.unwrap_or(""), name, answer, deleted, in_selector)?;
+        let w = read_answer(name, answer, deleted, in_selector)?;
         let mut me = slf.borrow_mut();
         let wrote = me.state.answered(
             kind,
-            &w.namespace,
+            namespace.unwrap_or(""),
             name,
             &w.target,
             &w.uid,
@@ -593,287 +462,6 @@ impl PyWritten {
             .call_method1(py, intern!(py, "covers"), (ns,))?
             .is_truthy(py)?;
         Ok(covered.then_some(kind))
-    }
-}
-
-/// What a write's answer says a cache must show.
-struct Answer {
-    namespace: String,
-    target: String,
-    uid: String,
-    version: Option<String>,
-    recorded: bool,
-}
-
-/// Read a write's `answer` (None: it failed): the object's name (`name`, or the answer's
-/// for a create by ``generateName``), UID (a delete's Status names it in its details) and
-/// version (None for a DELETE that removed the object; a DELETE that finalizers hold up is
-/// answered with the object marked for deletion). `recorded`: a cache will show it (it
-/// succeeded, names an object, is inside the cache's label selector).
-fn read_answer(
-    namespace: &str,
-    name: &str,
-    answer: Option<&Bound<'_, PyAny>>,
-    deleted: bool,
-    in_selector: bool,
-) -> PyResult<Answer> {
-    let Some(answer) = answer else {
-        return Ok(Answer {
-            namespace: namespace.to_owned(),
-            target: name.to_owned(),
-            uid: String::new(),
-            version: None,
-            recorded: false,
-        });
-    };
-    let py = answer.py();
-    let meta = get_mapping(answer, intern!(py, "metadata"))?;
-    let field = |key: &Bound<'_, PyString>| -> PyResult<String> {
-        match &meta {
-            Some(m) => text(get(m, key)?),
-            None => Ok(String::new()),
-        }
-    };
-    let target = if name.is_empty() {
-        field(intern!(py, "name"))?
-    } else {
-        name.to_owned()
-    };
-    let mut uid = field(intern!(py, "uid"))?;
-    if uid.is_empty() {
-        if let Some(details) = get_mapping(answer, intern!(py, "details"))? {
-            uid = text(get(&details, intern!(py, "uid"))?)?;
-        }
-    }
-    let recorded = !target.is_empty() && (!uid.is_empty() || deleted) && in_selector;
-    let mut version = None;
-    if recorded {
-        // A DELETE's answer has a version to wait for only while finalizers keep the
-        // object (marked for deletion); any other write's answer always has one.
-        let still_there = || -> PyResult<bool> {
-            let Some(m) = &meta else {
-                return Ok(false);
-            };
-            let marked = get(m, intern!(py, "deletionTimestamp"))?;
-            let finalizers = get(m, intern!(py, "finalizers"))?;
-            Ok(marked.map_or(Ok(false), |v| v.is_truthy())?
-                && finalizers.map_or(Ok(false), |v| v.is_truthy())?)
-        };
-        if !deleted || still_there()? {
-            version = Some(field(intern!(py, "resourceVersion"))?).filter(|v| !v.is_empty());
-        }
-    }
-    Ok(Answer {
-        namespace: namespace.to_owned(),
-        target,
-        uid,
-        version,
-        recorded,
-    })
-}
-
-/// The observer of one async reconcile's writes (`fastctl.kube._writes.WriteObserver`):
-/// each write is followed and recorded in its `Written` as it starts and ends, under the
-/// reconcile's token; `end()` at its end makes them its object's fence. A write that
-/// ends after that (a task the reconcile left behind) is recorded nowhere, as before.
-#[pyclass(name = "Writes", module = "fastctl._core")]
-pub struct PyWrites {
-    written: Py<PyWritten>,
-    obj: Py<PyAny>,
-    token: u64,
-    ended: bool,
-    /// The token of the context variable's ``set`` that made it the write observer.
-    var_token: Option<Py<PyAny>>,
-}
-
-#[pymethods]
-impl PyWrites {
-    /// A write begins (the observer knows no version to make it conditional on: None).
-    fn started(
-        &self,
-        py: Python<'_>,
-        resource: &Bound<'_, PyAny>,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> PyResult<Option<String>> {
-        PyWritten::follow(self.written.bind(py), resource, namespace, name)?;
-        Ok(None)
-    }
-
-    /// A write ended (see `WriteObserver.finished`).
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (resource, namespace, name, answer, *, made, based_on, deleted=false))]
-    fn finished(
-        slf: &Bound<'_, Self>,
-        resource: &Bound<'_, PyAny>,
-        namespace: Option<&str>,
-        name: &str,
-        answer: Option<&Bound<'_, PyAny>>,
-        made: bool,
-        based_on: Option<&Bound<'_, PyAny>>,
-        deleted: bool,
-    ) -> PyResult<()> {
-        let py = slf.py();
-        let created = made && based_on.is_none() && !deleted;
-        let (written, token, ended) = {
-            let me = slf.borrow();
-            (me.written.clone_ref(py), me.token, me.ended)
-        };
-        // After the end: no fence takes it (the write's following is let go all the same).
-        let answer = if ended { None } else { answer };
-        let token = PyWritten::answered(
-            written.bind(py),
-            token,
-            resource,
-            namespace,
-            name,
-            answer,
-            created,
-            deleted,
-        )?;
-        slf.borrow_mut().token = token;
-        Ok(())
-    }
-
-    /// The number its writes are kept under (0: it recorded none).
-    #[getter]
-    fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// The reconcile ended: it is the write observer no more (the context variable is
-    /// reset), and its writes are its object's fence from the `Written`'s clock (read only
-    /// if it wrote).
-    fn end(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let (written, token, var_token) = {
-            let mut me = slf.borrow_mut();
-            me.ended = true;
-            (
-                me.written.clone_ref(py),
-                std::mem::take(&mut me.token),
-                me.var_token.take(),
-            )
-        };
-        let written = written.bind(py);
-        if let Some(var_token) = var_token {
-            let reset = written
-                .borrow()
-                .observer_var
-                .as_ref()
-                .map(|(_, reset)| reset.clone_ref(py));
-            if let Some(reset) = reset {
-                reset.call1(py, (var_token,))?;
-            }
-        }
-        if token == 0 {
-            return Ok(());
-        }
-        let (clock, key_of) = {
-            let me = written.borrow();
-            (
-                me.clock.as_ref().map(|f| f.clone_ref(py)),
-                me.key_of.as_ref().map(|f| f.clone_ref(py)),
-            )
-        };
-        let Some(clock) = clock else {
-            return Err(PyValueError::new_err("no clock to fence by (set_clock)"));
-        };
-        let now: f64 = clock.call0(py)?.extract(py)?;
-        let obj = slf.borrow().obj.clone_ref(py);
-        let obj = obj.bind(py);
-        let key = match plain_key(obj)? {
-            Some(key) => key,
-            None => match key_of {
-                Some(f) => f.call1(py, (obj,))?.extract(py)?,
-                None => return Err(PyValueError::new_err("no key for this object")),
-            },
-        };
-        written.borrow_mut().state.fence_pending(&key, token, now);
-        Ok(())
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.written)?;
-        visit.call(&self.obj)?;
-        if let Some(t) = &self.var_token {
-            visit.call(t)?;
-        }
-        Ok(())
-    }
-}
-
-/// The event hook of one cached kind: one call per event, nearly nothing while no write is
-/// followed. A list frame starts or ends a (re)list; an object's event is read from its
-/// decoded frame when it has one (no string made for Python), else from its ``_names()``.
-#[pyclass(frozen, name = "WrittenHook", module = "fastctl._core")]
-pub struct PyWrittenHook {
-    written: Py<PyWritten>,
-    kind: u32,
-    list_frame: Py<PyAny>,
-    delete: Py<PyAny>,
-    init_apply: Py<PyAny>,
-    init_done: Py<PyAny>,
-    on_caught_up: Py<PyAny>,
-}
-
-#[pymethods]
-impl PyWrittenHook {
-    fn __call__(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<()> {
-        let written = self.written.bind(py);
-        if written.borrow().state.idle() {
-            return Ok(());
-        }
-        let kind = event.getattr(intern!(py, "kind"))?;
-        let keys = if event.is_instance(self.list_frame.bind(py))? {
-            let done = kind.is(self.init_done.bind(py));
-            let namespace: Option<String> = event.getattr(intern!(py, "namespace"))?.extract()?;
-            written
-                .borrow_mut()
-                .state
-                .list_frame(self.kind, done, namespace.as_deref())
-        } else {
-            let seen = if kind.is(self.delete.bind(py)) {
-                Seen::Delete
-            } else if kind.is(self.init_apply.bind(py)) {
-                Seen::Listed
-            } else {
-                Seen::Apply
-            };
-            let item = event.getattr(intern!(py, "_item"))?;
-            if let Ok(item) = item.cast::<PyItem>() {
-                let p = &item.get().packed;
-                written.borrow_mut().state.saw(
-                    self.kind,
-                    p.namespace(),
-                    p.name(),
-                    p.uid(),
-                    p.resource_version(),
-                    seen,
-                )
-            } else {
-                let names = event.call_method0(intern!(py, "_names"))?;
-                let (namespace, name, uid, version): (String, String, String, String) =
-                    names.extract()?;
-                written
-                    .borrow_mut()
-                    .state
-                    .saw(self.kind, &namespace, &name, &uid, &version, seen)
-            }
-        };
-        if !keys.is_empty() {
-            self.on_caught_up.call1(py, (keys,))?;
-        }
-        Ok(())
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.written)?;
-        visit.call(&self.list_frame)?;
-        visit.call(&self.delete)?;
-        visit.call(&self.init_apply)?;
-        visit.call(&self.init_done)?;
-        visit.call(&self.on_caught_up)
     }
 }
 
