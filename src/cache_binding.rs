@@ -307,7 +307,11 @@ impl PyCompactMap {
             .collect()
     }
 
-    fn one(slf: &Bound<'_, Self>, name: &str, namespace: Option<&str>) -> Option<Packed> {
+    pub(crate) fn one(
+        slf: &Bound<'_, Self>,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> Option<Packed> {
         slf.borrow().map.get(ns_of(namespace), name).cloned()
     }
 }

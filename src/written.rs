@@ -16,7 +16,13 @@
 //! Not thread-safe on its own: the binding keeps it behind the Python object's borrow, and
 //! the runtime calls it on the event loop's thread only.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+// hashbrown's default hasher (foldhash, seeded per process) rather than std's SipHash: every
+// change looks its object up here several times (its write, its echo, the next start).
+use hashbrown::{HashMap, HashSet};
+
+pub mod answer;
 
 /// Versions remembered per followed object: the writes of a few reconciles and the other
 /// writers' changes between them.
@@ -28,7 +34,19 @@ pub const FORGET_AFTER: f64 = 300.0;
 /// The key of a followed object: its kind's index, namespace ("" if none) and name.
 pub fn target_key(kind: u32, namespace: &str, name: &str) -> String {
     let mut key = String::with_capacity(namespace.len() + name.len() + 12);
-    key.push_str(&kind.to_string());
+    // The kind's decimal digits, without the formatting machinery (on every event).
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut rest = kind;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    key.extend(digits[at..].iter().map(|&d| char::from(d)));
     key.push('\0');
     key.push_str(namespace);
     key.push('\0');

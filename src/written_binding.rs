@@ -4,63 +4,36 @@
 //! Thin: arguments in, results out. Kinds cross as the small integers the Python side gives
 //! each cached kind; an event's effect as `seen` (0 applied, 1 deleted, 2 a list's item).
 //! A write's record never crosses: a reconcile's writes are kept here under a token (a
-//! number) until its fence. Two calls go back to Python, each outside the state's borrow:
-//! a kind's cache reader (what the cache shows of an object newly followed) and the count
-//! of a start that was held or ran past its bound.
+//! number) until its fence. Calls go back to Python only outside the state's borrow: a
+//! kind's cache reader (for a cache that is not a `Store`, whose table is read here), the
+//! count of a start that was held or ran past its bound, the write observer context
+//! variable's ``set`` and ``reset``, and the clock a writing reconcile's end is read from.
+//!
+//! Here, `Written` and the kind of each write; beside it, `kinds` (a followed kind's scope,
+//! cache reader and label check), `read` (the Python values read: an event's effect, a
+//! reconciled object's key, a write's answer, whose rules are `crate::written::answer`),
+//! `writes` (`Writes`, one async reconcile's observer) and `hook` (`WrittenHook`, each
+//! cached kind's event hook).
 
 use pyo3::exceptions::PyValueError;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyMapping, PyString};
+use pyo3::types::PyString;
 use pyo3::PyTraverseError;
 
 use crate::cache_binding::PyItem;
-use crate::written::{Hold, Seen, Written};
+use crate::written::{Hold, Written};
 
-fn seen_of(seen: u8) -> PyResult<Seen> {
-    match seen {
-        0 => Ok(Seen::Apply),
-        1 => Ok(Seen::Delete),
-        2 => Ok(Seen::Listed),
-        _ => Err(PyValueError::new_err(format!(
-            "seen must be 0, 1 or 2, got {seen}"
-        ))),
-    }
-}
+mod hook;
+mod kinds;
+mod read;
+mod writes;
 
-fn woken(keys: Vec<String>) -> Option<Vec<String>> {
-    (!keys.is_empty()).then_some(keys)
-}
-
-/// `obj[key]` of a mapping (a dict read directly), None if absent; None if `obj` is no
-/// mapping at all.
-fn get<'py>(obj: &Bound<'py, PyAny>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-    if let Ok(d) = obj.cast::<PyDict>() {
-        return d.get_item(key);
-    }
-    if obj.cast::<PyMapping>().is_err() {
-        return Ok(None);
-    }
-    match obj.get_item(key) {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyError>(obj.py()) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// `obj[key]` if `obj` is a mapping and the value is one too.
-fn get_mapping<'py>(obj: &Bound<'py, PyAny>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-    Ok(get(obj, key)?.filter(|v| v.cast::<PyDict>().is_ok() || v.cast::<PyMapping>().is_ok()))
-}
-
-/// ``str(value or "")``, as the Python side read an answer's fields.
-fn text(value: Option<Bound<'_, PyAny>>) -> PyResult<String> {
-    match value {
-        Some(v) if v.is_truthy()? => Ok(v.str()?.to_cow()?.into_owned()),
-        _ => Ok(String::new()),
-    }
-}
+use hook::PyWrittenHook;
+use kinds::{Kind, Reader, Scope};
+use read::{read_answer, seen_of, woken};
+use writes::PyWrites;
 
 /// The followed objects and fences of one controller run (see `crate::written`).
 #[pyclass(name = "Written", module = "fastctl._core")]
@@ -75,60 +48,10 @@ pub struct PyWritten {
     on_started: Option<Py<PyAny>>,
     /// ``key_of(obj)``: the scheduler key of a reconciled object that is not a plain dict.
     key_of: Option<Py<PyAny>>,
-}
-
-/// Where a followed kind's cache looks.
-enum Scope {
-    All,
-    One(String),
-    /// A set of namespaces: asked with ``covers(namespace)``.
-    Set(Py<PyAny>),
-}
-
-/// A followed kind: its (group, kind), its cache's scope, how its cache is asked what it
-/// shows of an object (``reader(name, namespace)`` → ``(uid, resourceVersion)`` or None),
-/// and its label check of an answer (``selector(answer)``), where its cache has one.
-struct Kind {
-    group: String,
-    kind: String,
-    scope: Scope,
-    reader: Py<PyAny>,
-    selector: Option<Py<PyAny>>,
-}
-
-/// The scheduler key of a plain reconciled object (a dict whose metadata names it), as
-/// `ObjectRef.key`; None for anything else.
-fn plain_key(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-    let Ok(d) = obj.cast::<PyDict>() else {
-        return Ok(None);
-    };
-    let Some(meta) = d.get_item("metadata")? else {
-        return Ok(None);
-    };
-    let Ok(meta) = meta.cast::<PyDict>() else {
-        return Ok(None);
-    };
-    let Some(name) = meta.get_item("name")? else {
-        return Ok(None);
-    };
-    let Ok(name) = name.cast::<PyString>() else {
-        return Ok(None);
-    };
-    let name = name.to_cow()?;
-    if name.is_empty() {
-        return Ok(None);
-    }
-    let namespace = match meta.get_item("namespace")? {
-        Some(ns) if ns.is_truthy()? => match ns.cast::<PyString>() {
-            Ok(ns) => Some(ns.to_cow()?.into_owned()),
-            Err(_) => return Ok(None),
-        },
-        _ => None,
-    };
-    Ok(Some(match namespace {
-        Some(ns) => format!("{ns}/{name}"),
-        None => name.into_owned(),
-    }))
+    /// The write observer context variable's ``set`` and ``reset`` (`begin`, `Writes.end`).
+    observer_var: Option<(Py<PyAny>, Py<PyAny>)>,
+    /// ``clock()``: the time a writing reconcile ends at (`Writes.end`).
+    clock: Option<Py<PyAny>>,
 }
 
 #[pymethods]
@@ -146,6 +69,8 @@ impl PyWritten {
             seen_resources: Vec::new(),
             on_started: None,
             key_of: None,
+            observer_var: None,
+            clock: None,
         })
     }
 
@@ -154,7 +79,7 @@ impl PyWritten {
             if let Scope::Set(set) = &k.scope {
                 visit.call(set)?;
             }
-            visit.call(&k.reader)?;
+            visit.call(k.reader.object())?;
             if let Some(selector) = &k.selector {
                 visit.call(selector)?;
             }
@@ -168,6 +93,13 @@ impl PyWritten {
         if let Some(f) = &self.key_of {
             visit.call(f)?;
         }
+        if let Some((set, reset)) = &self.observer_var {
+            visit.call(set)?;
+            visit.call(reset)?;
+        }
+        if let Some(f) = &self.clock {
+            visit.call(f)?;
+        }
         Ok(())
     }
 
@@ -176,6 +108,8 @@ impl PyWritten {
         self.seen_resources.clear();
         self.on_started = None;
         self.key_of = None;
+        self.observer_var = None;
+        self.clock = None;
     }
 
     /// How many objects have a fence.
@@ -203,7 +137,9 @@ impl PyWritten {
     /// The next followed kind (its index is how many came before): its `group` and
     /// `kind`, its cache's `scope` (None: every namespace; a name; or a set, asked with
     /// ``covers(namespace)``), its cache's `reader` and label check (`selector`, if any).
-    #[pyo3(signature = (group, kind, scope, reader, selector=None))]
+    /// `store`: the reader is a `fastctl.Store`, whose table is read here; else a callable
+    /// ``reader(name, namespace)`` → ``(uid, resourceVersion)`` or None.
+    #[pyo3(signature = (group, kind, scope, reader, selector=None, store=false))]
     fn add_kind(
         &mut self,
         group: &str,
@@ -211,7 +147,13 @@ impl PyWritten {
         scope: Option<&Bound<'_, PyAny>>,
         reader: Py<PyAny>,
         selector: Option<Py<PyAny>>,
+        store: bool,
     ) -> PyResult<u32> {
+        let reader = if store {
+            Reader::Store(reader)
+        } else {
+            Reader::Call(reader)
+        };
         let scope = match scope {
             None => Scope::All,
             Some(s) => match s.cast::<PyString>() {
@@ -240,6 +182,21 @@ impl PyWritten {
         self.key_of = key_of;
     }
 
+    /// The context variable `begin` sets each observer as (`Writes.end` resets it).
+    fn set_observer_var(&mut self, var: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = var.py();
+        self.observer_var = Some((
+            var.getattr(intern!(py, "set"))?.unbind(),
+            var.getattr(intern!(py, "reset"))?.unbind(),
+        ));
+        Ok(())
+    }
+
+    /// The clock a writing reconcile's end is read from (`Writes.end`).
+    fn set_clock(&mut self, clock: Py<PyAny>) {
+        self.clock = Some(clock);
+    }
+
     /// A write to `resource` begins: its object is followed from now, seeded with what
     /// its cache shows if it was not followed (a write that changes nothing is answered
     /// with that version). Nothing if no cache of the guard reads it there.
@@ -259,18 +216,14 @@ impl PyWritten {
             if !me.state.follow(kind, ns, name) {
                 return Ok(());
             }
-            me.kinds[kind as usize].reader.clone_ref(py)
+            match &me.kinds[kind as usize].reader {
+                Reader::Store(o) => Reader::Store(o.clone_ref(py)),
+                Reader::Call(o) => Reader::Call(o.clone_ref(py)),
+            }
         };
-        let shown = reader.call1(py, (name, namespace.filter(|n| !n.is_empty())))?;
-        if !shown.is_none(py) {
-            let (uid, version): (Option<String>, Option<String>) = shown.extract(py)?;
-            slf.borrow_mut().state.seed(
-                kind,
-                ns,
-                name,
-                uid.as_deref().unwrap_or(""),
-                version.as_deref().unwrap_or(""),
-            );
+        let namespace = namespace.filter(|n| !n.is_empty());
+        if let Some((uid, version)) = reader.shown(py, name, namespace)? {
+            slf.borrow_mut().state.seed(kind, ns, name, &uid, &version);
         }
         Ok(())
     }
@@ -303,18 +256,11 @@ impl PyWritten {
                 in_selector = selector.call1(py, (answer,))?.is_truthy(py)?;
             }
         }
-        let w = read_answer(
-            kind,
-            namespace.unwrap_or(""),
-            name,
-            answer,
-            deleted,
-            in_selector,
-        )?;
+        let w = read_answer(name, answer, deleted, in_selector)?;
         let mut me = slf.borrow_mut();
         let wrote = me.state.answered(
             kind,
-            &w.namespace,
+            namespace.unwrap_or(""),
             name,
             &w.target,
             &w.uid,
@@ -329,14 +275,30 @@ impl PyWritten {
         })
     }
 
-    /// The observer of one async reconcile's writes (of `obj`), on the loop's thread.
-    fn observer(slf: &Bound<'_, Self>, obj: Py<PyAny>) -> PyWrites {
-        PyWrites {
-            written: slf.clone().unbind(),
-            obj,
-            token: 0,
-            ended: false,
+    /// The observer of one async reconcile's writes (of `obj`), on the loop's thread, set
+    /// as the current context's write observer (`set_observer_var`) until its `end()`.
+    fn begin(slf: &Bound<'_, Self>, obj: Py<PyAny>) -> PyResult<Py<PyWrites>> {
+        let py = slf.py();
+        let writes = Py::new(
+            py,
+            PyWrites {
+                written: slf.clone().unbind(),
+                obj,
+                token: 0,
+                ended: false,
+                var_token: None,
+            },
+        )?;
+        let set = slf
+            .borrow()
+            .observer_var
+            .as_ref()
+            .map(|(set, _)| set.clone_ref(py));
+        if let Some(set) = set {
+            let token = set.call1(py, (writes.clone_ref(py),))?;
+            writes.borrow_mut(py).var_token = Some(token);
         }
+        Ok(writes)
     }
 
     /// Whether the cache has applied every write kept under `token`.
@@ -500,260 +462,6 @@ impl PyWritten {
             .call_method1(py, intern!(py, "covers"), (ns,))?
             .is_truthy(py)?;
         Ok(covered.then_some(kind))
-    }
-}
-
-/// What a write's answer says a cache must show.
-struct Answer {
-    namespace: String,
-    target: String,
-    uid: String,
-    version: Option<String>,
-    recorded: bool,
-}
-
-/// Read a write's `answer` (None: it failed): the object's name (`name`, or the answer's
-/// for a create by ``generateName``), UID (a delete's Status names it in its details) and
-/// version (None for a DELETE that removed the object; a DELETE that finalizers hold up is
-/// answered with the object marked for deletion). `recorded`: a cache will show it (it
-/// succeeded, names an object, is inside the cache's label selector).
-fn read_answer(
-    _kind: u32,
-    namespace: &str,
-    name: &str,
-    answer: Option<&Bound<'_, PyAny>>,
-    deleted: bool,
-    in_selector: bool,
-) -> PyResult<Answer> {
-    let meta = match answer {
-        Some(a) => get_mapping(a, "metadata")?,
-        None => None,
-    };
-    let field = |key: &str| -> PyResult<String> {
-        match &meta {
-            Some(m) => text(get(m, key)?),
-            None => Ok(String::new()),
-        }
-    };
-    let target = if name.is_empty() {
-        field("name")?
-    } else {
-        name.to_owned()
-    };
-    let mut uid = field("uid")?;
-    if let (true, Some(a)) = (uid.is_empty(), answer) {
-        if let Some(details) = get_mapping(a, "details")? {
-            uid = text(get(&details, "uid")?)?;
-        }
-    }
-    let recorded =
-        answer.is_some() && !target.is_empty() && (!uid.is_empty() || deleted) && in_selector;
-    let mut version = None;
-    if recorded {
-        let still_there = match &meta {
-            Some(m) => {
-                let marked = get(m, "deletionTimestamp")?;
-                let finalizers = get(m, "finalizers")?;
-                marked.map_or(Ok(false), |v| v.is_truthy())?
-                    && finalizers.map_or(Ok(false), |v| v.is_truthy())?
-            }
-            None => false,
-        };
-        if !deleted || still_there {
-            version = Some(field("resourceVersion")?).filter(|v| !v.is_empty());
-        }
-    }
-    Ok(Answer {
-        namespace: namespace.to_owned(),
-        target,
-        uid,
-        version,
-        recorded,
-    })
-}
-
-/// The observer of one async reconcile's writes (`fastctl.kube._writes.WriteObserver`):
-/// each write is followed and recorded in its `Written` as it starts and ends, under the
-/// reconcile's token; `end(clock)` at its end makes them its object's fence. A write that
-/// ends after that (a task the reconcile left behind) is recorded nowhere, as before.
-#[pyclass(name = "Writes", module = "fastctl._core")]
-pub struct PyWrites {
-    written: Py<PyWritten>,
-    obj: Py<PyAny>,
-    token: u64,
-    ended: bool,
-}
-
-#[pymethods]
-impl PyWrites {
-    /// A write begins (the observer knows no version to make it conditional on: None).
-    fn started(
-        &self,
-        py: Python<'_>,
-        resource: &Bound<'_, PyAny>,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> PyResult<Option<String>> {
-        PyWritten::follow(self.written.bind(py), resource, namespace, name)?;
-        Ok(None)
-    }
-
-    /// A write ended (see `WriteObserver.finished`).
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (resource, namespace, name, answer, *, made, based_on, deleted=false))]
-    fn finished(
-        slf: &Bound<'_, Self>,
-        resource: &Bound<'_, PyAny>,
-        namespace: Option<&str>,
-        name: &str,
-        answer: Option<&Bound<'_, PyAny>>,
-        made: bool,
-        based_on: Option<&Bound<'_, PyAny>>,
-        deleted: bool,
-    ) -> PyResult<()> {
-        let py = slf.py();
-        let created = made && based_on.is_none() && !deleted;
-        let (written, token, ended) = {
-            let me = slf.borrow();
-            (me.written.clone_ref(py), me.token, me.ended)
-        };
-        // After the end: no fence takes it (the write's following is let go all the same).
-        let answer = if ended { None } else { answer };
-        let token = PyWritten::answered(
-            written.bind(py),
-            token,
-            resource,
-            namespace,
-            name,
-            answer,
-            created,
-            deleted,
-        )?;
-        slf.borrow_mut().token = token;
-        Ok(())
-    }
-
-    /// The number its writes are kept under (0: it recorded none).
-    #[getter]
-    fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// The reconcile ended: its writes are its object's fence, from ``clock()`` (read
-    /// only if it wrote).
-    fn end(slf: &Bound<'_, Self>, clock: &Bound<'_, PyAny>) -> PyResult<()> {
-        let py = slf.py();
-        let (written, obj, token) = {
-            let mut me = slf.borrow_mut();
-            me.ended = true;
-            let token = std::mem::take(&mut me.token);
-            if token == 0 {
-                return Ok(());
-            }
-            (me.written.clone_ref(py), me.obj.clone_ref(py), token)
-        };
-        let now: f64 = clock.call0()?.extract()?;
-        let obj = obj.bind(py);
-        let key = match plain_key(obj)? {
-            Some(key) => key,
-            None => {
-                let key_of = written
-                    .bind(py)
-                    .borrow()
-                    .key_of
-                    .as_ref()
-                    .map(|f| f.clone_ref(py));
-                match key_of {
-                    Some(f) => f.call1(py, (obj,))?.extract(py)?,
-                    None => return Err(PyValueError::new_err("no key for this object")),
-                }
-            }
-        };
-        written
-            .bind(py)
-            .borrow_mut()
-            .state
-            .fence_pending(&key, token, now);
-        Ok(())
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.written)?;
-        visit.call(&self.obj)
-    }
-}
-
-/// The event hook of one cached kind: one call per event, nearly nothing while no write is
-/// followed. A list frame starts or ends a (re)list; an object's event is read from its
-/// decoded frame when it has one (no string made for Python), else from its ``_names()``.
-#[pyclass(frozen, name = "WrittenHook", module = "fastctl._core")]
-pub struct PyWrittenHook {
-    written: Py<PyWritten>,
-    kind: u32,
-    list_frame: Py<PyAny>,
-    delete: Py<PyAny>,
-    init_apply: Py<PyAny>,
-    init_done: Py<PyAny>,
-    on_caught_up: Py<PyAny>,
-}
-
-#[pymethods]
-impl PyWrittenHook {
-    fn __call__(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<()> {
-        let written = self.written.bind(py);
-        if written.borrow().state.idle() {
-            return Ok(());
-        }
-        let kind = event.getattr(intern!(py, "kind"))?;
-        let keys = if event.is_instance(self.list_frame.bind(py))? {
-            let done = kind.is(self.init_done.bind(py));
-            let namespace: Option<String> = event.getattr(intern!(py, "namespace"))?.extract()?;
-            written
-                .borrow_mut()
-                .state
-                .list_frame(self.kind, done, namespace.as_deref())
-        } else {
-            let seen = if kind.is(self.delete.bind(py)) {
-                Seen::Delete
-            } else if kind.is(self.init_apply.bind(py)) {
-                Seen::Listed
-            } else {
-                Seen::Apply
-            };
-            let item = event.getattr(intern!(py, "_item"))?;
-            if let Ok(item) = item.cast::<PyItem>() {
-                let p = &item.get().packed;
-                written.borrow_mut().state.saw(
-                    self.kind,
-                    p.namespace(),
-                    p.name(),
-                    p.uid(),
-                    p.resource_version(),
-                    seen,
-                )
-            } else {
-                let names = event.call_method0(intern!(py, "_names"))?;
-                let (namespace, name, uid, version): (String, String, String, String) =
-                    names.extract()?;
-                written
-                    .borrow_mut()
-                    .state
-                    .saw(self.kind, &namespace, &name, &uid, &version, seen)
-            }
-        };
-        if !keys.is_empty() {
-            self.on_caught_up.call1(py, (keys,))?;
-        }
-        Ok(())
-    }
-
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.written)?;
-        visit.call(&self.list_frame)?;
-        visit.call(&self.delete)?;
-        visit.call(&self.init_apply)?;
-        visit.call(&self.init_done)?;
-        visit.call(&self.on_caught_up)
     }
 }
 

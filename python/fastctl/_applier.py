@@ -219,6 +219,13 @@ class StartGate(Protocol):
         ...
 
 
+class Observation(Protocol):
+    """What observes one reconcile call (the `_Driver`'s `observe`), ended once the call is
+    over, however it ended."""
+
+    def end(self) -> None: ...
+
+
 _WAKE_PRIORITY = -(2**63)
 """The priority of the add that wakes a held key: the lowest, so that the merge keeps the
 priority the key was queued with (the highest wins)."""
@@ -248,6 +255,7 @@ class _Driver:
         gate: StartGate | None = None,
         on_requeue_held: Callable[[float], None] | None = None,
         tracing: ControllerTracing | None = None,
+        observe: Callable[[Any], Observation] | None = None,
     ) -> None:
         if not callable(reconcile):
             raise TypeError(f"reconcile must be callable, got {type(reconcile).__name__}")
@@ -303,6 +311,10 @@ class _Driver:
         """The bound on reconciles started again without a change (`requeue_limit`)."""
         self.tracing = tracing
         """The spans of this run's reconciles (`fastctl._otel`), while tracing is on."""
+        self.observe = observe if self.is_async else None
+        """``observe(obj)`` before each call of an async reconcile, ``.end()`` on what it
+        returned once the call is over (the read-your-writes fence's write observer, set
+        here rather than by a wrapper: one coroutine fewer per reconcile)."""
 
     # -- waking -----------------------------------------------------------------------------
 
@@ -530,16 +542,21 @@ class _Driver:
         timeout, say) is its error, with its own traceback."""
         if not self.is_async:
             return await self._run_in_thread(key, obj)
-        if self.timeout is None:
-            return await self.reconcile(obj, self.context)  # type: ignore[misc]
-        deadline = asyncio.timeout(self.timeout)
+        observation = self.observe(obj) if self.observe is not None else None
         try:
-            async with deadline:
+            if self.timeout is None:
                 return await self.reconcile(obj, self.context)  # type: ignore[misc]
-        except TimeoutError:
-            if deadline.expired():
-                raise ReconcileTimeout(key, self.timeout) from None
-            raise
+            deadline = asyncio.timeout(self.timeout)
+            try:
+                async with deadline:
+                    return await self.reconcile(obj, self.context)  # type: ignore[misc]
+            except TimeoutError:
+                if deadline.expired():
+                    raise ReconcileTimeout(key, self.timeout) from None
+                raise
+        finally:
+            if observation is not None:
+                observation.end()
 
     async def _run_in_thread(self, key: str, obj: Any) -> Any:
         """A plain reconcile function runs in a thread, in a copy of the task's context (so

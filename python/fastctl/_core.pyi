@@ -1,6 +1,7 @@
 """Type stub of the Rust extension `fastctl._core` (see docs/scheduler.md)."""
 
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from typing import Any, Final, Literal, Self, TypedDict, final
 
 __all__ = [
@@ -479,18 +480,24 @@ class Written:
         group: str,
         kind: str,
         scope: str | object | None,
-        reader: Callable[[str, str | None], tuple[str | None, str | None] | None],
+        reader: Callable[[str, str | None], tuple[str | None, str | None] | None] | object,
         selector: Callable[[Mapping[str, Any]], bool] | None = None,
+        store: bool = False,
     ) -> int:
         """The next followed kind, its cache's scope (None: all; a namespace; a set with
-        ``covers(namespace)``), how its cache shows an object's ``(uid, version)``, and
-        its label check of an answer; returns its index."""
+        ``covers(namespace)``), how its cache shows an object's ``(uid, version)`` (a
+        callable; or, `store` true, the `fastctl.Store` itself, whose table is read in the
+        extension), and its label check of an answer; returns its index."""
     def set_on_started(
         self, on_started: Callable[[str, float, bool, bool, int], object] | None
     ) -> None:
         """Told ``(key, waited, was_held, expired, missing)`` of a start to count."""
     def set_key_of(self, key_of: Callable[[Any], str] | None) -> None:
         """The key of a reconciled object that is not a plain dict."""
+    def set_observer_var(self, var: ContextVar[Any]) -> None:
+        """The context variable `begin` sets each observer as (its `end` resets it)."""
+    def set_clock(self, clock: Callable[[], float]) -> None:
+        """The clock a writing reconcile's end is read from."""
     def follow(self, resource: Any, namespace: str | None, name: str) -> None:
         """A write begins: its object is followed (if a followed cache holds it)."""
     def answered(
@@ -505,8 +512,9 @@ class Written:
     ) -> int:
         """A write ended: kept under `token` (0: the reconcile's first); the token (0:
         nothing recorded yet)."""
-    def observer(self, obj: Any) -> Writes:
-        """The observer of one async reconcile's writes."""
+    def begin(self, obj: Any) -> Writes:
+        """The observer of one async reconcile's writes, set as the write observer of the
+        current context until its `end`."""
     def shown(self, token: int) -> bool:
         """Whether every write kept under `token` is shown."""
     def saw(
@@ -534,7 +542,7 @@ class Written:
 
 @final
 class Writes:
-    """The observer of one async reconcile's writes (`Written.observer`)."""
+    """The observer of one async reconcile's writes (`Written.begin`)."""
 
     @property
     def token(self) -> int:
@@ -551,9 +559,10 @@ class Writes:
         based_on: str | None,
         deleted: bool = False,
     ) -> None: ...
-    def end(self, clock: Callable[[], float]) -> None:
-        """The reconcile ended: its writes are its object's fence from ``clock()``; a
-        write that ends later is recorded nowhere."""
+    def end(self) -> None:
+        """The reconcile ended: the write observer is reset, and its writes are its
+        object's fence from the `Written`'s clock; a write that ends later is recorded
+        nowhere."""
 
 @final
 class WrittenHook:

@@ -212,3 +212,12 @@ fn writes_recorded_under_a_token_are_the_fence_of_its_reconcile() {
     w.fence_pending("default/b", 0, 1.0); // wrote nothing: no fence
     assert_eq!(w.fenced_count(), 0);
 }
+
+#[test]
+fn a_target_key_names_its_kind_namespace_and_name_apart() {
+    assert_eq!(target_key(0, "ns", "a"), "0\0ns\0a");
+    assert_eq!(target_key(10, "", "a"), "10\0\0a");
+    assert_eq!(target_key(u32::MAX, "n", "a"), "4294967295\0n\0a");
+    // a kind's digits never run into the namespace: 1 + "1x" is not 11 + "x"
+    assert_ne!(target_key(1, "1x", "a"), target_key(11, "x", "a"));
+}

@@ -20,6 +20,7 @@ from fastctl import ObjectRef, ReadYourWrites
 from fastctl.errors import ApiError
 from fastctl.kube import _http, delete
 from fastctl.kube._resource import ResolvedResource, Resource
+from fastctl.kube._store import Store
 from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent
 from fastctl.kube._writes import observed_write
 from fastctl.runtime._metrics import ReconcileCounters
@@ -138,6 +139,29 @@ async def test_a_write_that_changes_nothing_holds_nothing(
     fence, _, _ = fence_of()
     await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "7")))
     assert fence.hold(KEY, 0.0) is None
+
+
+async def test_a_store_is_read_as_it_is_after_a_relist_too() -> None:
+    """A `Store` is read for what it shows as a write starts by the extension itself, from
+    the table the store holds then (a relist replaces it): a write answered with that
+    version holds nothing, one answered with a newer version holds."""
+    store = Store()
+
+    def listed(version: str) -> None:
+        store.apply(ListFrame(EventKind.INIT))
+        store.apply(apply(obj("c", version), EventKind.INIT_APPLY))
+        store.apply(ListFrame(EventKind.INIT_DONE))
+
+    listed("6")
+    options, counters = ReadYourWrites(max_wait=WAIT), ReconcileCounters()
+    fence = CacheFence({(CM.group, CM.kind): store}, NS, options, counters, clock=Clock())
+    await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "6")))
+    assert fence.hold(KEY, 0.0) is None
+    listed("8")
+    await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "8")))
+    assert fence.hold(KEY, 0.0) is None
+    await reconcile_writing(fence, lambda: write(CMS, "c", 200, obj("c", "9")))
+    assert fence.hold(KEY, 0.0) == WAIT
 
 
 async def test_a_write_that_failed_holds_nothing() -> None:

@@ -155,6 +155,50 @@ async def test_a_key_gone_from_the_store_is_released() -> None:
     assert gate.released == [f"{NS}/gone"]
 
 
+@virtual_time
+async def test_each_async_call_is_observed_and_ended_before_the_error_policy() -> None:
+    """The applier sets the fence's observer around each call of an async reconcile (no
+    wrapper coroutine): begun before it, ended once it is over however it ended (returned,
+    raised, timed out), before the error policy, whose own writes are no reconcile's."""
+    log: list[tuple[str, str]] = []
+
+    class Observation:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def end(self) -> None:
+            log.append(("end", self.name))
+
+    def observe(obj: dict[str, Any]) -> Observation:
+        log.append(("begin", obj["metadata"]["name"]))
+        return Observation(obj["metadata"]["name"])
+
+    async def reconcile(obj: dict[str, Any], ctx: Any) -> None:
+        name = obj["metadata"]["name"]
+        log.append(("run", name))
+        await asyncio.sleep(5.0 if name == "c" else 1.0)
+        if name == "b":
+            raise RuntimeError("scripted")
+
+    def policy(obj: dict[str, Any], error: BaseException, ctx: Any) -> Action:
+        log.append(("policy", obj["metadata"]["name"]))
+        return Action.await_change()
+
+    store = {ObjectRef(n, NS): widget(n, 1) for n in ("a", "b", "c")}
+    triggers: Channel[ObjectRef] = Channel(maxsize=16)
+    config = ApplierConfig(concurrency=1, timeout=2.0)
+    driver = _Driver(reconcile, policy, None, store, triggers, config, None, observe=observe)
+    async with consumed(driver.results()):
+        for name in ("a", "b", "c"):
+            await triggers.put(ObjectRef(name, NS))
+        await asyncio.sleep(10.0)
+    assert log == [
+        *(("begin", "a"), ("run", "a"), ("end", "a")),
+        *(("begin", "b"), ("run", "b"), ("end", "b"), ("policy", "b")),
+        *(("begin", "c"), ("run", "c"), ("end", "c"), ("policy", "c")),  # timed out
+    ]
+
+
 # -- a controller behind a slow watch ---------------------------------------------------------
 
 

@@ -148,10 +148,6 @@ class Store(Mapping[ObjectRef, Obj]):
         parsing it (the read-your-writes bookkeeping asks on every write)."""
         return self._map.version(ref.name, ref.namespace)
 
-    def _version_of(self, name: str, namespace: str | None) -> tuple[str | None, str | None] | None:
-        """`_version` by name and namespace: no reference built (on every followed write)."""
-        return self._map.version(name, namespace)
-
     @property
     def is_ready(self) -> bool:
         """True once the first list has been applied."""

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastctl._clock import loop_clock, monotonic
+from fastctl._core import Writes
 from fastctl.kube._namespaces import NamespaceScope
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._watcher import WatchEvent
@@ -202,6 +203,8 @@ class CacheFence:
         self._state = self.written.state  # the fences and holds (the extension's)
         self._state.set_on_started(self._started)
         self._state.set_key_of(_key_of)
+        self._state.set_observer_var(WRITE_OBSERVER)
+        self._state.set_clock(clock)
         self.hold: Callable[[str, float], float | None] = self._state.hold
         """The reconcile of `key` is about to start (``hold(key, now)``): ``None`` to let
         it, or how many seconds at most it waits (until its fence is caught up, then it is
@@ -209,6 +212,11 @@ class CacheFence:
         Fences of objects not reconciled again long after their deadline are forgotten
         meanwhile (five minutes after it). The extension's own method: the applier calls
         it at every start, with or without a fence."""
+        self.begin: Callable[[Any], Writes] | None = None
+        """Set by `observing` when the applier is to observe the reconcile's writes itself:
+        ``begin(obj)`` before each call (the extension's observer, set as the write
+        observer of the call's context), ``.end()`` on what it returned once the call is
+        over, however it ended (the reconcile's fence)."""
         self._max_wait = options.max_wait
         self._counters = counters
         self._clock = clock
@@ -229,6 +237,7 @@ class CacheFence:
                 self._now = loop_clock(self._loop)
         else:
             self._now = self._clock
+        self._state.set_clock(self._now)  # what a writing reconcile's end reads
 
     def call(self, fn: Callable[..., None], *args: Any) -> None:
         """`fn(*args)` on the loop's thread: now if this is it, else next on the loop."""
@@ -252,12 +261,20 @@ class CacheFence:
 
     # -- the reconcile --------------------------------------------------------------------
 
-    def observing(self, reconcile: Reconcile, own: OwnWrites | None) -> Reconcile:
+    def observing(
+        self, reconcile: Reconcile, own: OwnWrites | None, *, by_applier: bool = False
+    ) -> Reconcile:
         """`reconcile`, with each call's writes recorded as its object's next fence (and
-        told to `own`, the own-writes registry, when the controller keeps one)."""
+        told to `own`, the own-writes registry, when the controller keeps one).
+        `by_applier`: an async reconcile without a registry is returned as it is, and the
+        applier that runs it calls `begin` around each call instead (no wrapper's
+        coroutine between the applier and the reconcile)."""
         if inspect.iscoroutinefunction(reconcile) or inspect.iscoroutinefunction(
             getattr(reconcile, "__call__", None)  # noqa: B004 - async callable objects
         ):
+            if by_applier and own is None:
+                self.begin = self._state.begin
+                return reconcile
             return self._observing_async(reconcile, own)
 
         def begin(obj: Any) -> WriteObserver:
@@ -277,21 +294,20 @@ class CacheFence:
         """`observing` of an async reconcile: `observed`'s wrapper with its begin and end
         inline (two calls fewer on every reconcile, a no-op's too). It runs on the loop's
         thread, so without an own-writes registry its observer is the extension's
-        (`Written.observer`): each write is one call into it as it starts and one as it
-        ends, and so is the reconcile's end (the clock read only if it wrote)."""
+        (`Written.begin`, which also sets it as the write observer): each write is one
+        call into it as it starts and one as it ends, and so is the reconcile's end (which
+        resets the write observer; the clock read only if it wrote)."""
         fenced, call = self.fenced, self.call
         if own is None:
-            observer = self._state.observer
+            begin = self._state.begin
 
             @functools.wraps(reconcile)
             async def run_own_less(obj: Any, ctx: Any) -> Any:
-                writes = observer(obj)
-                token = WRITE_OBSERVER.set(writes)
+                writes = begin(obj)
                 try:
                     return await reconcile(obj, ctx)  # type: ignore[misc]
                 finally:
-                    WRITE_OBSERVER.reset(token)
-                    writes.end(self._now)
+                    writes.end()
 
             return run_own_less
 

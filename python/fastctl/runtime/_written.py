@@ -48,6 +48,7 @@ from fastctl._core import Written
 from fastctl.kube._namespaces import NamespaceScope
 from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._selectors import LabelSelector
+from fastctl.kube._store import Store
 from fastctl.kube._watcher import EventKind, ListFrame, WatchEvent
 from fastctl.types import ObjectRef
 
@@ -98,12 +99,14 @@ class WrittenObjects:
         for kind, cache in caches.items():
             scope = scopes.get(kind, CacheScope(namespace))
             labels = scope.labels
+            store = isinstance(cache, Store)  # its table is read in the extension
             self._index[kind] = self.state.add_kind(
                 kind[0],
                 kind[1],
                 scope.namespace,
-                _version_reader(cache),
+                cache if store else _version_reader(cache),
                 None if labels is None else functools.partial(_labels_match, labels),
+                store=store,
             )
         self._on_caught_up = on_caught_up
 
@@ -166,11 +169,8 @@ namespace (None: none)."""
 
 
 def _version_reader(cache: Mapping[ObjectRef, Any]) -> _VersionOf:
-    """How to ask `cache` what it shows of an object: a `Store` answers without building
-    a reference or parsing the object; any other mapping is read."""
-    version = getattr(cache, "_version_of", None)
-    if version is not None:
-        return version  # type: ignore[no-any-return]
+    """How to ask `cache`, a mapping other than a `Store` (whose table the extension reads
+    itself), what it shows of an object."""
 
     def read(name: str, namespace: str | None) -> tuple[str | None, str | None] | None:
         cached = cache.get(ObjectRef._trusted(name, namespace))

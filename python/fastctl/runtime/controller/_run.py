@@ -175,6 +175,7 @@ class ControllerRun:
                 gate=self.fence,
                 on_requeue_held=self.counters.requeue_held,
                 tracing=self.tracing,
+                observe=self.fence.begin if self.fence is not None else None,
             )
             self._driver = driver
             async for result in driver.results():

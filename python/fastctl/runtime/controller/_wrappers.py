@@ -41,12 +41,13 @@ def reconcile_view(
 ) -> Reconcile:
     """`reconcile`, given its own copy of the object, its writes observed and tracked per
     slot, as the run needs. One observer per call: the fence's, which tells the own-writes
-    registry too, or the registry itself. `fresh_reads`: the store already returns a new
+    registry too (set by the applier, `CacheFence.begin`, where the fence leaves it to
+    it), or the registry itself. `fresh_reads`: the store already returns a new
     object on every read (a `fastctl.Store`): that object is the copy."""
     if not fresh_reads:
         reconcile = copied(reconcile)
-    if fence is not None:
-        reconcile = fence.observing(reconcile, own_writes)
+    if fence is not None:  # an async reconcile's observer may be left to the applier
+        reconcile = fence.observing(reconcile, own_writes, by_applier=True)
     elif own_writes is not None:
         reconcile = own_writes.observing(reconcile)
     if shard is not None:
