@@ -257,8 +257,9 @@ class Connection(asyncio.Protocol):
                 if len(buf) > _MAX_HEAD:
                     raise ValueError("the answer's head is too long")
                 return
-            self._head(bytes(buf[:end]))
-            del buf[: end + 4]
+            head = bytes(buf[:end])
+            del buf[: end + 4]  # first: what the buffer holds after the head is the body's
+            self._head(head)
         if self.phase == _STREAM:
             if buf:
                 data = bytes(buf)
