@@ -13,6 +13,11 @@ answer parsed, the write observed) and once as the raw loop does it (``session.p
 a plain `aiohttp.ClientSession`, the answer read, not parsed). Rounds alternate; the
 figure is this process's CPU (``time.process_time``) per request, median of the rounds,
 and the ratio fastctl / raw. The server's CPU is not in it.
+
+``--tls`` serves HTTPS instead (a certificate for 127.0.0.1 from a CA of the run, which both
+clients verify, as an API server's): the difference to a plain run is what TLS costs the
+client per request. ``--concurrency 1`` sends one request at a time, as an operator whose
+changes arrive apart does: every answer is then a wake-up of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import ssl
 import statistics
 import sys
 import tempfile
@@ -58,15 +64,20 @@ ANSWER = orjson.dumps(
 )
 
 SERVER = """
-import sys
+import ssl, sys
 from aiohttp import web
 answer = sys.stdin.buffer.read()
 async def patch(request):
     await request.read()
     return web.Response(body=answer, content_type="application/json")
+context = None
+if len(sys.argv) > 2:  # HTTPS: the certificate and key files
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(sys.argv[2], sys.argv[3])
 app = web.Application()
 app.router.add_route("PATCH", "/{tail:.*}", patch)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None,
+            ssl_context=context)
 """
 
 
@@ -79,8 +90,10 @@ def _free_port() -> int:
         return port
 
 
-async def _wait_up(url: str) -> None:
-    async with aiohttp.ClientSession() as session:
+async def _wait_up(url: str, context: ssl.SSLContext | None) -> None:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=context or True)
+    ) as session:
         for _ in range(200):
             try:
                 async with session.patch(url + "/up", data=b"{}") as resp:
@@ -104,11 +117,12 @@ async def _cpu_per_request(send: Callable[[int], Awaitable[None]], n: int, conc:
     return (time.process_time() - cpu) / n
 
 
-def _kubeconfig(url: str, directory: Path) -> Path:
+def _kubeconfig(url: str, directory: Path, ca: Path | None) -> Path:
     path = directory / "kubeconfig"
+    authority = f", certificate-authority: '{ca}'" if ca is not None else ""
     path.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        f"clusters: [{{name: c, cluster: {{server: '{url}'}}}}]\n"
+        f"clusters: [{{name: c, cluster: {{server: '{url}'{authority}}}}}]\n"
         "users: [{name: u, user: {}}]\n"
         "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
     )
@@ -120,21 +134,33 @@ async def main_async(args: argparse.Namespace) -> dict[str, float]:
     from fastctl.kube._resource import ResolvedResource
 
     port = _free_port()
-    url = f"http://127.0.0.1:{port}"
+    tmp = tempfile.TemporaryDirectory()
+    ca_file, context, tls_args = None, None, []
+    if args.tls:  # HTTPS with a certificate for 127.0.0.1, verified by both clients
+        from fastctl._pki import CertificateAuthority
+
+        ca = CertificateAuthority(Path(tmp.name), name="bench-ca")
+        served = ca.issue("server", "bench", server_names=["127.0.0.1"])
+        ca_file, tls_args = ca.cert_file, [str(served.cert), str(served.key)]
+        context = ssl.create_default_context(cafile=str(ca_file))
+    url = f"{'https' if args.tls else 'http'}://127.0.0.1:{port}"
     server = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", SERVER, str(port), stdin=asyncio.subprocess.PIPE, env=dict(os.environ)
-    )
+        sys.executable, "-c", SERVER, str(port), *tls_args,
+        stdin=asyncio.subprocess.PIPE, env=dict(os.environ),
+    )  # fmt: skip
     assert server.stdin is not None
     server.stdin.write(ANSWER)
     server.stdin.close()
     try:
-        await _wait_up(url)
-        with tempfile.TemporaryDirectory() as tmp:
-            client = await load_client(_kubeconfig(url, Path(tmp)))
+        await _wait_up(url, context)
+        client = await load_client(_kubeconfig(url, Path(tmp.name), ca_file))
         widgets = ResolvedResource("demo.fastctl.dev", "v1", "Widget", "widgets", True)
         body = {"status": {"observedGeneration": 2, "items": 3}}
         base = f"{url}/apis/demo.fastctl.dev/v1/namespaces/bench/widgets"
-        raw = aiohttp.ClientSession(headers={"Accept": "application/json"})
+        raw = aiohttp.ClientSession(
+            headers={"Accept": "application/json"},
+            connector=aiohttp.TCPConnector(ssl=context or True),
+        )
 
         async def with_fastctl(i: int) -> None:
             name = f"w-{i:05d}"
@@ -159,6 +185,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, float]:
     finally:
         server.terminate()
         await server.wait()
+        tmp.cleanup()
     out = {f"{k}_us": statistics.median(v) * 1e6 for k, v in figures.items()}
     out["ratio"] = out["fastctl_us"] / out["raw_us"]
     return out
@@ -170,6 +197,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--tls", action="store_true", help="HTTPS, as an API server answers")
     args = parser.parse_args()
     if min(args.requests, args.rounds, args.concurrency) < 1:
         parser.error("--requests, --rounds and --concurrency must be at least 1")
@@ -181,7 +209,8 @@ def main() -> None:
         out = asyncio.run(main_async(args))
     print(
         f"client CPU per status patch: fastctl {out['fastctl_us']:.0f} µs, "
-        f"raw aiohttp {out['raw_us']:.0f} µs, ratio {out['ratio']:.2f} ({args.loop})"
+        f"raw aiohttp {out['raw_us']:.0f} µs, ratio {out['ratio']:.2f} ({args.loop}"
+        f"{', HTTPS' if args.tls else ''}, {args.concurrency} at a time)"
     )
 
 

@@ -49,6 +49,15 @@ def test_paths() -> None:
     assert CM.api_version == "v1"
 
 
+def test_a_name_is_one_path_segment() -> None:
+    """A name or namespace of unreserved characters goes in as it is, any other is quoted
+    whole, ``/`` included. Broken once: the fast path taken for every name (red: the
+    slash and the space go in raw)."""
+    assert CM.object_path("a-b.c_d~9", "ns-1") == "/api/v1/namespaces/ns-1/configmaps/a-b.c_d~9"
+    assert CM.object_path("a/b c", "n s") == "/api/v1/namespaces/n%20s/configmaps/a%2Fb%20c"
+    assert CM.object_path("é", "ns") == "/api/v1/namespaces/ns/configmaps/%C3%A9"
+
+
 def test_paths_enforce_scope() -> None:
     with pytest.raises(ValueError, match="namespaced"):
         CM.object_path("a")

@@ -12,6 +12,8 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import aiohttp
 import orjson
@@ -289,6 +291,94 @@ async def test_a_timed_out_request_drops_its_connection(
     late.set()
     assert await request_json(client, "GET", "/next") == {"path": "/next"}
     assert server.connections == 2
+
+
+def _held(gate: asyncio.Event) -> Script:
+    """Answer each request with its path; a request for ``/held`` once `gate` is set."""
+
+    async def script(peer: Peer) -> None:
+        while (req := await peer.next_request()) is not None:
+            path = req[0].split()[1]
+            if path == "/held":
+                await gate.wait()
+            await peer.send(answer(body=orjson.dumps({"path": path})))
+
+    return script
+
+
+async def test_one_timer_serves_the_requests_of_a_connection(
+    serve: Callable[..., Awaitable[tuple[RawServer, ApiClient]]],
+) -> None:
+    """A connection's timer, armed for a request with a short total time, does not cut the
+    longer request sent after it; a shorter request after a longer one still times out at
+    its own deadline. Broken once each: the timer failing whatever request is under way
+    when it fires (red: the second call times out), and never moved to an earlier time
+    (red: the third call is still waiting)."""
+    gate = asyncio.Event()
+    server, client = await serve(_held(gate))
+    assert await request_json(client, "GET", "/quick", request_timeout=0.2) == {"path": "/quick"}
+    held = asyncio.ensure_future(request_json(client, "GET", "/held", request_timeout=3600))
+    await asyncio.sleep(0.4)  # past the first request's deadline: its timer has fired
+    assert not held.done()
+    gate.set()
+    assert await held == {"path": "/held"}
+    gate.clear()
+    short = asyncio.ensure_future(request_json(client, "GET", "/held", request_timeout=0.2))
+    done, _ = await asyncio.wait({short}, timeout=60)  # a guard only: it fails after 0.2 s
+    assert done
+    assert isinstance(short.exception(), TimeoutError)
+    gate.set()
+    assert await request_json(client, "GET", "/next") == {"path": "/next"}
+    assert server.connections == 2  # the timed-out request's connection was dropped
+
+
+async def test_framing_headers_in_any_case_and_only_as_names(
+    serve: Callable[..., Awaitable[tuple[RawServer, ApiClient]]],
+) -> None:
+    """The headers that frame the body are found whatever their case, and only at the
+    start of a line: a value that spells one is not it. Broken once: the search not tied
+    to a line's start (red: the body is read as 1 byte long)."""
+    body = orjson.dumps({"a": 1})
+
+    async def script(peer: Peer) -> None:
+        while await peer.next_request() is not None:
+            await peer.send(
+                f"HTTP/1.1 200 OK\r\nCONTENT-length: {len(body)}\r\n".encode()
+                + b"X-Note: see content-length: 1\r\n\r\n"
+                + body
+            )
+
+    server, client = await serve(script)
+    assert await request_json(client, "GET", "/a") == {"a": 1}
+    assert await request_json(client, "GET", "/b") == {"a": 1}
+    assert server.connections == 1
+
+
+class _Wire:
+    """A transport that takes what is written and is never closing."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+
+async def test_an_answer_without_a_body_leaves_its_connection_reusable() -> None:
+    """A 204 read in one piece or a byte at a time: what follows its head is nothing, so
+    the connection can carry the next request. Broken once: the head still in the buffer
+    when the answer ends (red: read a byte at a time, the connection is dropped)."""
+    head = b"HTTP/1.1 204 No Content\r\nDate: Sat, 05 Dec 2026 18:00:00 GMT\r\n\r\n"
+    for size in (len(head), 1):
+        conn = Connection(cast(Pool, SimpleNamespace(clock=lambda: 0.0)))
+        conn.connection_made(cast(asyncio.Transport, _Wire()))
+        waiter = asyncio.get_running_loop().create_future()
+        conn.send(b"DELETE /x HTTP/1.1\r\n\r\n", waiter, False)
+        for at in range(0, len(head), size):
+            conn.data_received(head[at : at + size])
+        assert waiter.done()
+        assert waiter.exception() is None
+        assert (conn.status, conn.body, conn.keep_alive) == (204, b"", True), size
 
 
 async def test_a_request_cancelled_mid_answer_drops_its_connection(

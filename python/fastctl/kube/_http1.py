@@ -22,6 +22,7 @@ the body), ``ClientOSError`` (reset).
 from __future__ import annotations
 
 import asyncio
+import re
 import zlib
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,12 @@ _MAX_HEAD = 1 << 20
 """The longest answer head accepted (aiohttp's limits are of the same order)."""
 
 _HEAD, _LENGTH, _CHUNKED, _UNTIL_CLOSE, _DONE, _STREAM = range(6)
+
+_FRAMING = re.compile(
+    rb"\r\n[ \t]*(content-length|transfer-encoding|connection|content-encoding)[ \t]*:([^\r]*)"
+).findall
+"""The headers of a lowered head that say how its body is framed, as (name, value) pairs in
+their order: found in one pass in C, not line by line (an answer carries a dozen others)."""
 
 
 class LeanResponse:
@@ -104,6 +111,9 @@ class Connection(asyncio.Protocol):
         self._encoding = b""
         self._stream: float | None = None  # a watch: its read timeout
         self.stream: LeanStream | None = None
+        self.deadline: float | None = None  # the request under way must be answered by then
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     # -- the pool's side ----------------------------------------------------------------
 
@@ -128,18 +138,47 @@ class Connection(asyncio.Protocol):
         """Drop the connection at once: an answer cut short must never be read by the next
         request."""
         self.waiter = None
+        self.disarm()
         if self.transport is not None:
             self.transport.abort()
 
     def close(self) -> None:
+        self.disarm()
         if self.transport is not None:
             self.transport.close()
 
-    def timed_out(self) -> None:
-        """The request's total time is spent: fail it (the sender drops the connection)."""
+    def arm(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> None:
+        """Fail the request about to be sent with `TimeoutError` unless it is answered by
+        `deadline` (the loop's time; ``None``: no limit). One timer serves every request of
+        the connection: it is moved only to an earlier time; when it fires for an earlier
+        request's deadline, it is armed again for the current one (object calls have the
+        same total, so a connection sending one after another makes a timer a minute, not
+        one per request)."""
+        self.deadline = deadline
+        if deadline is not None and (self._timer is None or deadline < self._timer_at):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
+            self._timer = loop.call_at(deadline, self._due, loop)
+
+    def _due(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        deadline = self.deadline
         waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(TimeoutError())
+        if deadline is None or waiter is None or waiter.done():
+            return  # idle, or answered: the next request arms it again
+        if deadline > self._timer_at:  # armed for an earlier request: this one has time
+            self._timer_at = deadline
+            self._timer = loop.call_at(deadline, self._due, loop)
+            return
+        waiter.set_exception(TimeoutError())  # its total time is spent: the sender drops it
+
+    def disarm(self) -> None:
+        """Stop the timer: the connection is dropped."""
+        self.deadline = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -154,9 +193,12 @@ class Connection(asyncio.Protocol):
             self.keep_alive = False  # bytes nobody asked for: this connection is out of step
             self.abort()
             return
-        self.buf += data
         try:
-            self._parse()
+            if self.phase == _HEAD and not self.buf:
+                self._whole(data)  # most answers arrive in one read: no copy to the buffer
+            else:
+                self.buf += data
+                self._parse()
         except (ValueError, IndexError) as exc:
             self._fail(aiohttp.ClientPayloadError(f"malformed answer from the server: {exc}"))
             self.abort()
@@ -168,6 +210,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.phase == _STREAM:
             self.stream.lost(exc)  # type: ignore[union-attr]
             return
@@ -186,6 +231,24 @@ class Connection(asyncio.Protocol):
 
     # -- parsing ------------------------------------------------------------------------
 
+    def _whole(self, data: bytes) -> None:
+        """The first read of an answer: when it holds the head and exactly the body its
+        ``Content-Length`` says, finish from it as it is; anything else goes through the
+        buffer (`_parse`)."""
+        end = data.find(b"\r\n\r\n")
+        if end >= 0:
+            self._head(data[:end])
+            if self.phase == _LENGTH and len(data) - end - 4 == self._left:
+                self._finish(data[end + 4 :])
+                return
+            data = data[end + 4 :]
+            if self.phase == _DONE:  # answered without a body: more is out of step
+                if data:
+                    self.keep_alive = False
+                return
+        self.buf += data
+        self._parse()
+
     def _parse(self) -> None:
         buf = self.buf
         while self.phase == _HEAD:
@@ -194,8 +257,9 @@ class Connection(asyncio.Protocol):
                 if len(buf) > _MAX_HEAD:
                     raise ValueError("the answer's head is too long")
                 return
-            self._head(bytes(buf[:end]))
-            del buf[: end + 4]
+            head = bytes(buf[:end])
+            del buf[: end + 4]  # first: what the buffer holds after the head is the body's
+            self._head(head)
         if self.phase == _STREAM:
             if buf:
                 data = bytes(buf)
@@ -226,9 +290,7 @@ class Connection(asyncio.Protocol):
         length = -1
         chunked = False
         self._encoding = b""
-        for line in lines:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
+        for name, value in _FRAMING(head.lower()):  # only the headers that frame the body
             if name == b"content-length":
                 length = int(value)
                 if length < 0:

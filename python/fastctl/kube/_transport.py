@@ -118,7 +118,7 @@ class Pool:
         else:
             conn = self._idle() or await self._acquire(deadline)
         waiter: asyncio.Future[None] = loop.create_future()
-        timer = None if deadline is None else loop.call_at(deadline, conn.timed_out)
+        conn.arm(loop, deadline)
         try:
             conn.send(data, waiter, method == "HEAD", None if stream is None else stream[1])
             await waiter
@@ -127,8 +127,7 @@ class Pool:
             self._forget(conn)
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            conn.deadline = None
         if conn.stream is not None:  # a watch holds its connection outside the bound
             self.streams.add(conn)
             self._forget(conn)
