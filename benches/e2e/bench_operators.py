@@ -157,7 +157,10 @@ def _count_loop_iterations(stats: dict[str, int]) -> None:
     import selectors
 
     loop = asyncio.get_running_loop()
-    selector = loop._selector  # type: ignore[attr-defined]
+    selector = getattr(loop, "_selector", None)
+    if selector is None:  # uvloop polls in libuv: nothing of Python's to count
+        stats["loop_iterations_uncounted"] = 1
+        return
     select = selector.select
 
     def counted(timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
