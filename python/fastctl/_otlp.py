@@ -181,6 +181,10 @@ class OtlpExport(SpanProcessor):
         self._known[(id(resource), id(scope))] = (resource, scope, found)  # keeps them alive
         return found
 
+    def wake(self) -> None:
+        """A batch is full: the export thread sends it now."""
+        self._wake.set()
+
     def add(self, sink: SpanBuffer, record: SpanRecord) -> None:
         """One ended span (from any thread), written into `sink` until its batch is sent."""
         try:
