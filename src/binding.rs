@@ -765,6 +765,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::cache_binding::register(m)?;
     crate::otlp_binding::register(m)?;
     crate::otlp_span::register(m)?;
+    crate::otlp_http::register(m)?;
     crate::written_binding::register(m)?;
     crate::stream_binding::register(m)?;
     m.add("MAX_DELAY", MAX_DELAY)?;

@@ -8,6 +8,7 @@ __all__ = [
     "SCHEDULER_DEFAULTS",
     "CompactMap",
     "Item",
+    "OtlpHttp",
     "OtlpSpan",
     "Scheduler",
     "SpanBuffer",
@@ -456,6 +457,17 @@ class SpanBuffer:
     @property
     def dropped(self) -> int: ...
     def __len__(self) -> int: ...
+    def close(self) -> None: ...
+
+@final
+class OtlpHttp:
+    """POSTs to one ``http://`` URL over a kept-alive connection, without the GIL."""
+
+    def __new__(cls, host: str, port: int, target: str) -> Self: ...
+    def post(
+        self, headers: list[tuple[str, str]], body: bytes, timeout: float
+    ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        """``(status, reason, headers, content)``; `ConnectionError`, `TimeoutError`."""
     def close(self) -> None: ...
 
 @final
