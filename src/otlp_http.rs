@@ -13,8 +13,11 @@ use pyo3::exceptions::{PyConnectionError, PyTimeoutError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-/// One HTTP answer: status, reason, headers (lower-case names), body.
-type Answer = (u16, String, Vec<(String, String)>, Vec<u8>);
+/// Header names (in lower case, as read) and values.
+type Headers = Vec<(String, String)>;
+
+/// One HTTP answer: status, reason, headers, body.
+type Answer = (u16, String, Headers, Vec<u8>);
 
 enum Failure {
     /// The connection failed (refused, reset, closed early): the exporter's client sends
@@ -173,10 +176,10 @@ impl OtlpHttp {
     fn post<'py>(
         &self,
         py: Python<'py>,
-        headers: Vec<(String, String)>,
+        headers: Headers,
         body: &Bound<'py, PyBytes>,
         timeout: f64,
-    ) -> PyResult<(u16, String, Vec<(String, String)>, Bound<'py, PyBytes>)> {
+    ) -> PyResult<(u16, String, Headers, Bound<'py, PyBytes>)> {
         let mut head = format!("POST {} HTTP/1.1\r\nHost: {}", self.target, self.host);
         if self.port != 80 {
             head.push_str(&format!(":{}", self.port));

@@ -397,27 +397,33 @@ impl OtlpSpan {
     /// Ends the span: written into its buffer when it is sampled.
     fn finish(&self, py: Python<'_>, end: Option<u64>) -> PyResult<()> {
         let end = end.unwrap_or_else(now_ns);
-        let mut w = Writer::with_capacity(512);
-        {
+        // What the span holds is taken out under the lock and written after it: writing
+        // may run Python code (a value's or an event's attributes read), which may let
+        // another thread run and call this span; it must not find the lock held.
+        let state = {
             let mut state = self.lock();
             if state.ended {
                 return Ok(());
             }
-            state.ended = true;
+            let mut done = State::new(state.name.clone());
+            done.ended = true;
+            done.token = state.token.take(); // the run's context is left by the applier
             if !self.recording {
+                *state = done;
                 return Ok(());
             }
-            if let Some(to) = self.source.get().retired.get(py) {
-                let record = self.record(py, &state, end)?;
-                drop(state);
-                to.call1(py, (record,))?;
-                return Ok(());
-            }
-            if self.flags & SAMPLED == 0 {
-                return Ok(());
-            }
-            self.write(py, &mut w, &state, end)?;
+            std::mem::replace(&mut *state, done)
+        };
+        if let Some(to) = self.source.get().retired.get(py) {
+            let record = self.record(py, &state, end)?;
+            to.call1(py, (record,))?;
+            return Ok(());
         }
+        if self.flags & SAMPLED == 0 {
+            return Ok(());
+        }
+        let mut w = Writer::with_capacity(512);
+        self.write(py, &mut w, &state, end)?;
         let source = self.source.get();
         let waiting = source.buffer.get().push(w.as_bytes());
         if waiting == source.batch {
