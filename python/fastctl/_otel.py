@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -58,6 +58,7 @@ __all__ = [
     "LinkedTrigger",
     "Reason",
     "RunSpan",
+    "SdkRunSpan",
     "Tracing",
     "provider_from_environment",
 ]
@@ -457,7 +458,7 @@ class ControllerTracing:
         """`key` leaves without a run (its object is gone)."""
         self._pending.pop(key, None)
 
-    def start(self, key: str, scheduler: Any) -> RunSpan | OtlpSpan:
+    def start(self, key: str, scheduler: Any) -> RunSpan:
         """The span of `key`'s run (just popped), starting now, with the links merged into
         it; the scheduler says its attempt (its failure count) and fair group, two cheap
         reads (its ``inspect`` builds a whole record). Its attributes and links are built
@@ -485,7 +486,7 @@ class ControllerTracing:
                 self,
                 scheduler,
             )
-        run = RunSpan(self, key, scheduler, pending, self.clock())
+        run = SdkRunSpan(self, key, scheduler, pending, self.clock())
         run.span = self.spans.start(
             self._span_name, _ROOT, SpanKind.INTERNAL, run.attributes, run.links
         )
@@ -493,7 +494,21 @@ class ControllerTracing:
         return run
 
 
-class RunSpan:
+class RunSpan(Protocol):
+    """What the applier holds of one reconcile's span (`ControllerTracing.start`): made
+    current in its task, ended with its outcome. A `SdkRunSpan`, or on fastctl's own OTLP
+    export the `OtlpSpan` kept in the extension."""
+
+    def enter(self) -> None: ...
+
+    def cancelled(self) -> None: ...
+
+    def end(
+        self, error: BaseException | None, action: Action | None, ended: float, /, *, again: bool
+    ) -> None: ...
+
+
+class SdkRunSpan:
     """One reconcile's span: current in its task while it runs (`enter`), ended with its
     outcome (`end`, `cancelled`)."""
 
@@ -611,7 +626,7 @@ def finish_run(
     *,
     again: bool,
 ) -> None:
-    """The end of a run's `span` (`RunSpan.end`, and `fastctl._otel_fast` for a span kept
+    """The end of a run's `span` (`SdkRunSpan.end`, and `fastctl._otel_fast` for a span kept
     in the extension, whose common ending, done, never comes here): its outcome and, when
     the scheduler runs the key `again` by itself, the link its next run gets to this one."""
     requeue_after = action.requeue_after if action is not None else None
