@@ -77,7 +77,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
-from fastctl import _otel_fast
+import fastctl._otel_fast as _otel_fast
 from fastctl._core import SpanBuffer, SpanSource
 from fastctl._otlp import OtlpExport
 
