@@ -764,6 +764,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyScheduler>()?;
     crate::cache_binding::register(m)?;
     crate::otlp_binding::register(m)?;
+    crate::otlp_span::register(m)?;
+    crate::otlp_http::register(m)?;
     crate::written_binding::register(m)?;
     crate::stream_binding::register(m)?;
     m.add("MAX_DELAY", MAX_DELAY)?;

@@ -12,6 +12,8 @@ mod clock;
 pub mod frames;
 pub mod otlp;
 mod otlp_binding;
+mod otlp_http;
+mod otlp_span;
 pub mod proto;
 pub mod scheduler;
 pub mod stream;

@@ -14,7 +14,7 @@ use crate::otlp::{field, span_flags, Writer};
 
 /// Writes `value` as an `AnyValue` in `field`, as the SDK's `_encode_value` does; Err for a
 /// value it cannot encode (the caller leaves the attribute out, as the SDK does).
-fn any_value(w: &mut Writer, fld: u32, value: &Bound<'_, PyAny>) -> PyResult<()> {
+pub(crate) fn any_value(w: &mut Writer, fld: u32, value: &Bound<'_, PyAny>) -> PyResult<()> {
     let open = w.begin(fld);
     if value.is_none() {
     } else if let Ok(b) = value.cast::<PyBool>() {
@@ -64,7 +64,7 @@ fn key_value(w: &mut Writer, fld: u32, key: &str, value: &Bound<'_, PyAny>) -> P
 
 /// `attributes` (a dict, a mapping or None) as repeated `KeyValue`s in `field`; a value
 /// that cannot be encoded is left out, its key with it.
-fn attributes(w: &mut Writer, fld: u32, attributes: &Bound<'_, PyAny>) -> PyResult<()> {
+pub(crate) fn attributes(w: &mut Writer, fld: u32, attributes: &Bound<'_, PyAny>) -> PyResult<()> {
     if attributes.is_none() {
         return Ok(());
     }
@@ -125,41 +125,11 @@ fn span(w: &mut Writer, record: &Bound<'_, PyTuple>) -> PyResult<()> {
     attributes(w, field::SPAN_ATTRIBUTES, &item(9)?)?;
     w.uint(field::SPAN_DROPPED_ATTRIBUTES, item(14)?.extract()?);
     for event in item(10)?.try_iter()? {
-        let event = event?;
-        let open = w.begin(field::SPAN_EVENTS);
-        w.fixed64(field::EVENT_TIME, u64_of(&event.getattr("timestamp")?)?);
-        if let Some(name) = opt_str(&event.getattr("name")?)? {
-            w.str(field::EVENT_NAME, name.to_str()?);
-        }
-        attributes(w, field::EVENT_ATTRIBUTES, &event.getattr("attributes")?)?;
-        w.uint(
-            field::EVENT_DROPPED_ATTRIBUTES,
-            event.getattr("dropped_attributes")?.extract()?,
-        );
-        w.end(open);
+        write_event(w, &event?)?;
     }
     w.uint(field::SPAN_DROPPED_EVENTS, item(15)?.extract()?);
     for link in item(11)?.try_iter()? {
-        let link = link?;
-        if let Ok(plain) = link.cast_exact::<PyTuple>() {
-            plain_link(w, plain)?;
-            continue;
-        }
-        let context = link.getattr("context")?;
-        let context = context.cast::<PyTuple>()?; // a SpanContext is a tuple
-        let open = w.begin(field::SPAN_LINKS);
-        w.trace_id(field::LINK_TRACE_ID, context.get_item(0)?.extract()?);
-        w.span_id(field::LINK_SPAN_ID, context.get_item(1)?.extract()?);
-        attributes(w, field::LINK_ATTRIBUTES, &link.getattr("attributes")?)?;
-        w.uint(
-            field::LINK_DROPPED_ATTRIBUTES,
-            link.getattr("dropped_attributes")?.extract()?,
-        );
-        w.fixed32(
-            field::LINK_FLAGS,
-            span_flags(context.get_item(2)?.is_truthy()?),
-        );
-        w.end(open);
+        write_link(w, &link?)?;
     }
     w.uint(field::SPAN_DROPPED_LINKS, item(16)?.extract()?);
     let status = w.begin(field::SPAN_STATUS);
@@ -169,6 +139,45 @@ fn span(w: &mut Writer, record: &Bound<'_, PyTuple>) -> PyResult<()> {
     w.uint(field::STATUS_CODE, item(12)?.extract()?);
     w.end(status);
     w.fixed32(field::SPAN_FLAGS, span_flags(item(5)?.is_truthy()?));
+    w.end(open);
+    Ok(())
+}
+
+/// One of the SDK's `Event` objects as a span's `Event`.
+pub(crate) fn write_event(w: &mut Writer, event: &Bound<'_, PyAny>) -> PyResult<()> {
+    let open = w.begin(field::SPAN_EVENTS);
+    w.fixed64(field::EVENT_TIME, u64_of(&event.getattr("timestamp")?)?);
+    if let Some(name) = opt_str(&event.getattr("name")?)? {
+        w.str(field::EVENT_NAME, name.to_str()?);
+    }
+    attributes(w, field::EVENT_ATTRIBUTES, &event.getattr("attributes")?)?;
+    w.uint(
+        field::EVENT_DROPPED_ATTRIBUTES,
+        event.getattr("dropped_attributes")?.extract()?,
+    );
+    w.end(open);
+    Ok(())
+}
+
+/// One link: the SDK's `Link`, or a plain tuple (`plain_link`).
+pub(crate) fn write_link(w: &mut Writer, link: &Bound<'_, PyAny>) -> PyResult<()> {
+    if let Ok(plain) = link.cast_exact::<PyTuple>() {
+        return plain_link(w, plain);
+    }
+    let context = link.getattr("context")?;
+    let context = context.cast::<PyTuple>()?; // a SpanContext is a tuple
+    let open = w.begin(field::SPAN_LINKS);
+    w.trace_id(field::LINK_TRACE_ID, context.get_item(0)?.extract()?);
+    w.span_id(field::LINK_SPAN_ID, context.get_item(1)?.extract()?);
+    attributes(w, field::LINK_ATTRIBUTES, &link.getattr("attributes")?)?;
+    w.uint(
+        field::LINK_DROPPED_ATTRIBUTES,
+        link.getattr("dropped_attributes")?.extract()?,
+    );
+    w.fixed32(
+        field::LINK_FLAGS,
+        span_flags(context.get_item(2)?.is_truthy()?),
+    );
     w.end(open);
     Ok(())
 }
@@ -241,7 +250,7 @@ fn otlp_encode<'py>(py: Python<'py>, groups: &Bound<'py, PyList>) -> PyResult<Bo
 /// when it ends (`add`): nothing of it stays in Python's heap. `take` hands a batch over as
 /// a whole request. Shared between the event loop and the export thread (a mutex).
 #[pyclass(frozen, module = "fastctl._core")]
-struct SpanBuffer {
+pub(crate) struct SpanBuffer {
     header: Py<PyTuple>,
     max_spans: usize,
     inner: Mutex<Held>,
@@ -337,6 +346,20 @@ impl SpanBuffer {
 }
 
 impl SpanBuffer {
+    /// One `Span` message written elsewhere (`fastctl._core.OtlpSpan`'s end); how many
+    /// spans wait now, 0 when it was dropped (the buffer full or closed).
+    pub(crate) fn push(&self, span: &[u8]) -> usize {
+        let mut held = self.lock();
+        if held.closed || held.ends.len() >= self.max_spans {
+            held.dropped += 1;
+            return 0;
+        }
+        held.spans.raw(span);
+        let end = held.spans.mark();
+        held.ends.push_back(end);
+        held.ends.len()
+    }
+
     /// The buffer's state. No Python code runs while it is held (so a thread switch cannot
     /// leave it held while another thread, holding the GIL, waits for it).
     fn lock(&self) -> std::sync::MutexGuard<'_, Held> {

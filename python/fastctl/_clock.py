@@ -25,8 +25,9 @@ elsewhere:
   replicas and kubectl read; the elector never compares them with its own clock, it times
   the lease on this one;
 - a certificate's validity and its renewal check (`fastctl._pki`);
-- a tracing span's start, end and event times (`fastctl._otel_spans`), nanoseconds of the
-  wall clock as OpenTelemetry defines them (the SDK's own spans read the same);
+- a tracing span's start, end and event times (`fastctl._otel_spans`, and the spans kept in
+  the extension, `fastctl._otel_fast`, which read it in Rust), nanoseconds of the wall
+  clock as OpenTelemetry defines them (the SDK's own spans read the same);
 - a status condition's ``lastTransitionTime`` (`fastctl.kube._conditions`), which kubectl
   and alerting read; `set_condition` takes ``now=`` for tests;
 - the UTC instants `Controller.inspect` gives beside its ages (`fastctl.runtime._inspect`,

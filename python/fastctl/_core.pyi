@@ -1,6 +1,6 @@
 """Type stub of the Rust extension `fastctl._core` (see docs/scheduler.md)."""
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, Final, Literal, Self, TypedDict, final
 
@@ -9,8 +9,11 @@ __all__ = [
     "SCHEDULER_DEFAULTS",
     "CompactMap",
     "Item",
+    "OtlpHttp",
+    "OtlpSpan",
     "Scheduler",
     "SpanBuffer",
+    "SpanSource",
     "WatchBody",
     "Writes",
     "Written",
@@ -456,6 +459,96 @@ class SpanBuffer:
     def dropped(self) -> int: ...
     def __len__(self) -> int: ...
     def close(self) -> None: ...
+
+@final
+class OtlpHttp:
+    """POSTs to one ``http://`` URL over a kept-alive connection, without the GIL."""
+
+    def __new__(cls, host: str, port: int, target: str) -> Self: ...
+    def post(
+        self, headers: list[tuple[str, str]], body: bytes, timeout: float
+    ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        """``(status, reason, headers, content)``; `ConnectionError`, `TimeoutError`."""
+    def close(self) -> None: ...
+
+@final
+class SpanSource:
+    """Makes the spans fastctl keeps in the extension (`OtlpSpan`) into one `SpanBuffer`."""
+
+    def __new__(
+        cls,
+        buffer: SpanBuffer,
+        helpers: Any,
+        wake: Callable[[], object],
+        batch: int,
+        decide: Sequence[tuple[int, int]],
+        random: int,
+        limits: tuple[int | None, int | None, int | None],
+        context: tuple[Any, Any, str],
+        seed: int,
+        ids: Any,
+    ) -> Self: ...
+    def retire(self, to: Callable[[tuple[Any, ...]], object]) -> None:
+        """Spans ending from now on go to `to` as records, not into the buffer."""
+    def reconcile(
+        self,
+        name: str,
+        controller: str,
+        key: str,
+        attempt: int,
+        priority: int,
+        queue_wait: float | None,
+        links_dropped: int,
+        group: Any,
+        links: Any,
+        owner: Any,
+        scheduler: Any,
+    ) -> OtlpSpan:
+        """A reconcile's span, a root, started now."""
+
+@final
+class OtlpSpan:
+    """A span kept in the extension and written as OTLP when it ends; an OpenTelemetry
+    span (registered as one) for user code that reads the current span."""
+
+    def request(self, method: str, path: str) -> OtlpSpan:
+        """A client span for one API request beneath this one."""
+    def answered(self, code: int) -> None: ...
+    def failed(self, error: BaseException) -> None: ...
+    def retried(self) -> None: ...
+    def enter(self) -> None:
+        """Current in the caller's context (a reconcile's task)."""
+    def cancelled(self) -> None: ...
+    def end(
+        self,
+        end_time: Any = None,
+        action: Any = None,
+        ended: float | None = None,
+        *,
+        again: bool | None = None,
+    ) -> None:
+        """OpenTelemetry's ``end(end_time)``; with `again`, a run's end with its outcome
+        (``end(error, action, ended, again=...)``)."""
+    def hex_ids(self) -> tuple[str, str]: ...
+    def get_span_context(self) -> Any: ...
+    def is_recording(self) -> bool: ...
+    def set_attribute(self, key: str, value: Any) -> None: ...
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None: ...
+    def add_event(
+        self, name: str, attributes: Any = None, timestamp: int | None = None
+    ) -> None: ...
+    def add_link(self, context: Any, attributes: Any = None) -> None: ...
+    def update_name(self, name: str) -> None: ...
+    def set_status(self, status: Any, description: str | None = None) -> None: ...
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Any = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None: ...
+    def __enter__(self) -> OtlpSpan: ...
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None: ...
 
 @final
 class Written:

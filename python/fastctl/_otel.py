@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -44,7 +44,8 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 
 from fastctl._clock import monotonic
-from fastctl._otel_spans import ROOT, PlainLink, SpanMaker, as_link
+from fastctl._otel_fast import OtlpSpan
+from fastctl._otel_spans import ROOT, PlainLink, SpanMaker, as_link, attach, current_span, detach
 from fastctl._reasons import error_text
 from fastctl._redact import scrub
 from fastctl._version import version
@@ -57,6 +58,7 @@ __all__ = [
     "LinkedTrigger",
     "Reason",
     "RunSpan",
+    "SdkRunSpan",
     "Tracing",
     "provider_from_environment",
 ]
@@ -128,10 +130,13 @@ class Tracing:
     def controller(self, name: str, kind: str) -> ControllerTracing:
         return ControllerTracing(self.tracer, name, kind, self.spans)
 
-    def request(self, method: str, path: str) -> RequestSpan | _Untraced:
+    def request(self, method: str, path: str) -> RequestSpan | OtlpSpan | _Untraced:
         """A client span for one API request, beneath the current span; a request made
         outside any span (a watch, a Lease renewal) gets none: it answers no reconcile."""
-        parent = trace.get_current_span().get_span_context()
+        span: Any = current_span()
+        if type(span) is OtlpSpan:  # a reconcile's, kept in the extension
+            return span.request(method, path)
+        parent = span.get_span_context()
         if not parent.is_valid:
             return _UNTRACED
         return RequestSpan(self.spans, method, path, parent)
@@ -140,7 +145,10 @@ class Tracing:
         return WebhookSpan(self.tracer, path, headers)
 
     def ids(self) -> tuple[str, str] | None:
-        context = trace.get_current_span().get_span_context()
+        span: Any = current_span()
+        if type(span) is OtlpSpan:
+            return span.hex_ids()
+        context = span.get_span_context()
         if not context.is_valid:
             return None
         return trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id)
@@ -456,7 +464,29 @@ class ControllerTracing:
         reads (its ``inspect`` builds a whole record). Its attributes and links are built
         only for a span the sampler keeps (`SpanMaker.start`)."""
         pending = self._pending.pop(key, None)
-        run = RunSpan(self, key, scheduler, pending, self.clock())
+        source = self.spans.source()
+        if source is not None:  # the span kept in the extension, started in one call
+            failures = getattr(scheduler, "failures", None)
+            group_of = getattr(scheduler, "group_of", None)
+            if pending is None:
+                links, wait, priority, dropped = None, None, 0, 0
+            else:
+                links, since, priority, dropped = pending
+                wait = max(0.0, self.clock() - since)
+            return source.reconcile(
+                self._span_name,
+                self.name,
+                key,
+                failures(key) + 1 if failures is not None else 1,
+                priority,
+                wait,
+                dropped,
+                group_of(key) if group_of is not None else None,
+                links,
+                self,
+                scheduler,
+            )
+        run = SdkRunSpan(self, key, scheduler, pending, self.clock())
         run.span = self.spans.start(
             self._span_name, _ROOT, SpanKind.INTERNAL, run.attributes, run.links
         )
@@ -464,7 +494,21 @@ class ControllerTracing:
         return run
 
 
-class RunSpan:
+class RunSpan(Protocol):
+    """What the applier holds of one reconcile's span (`ControllerTracing.start`): made
+    current in its task, ended with its outcome. A `SdkRunSpan`, or on fastctl's own OTLP
+    export the `OtlpSpan` kept in the extension."""
+
+    def enter(self) -> None: ...
+
+    def cancelled(self) -> None: ...
+
+    def end(
+        self, error: BaseException | None, action: Action | None, ended: float, /, *, again: bool
+    ) -> None: ...
+
+
+class SdkRunSpan:
     """One reconcile's span: current in its task while it runs (`enter`), ended with its
     outcome (`end`, `cancelled`)."""
 
@@ -530,13 +574,12 @@ class RunSpan:
     def enter(self) -> None:
         """Make the span current in the reconcile's task (and so in its thread, which runs
         in a copy of the task's context): the requests it makes are its children."""
-        self._token = otel_context.attach(trace.set_span_in_context(self.span))
+        self._token = attach(trace.set_span_in_context(self.span))
 
     def _leave(self) -> None:
         if self._token is not None:
             token, self._token = self._token, None
-            # In another context (cannot be: `enter` ran in this task) it would only log.
-            otel_context.detach(token)  # type: ignore[arg-type]
+            detach(token)
 
     def cancelled(self) -> None:
         """The applier cancelled the run (a shutdown past its drain, a lost lease)."""
@@ -558,60 +601,88 @@ class RunSpan:
         if self._ended:
             return
         self._ended = True
-        span, key = self.span, self.key
-        requeue_after = action.requeue_after if action is not None else None
-        if error is None:
-            outcome = "done" if requeue_after is None else "requeue"
-        elif isinstance(error, ReconcileTimeout):
-            outcome = "timeout"
-        elif isinstance(error, ReconcileCancelled):
-            outcome = "cancelled"
-        else:
-            outcome = "error"
-        if requeue_after is None and error is None:  # the common case: one attribute
-            span.set_attribute("fastctl.reconcile.outcome", outcome)
-            span.end()
-            return
-        attrs: dict[str, Any] = {"fastctl.reconcile.outcome": outcome}
-        if requeue_after is not None:
-            attrs["fastctl.reconcile.requeue_after"] = requeue_after
-        if error is not None:
-            text = error_text(error)
-            attrs["error.type"] = type(error).__name__
-            span.add_event(
-                "exception",
-                {"exception.type": type(error).__name__, "exception.message": text},
-            )
-            span.set_status(Status(StatusCode.ERROR, text[:1024]))
-        due = self._due(ended) if again else None
-        if due is not None:
-            reason = Reason.REQUEUE if error is None else Reason.ERROR_RETRY
-            if error is not None:
-                attrs["fastctl.reconcile.retry_in"] = max(0.0, due - ended)
-            self._owner._add(
-                key,
-                Link(
-                    span.get_span_context(),
-                    {
-                        "fastctl.trigger.reason": reason,
-                        "fastctl.reconcile.outcome": outcome,
-                    },
-                ),
-                due,
-                self._priority,
-            )
-        span.set_attributes(attrs)
-        span.end()
+        finish_run(
+            self.span,
+            self._owner,
+            self._scheduler,
+            self.key,
+            self._priority,
+            error,
+            action,
+            ended,
+            again=again,
+        )
 
-    def _due(self, now: float) -> float | None:
-        """When the scheduler runs the key again: its ready time when it waits (a requeue,
-        a backoff), `now` when it is ready (a trigger came meanwhile), None when it does
-        not hold the key."""
-        inspect = getattr(self._scheduler, "inspect", None)
-        if inspect is None:
-            return None
-        record = inspect(self.key, now=now)
-        if record is None:
-            return None
-        ready_at = record["ready_at"] if record["state"] == "waiting" else None
-        return float(ready_at) if ready_at is not None else now
+
+def finish_run(
+    span: Any,
+    owner: ControllerTracing,
+    scheduler: Any,
+    key: str,
+    priority: int,
+    error: BaseException | None,
+    action: Action | None,
+    ended: float,
+    *,
+    again: bool,
+) -> None:
+    """The end of a run's `span` (`SdkRunSpan.end`, and `fastctl._otel_fast` for a span kept
+    in the extension, whose common ending, done, never comes here): its outcome and, when
+    the scheduler runs the key `again` by itself, the link its next run gets to this one."""
+    requeue_after = action.requeue_after if action is not None else None
+    if error is None:
+        outcome = "done" if requeue_after is None else "requeue"
+    elif isinstance(error, ReconcileTimeout):
+        outcome = "timeout"
+    elif isinstance(error, ReconcileCancelled):
+        outcome = "cancelled"
+    else:
+        outcome = "error"
+    if requeue_after is None and error is None:  # the common case: one attribute
+        span.set_attribute("fastctl.reconcile.outcome", outcome)
+        span.end()
+        return
+    attrs: dict[str, Any] = {"fastctl.reconcile.outcome": outcome}
+    if requeue_after is not None:
+        attrs["fastctl.reconcile.requeue_after"] = requeue_after
+    if error is not None:
+        text = error_text(error)
+        attrs["error.type"] = type(error).__name__
+        span.add_event(
+            "exception",
+            {"exception.type": type(error).__name__, "exception.message": text},
+        )
+        span.set_status(Status(StatusCode.ERROR, text[:1024]))
+    due = due_of(scheduler, key, ended) if again else None
+    if due is not None:
+        reason = Reason.REQUEUE if error is None else Reason.ERROR_RETRY
+        if error is not None:
+            attrs["fastctl.reconcile.retry_in"] = max(0.0, due - ended)
+        owner._add(
+            key,
+            Link(
+                span.get_span_context(),
+                {
+                    "fastctl.trigger.reason": reason,
+                    "fastctl.reconcile.outcome": outcome,
+                },
+            ),
+            due,
+            priority,
+        )
+    span.set_attributes(attrs)
+    span.end()
+
+
+def due_of(scheduler: Any, key: str, now: float) -> float | None:
+    """When the scheduler runs `key` again: its ready time when it waits (a requeue, a
+    backoff), `now` when it is ready (a trigger came meanwhile), None when it does not
+    hold the key."""
+    inspect = getattr(scheduler, "inspect", None)
+    if inspect is None:
+        return None
+    record = inspect(key, now=now)
+    if record is None:
+        return None
+    ready_at = record["ready_at"] if record["state"] == "waiting" else None
+    return float(ready_at) if ready_at is not None else now

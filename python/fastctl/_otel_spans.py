@@ -38,14 +38,18 @@ on them), which read neither a span's attributes nor its links, the decision com
 
 from __future__ import annotations
 
+import logging
+import random as _random
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.sdk.trace import (
     Event,
     ReadableSpan,
@@ -54,6 +58,7 @@ from opentelemetry.sdk.trace import (
     Tracer,
 )
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import (
     Decision,
     ParentBased,
@@ -72,10 +77,59 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util import types
 
-from fastctl._core import SpanBuffer
+import fastctl._otel_fast as _otel_fast
+from fastctl._core import SpanBuffer, SpanSource
 from fastctl._otlp import OtlpExport
 
-__all__ = ["ROOT", "LightSpan", "PlainLink", "SpanMaker", "as_link"]
+__all__ = [
+    "FLAGS",
+    "ROOT",
+    "LightSpan",
+    "PlainLink",
+    "SpanMaker",
+    "as_link",
+    "attach",
+    "current_span",
+    "detach",
+]
+
+_SPAN_KEY: str = trace._SPAN_KEY  # type: ignore[attr-defined]
+_RUNTIME = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+_VAR: ContextVar[otel_context.Context] | None = getattr(_RUNTIME, "_current_context", None)
+if type(_RUNTIME) is not ContextVarsRuntimeContext or not isinstance(_VAR, ContextVar):
+    _VAR = None
+"""OpenTelemetry's current context, a context variable: set and reset directly, a span is
+made current at the cost of one `Context` (OpenTelemetry's ``attach`` and ``detach`` wrap
+the same calls in a few more, and its ``set_span_in_context`` copies the context twice).
+None where another runtime context is configured (``OTEL_PYTHON_CONTEXT``): theirs is used."""
+
+
+def attach(context: otel_context.Context) -> object:
+    """`context` made current; the token to `detach` it."""
+    if _VAR is None:
+        return otel_context.attach(context)
+    return _VAR.set(context)
+
+
+def detach(token: Any) -> None:
+    """The context before `attach` made current again (in the context it was attached in;
+    elsewhere, as OpenTelemetry's ``detach`` does, nothing but a log line)."""
+    if _VAR is None:
+        otel_context.detach(token)
+        return
+    try:
+        _VAR.reset(token)
+    except ValueError:
+        log.debug("a span's context was left in another context than its own")
+
+
+def current_span() -> trace.Span:
+    """The current span (`trace.get_current_span`, with fewer calls)."""
+    if _VAR is None:
+        return trace.get_current_span()
+    span = _VAR.get().get(_SPAN_KEY)
+    return span if isinstance(span, trace.Span) else trace.INVALID_SPAN
+
 
 ROOT = otel_context.Context()
 """A parent context with no span in it: the span started in it is a root (a reconcile's,
@@ -97,6 +151,9 @@ _RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
 
 _FLAGS = {bits: TraceFlags(bits) for bits in (0, _SAMPLED, _RANDOM, _SAMPLED | _RANDOM)}
 """The trace flags a span of fastctl's can have, made once."""
+FLAGS = _FLAGS
+
+log = logging.getLogger("fastctl.tracing")
 
 _UNSET = Status(StatusCode.UNSET)
 
@@ -104,6 +161,7 @@ _NO_EVENTS = ()
 """A span's events while it has none (most spans): no list per span."""
 
 _KINDS = {kind: kind.value + 1 for kind in SpanKind}
+_SPAN_KINDS = {number: kind for kind, number in _KINDS.items()}
 """A span kind as OTLP numbers it (`fastctl._otlp.SpanRecord`)."""
 
 PlainLink = tuple[int, int, bool, dict[str, Any]]
@@ -178,6 +236,25 @@ def _fixed(sampler: Any) -> tuple[Decision | None, ...]:
     return tuple(p._decision if type(p) is StaticSampler else None for p in parts)
 
 
+def _rust_decisions(sampler: Any) -> list[tuple[int, int]]:
+    """A standard sampler's (`_blind`) decisions for `fastctl._core.SpanSource`: for no
+    parent, a local parent sampled, a local parent not sampled, ``(0, decision)`` or
+    ``(1, bound)`` where a trace id ratio decides (``trace_id & (2**64 - 1) < bound``)."""
+    if isinstance(sampler, ParentBased):
+        parts = [sampler._root, sampler._local_parent_sampled, sampler._local_parent_not_sampled]
+    else:
+        parts = [sampler] * 3
+    made = []
+    for part in parts:
+        if type(part) is StaticSampler:
+            made.append((0, int(part._decision.value)))  # type: ignore[attr-defined,unused-ignore]
+        else:
+            assert type(part) is TraceIdRatioBased
+            assert part.TRACE_ID_LIMIT == 2**64 - 1  # the bound's scale
+            made.append((1, int(part.bound)))
+    return made
+
+
 _NO_STATE = SpanContext(1, 1, False).trace_state
 
 
@@ -231,6 +308,7 @@ class SpanMaker:
         self._processor: SynchronousMultiSpanProcessor | None = None
         self._export: OtlpExport | None = None
         self._sink: SpanBuffer | None = None
+        self._source: SpanSource | None = None
         self._fixed: tuple[Decision | None, ...] = (None,) * 5
         self.sampler: Sampler | None = None
         self.blind = False
@@ -281,7 +359,63 @@ class SpanMaker:
                 self._export = current[0]
                 self._sink = current[0].sink(self._resource, self._scope)
             self.plain_links = self._export is not None and self.blind
+            if self._source is not None:  # its spans still open end as the SDK's
+                self._source.retire(self._retired_end)
+            self._source = self._make_source()
         return self._light
+
+    def _make_source(self) -> SpanSource | None:
+        """The maker of spans kept in the extension (`fastctl._otel_fast`), where the one
+        processor is fastctl's OTLP export, the sampler a standard one and the context
+        OpenTelemetry's context variable; else None. The SDK's random ids are drawn in the
+        extension; another id generator is asked for each."""
+        export = self._export
+        if export is None or self._sink is None or not self.blind or _VAR is None:
+            return None
+        return SpanSource(
+            self._sink,
+            _otel_fast,
+            export.wake,
+            export.batch,
+            _rust_decisions(self.sampler),
+            self._random,
+            (self._max_attributes, self._max_events, self._max_links),
+            (_VAR, otel_context.Context, _SPAN_KEY),
+            _random.getrandbits(64),
+            None if type(self._ids) is RandomIdGenerator else self._ids,
+        )
+
+    def _retired_end(self, record: tuple[Any, ...]) -> None:
+        """A span kept in the extension ended after the processors changed: the SDK's
+        `ReadableSpan` of its `record` goes to them, as a `LightSpan`'s would."""
+        name, trace_id, span_id, flags, parent_id, kind, start, end = record[:8]
+        attributes, events, links, code, message = record[8:]
+        trace_flags = _FLAGS[flags]
+        context = new_context(trace_id, span_id, trace_flags, None)
+        parent = None if parent_id is None else new_context(trace_id, parent_id, trace_flags, None)
+        if self._processor is None:
+            return
+        self._processor.on_end(
+            ReadableSpan(
+                name=name,
+                context=context,
+                parent=parent,
+                resource=self._resource,
+                attributes=attributes,
+                events=events,
+                links=[as_link(_otel_fast.plain(link)) for link in links],
+                kind=_SPAN_KINDS[kind],
+                instrumentation_info=self._info,
+                status=Status(StatusCode(code), message) if code else _UNSET,
+                start_time=start,
+                end_time=end,
+                instrumentation_scope=self._scope,
+            )
+        )
+
+    def source(self) -> SpanSource | None:
+        """Where reconcile spans are made in the extension (`_make_source`), or None."""
+        return self._source if self.light() else None
 
     def start(
         self,

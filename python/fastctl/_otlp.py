@@ -181,6 +181,10 @@ class OtlpExport(SpanProcessor):
         self._known[(id(resource), id(scope))] = (resource, scope, found)  # keeps them alive
         return found
 
+    def wake(self) -> None:
+        """A batch is full: the export thread sends it now."""
+        self._wake.set()
+
     def add(self, sink: SpanBuffer, record: SpanRecord) -> None:
         """One ended span (from any thread), written into `sink` until its batch is sent."""
         try:
@@ -271,6 +275,12 @@ def span_processor(exporter: SpanExporter) -> SpanProcessor:
         return BatchSpanProcessor(exporter)
     limit = getattr(exporter, "_max_request_size", 0)
     _cut_timeout(client)
+    try:
+        from fastctl._otlp_http import raw_transport
+    except ImportError:  # an exporter without the transport interface: its client sends
+        pass
+    else:
+        raw_transport(client)  # an http:// endpoint: the POST made in Rust, without the GIL
 
     def sized(data: bytes) -> Any:
         if isinstance(limit, int) and 0 < limit < len(data):
