@@ -15,6 +15,15 @@ ApiClient deserialising into a model) runs the real ``__init__`` then, so code t
 kubernetes-asyncio's typed API beside fastctl sees the whole package, only later. When
 kubernetes-asyncio was imported before fastctl, nothing changes.
 
+Two more packages are deferred the same way, for the same reason: a controller's path to
+its first reconcile does not need them. ``aiohttp``'s ``__init__`` imports its whole client
+and server and makes its default TLS contexts (about 0.1 s of CPU), while fastctl's object
+calls and watches go over its own transport, which only raises and classifies aiohttp's
+client errors: those come from their own light module (``aiohttp.client_exceptions``), and
+the first use of any other name (``aiohttp.ClientSession``: a list read page by page, a
+session a user opens) runs the real ``__init__``. ``urllib3``, which kubernetes-asyncio's
+``Configuration`` imports for one helper (HTTP basic auth), loads at that helper's first use.
+
 That first use may come from several threads at once, and the real ``__init__`` takes a while
 (it imports hundreds of modules, setting the package's names one by one). So it runs under
 the import system's own lock for the package (the one a normal ``import`` holds while a
@@ -33,6 +42,7 @@ import ast
 import contextlib
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -43,15 +53,45 @@ from importlib import _bootstrap
 from importlib.abc import Loader
 from typing import Any
 
-__all__ = ["EAGER_ENV", "LAZY_PACKAGES", "install", "is_deferred"]
+__all__ = ["EAGER_ENV", "LAZY_PACKAGES", "defer_module", "install", "is_deferred"]
+
+_AIOHTTP_ERRORS = (
+    "ClientError",
+    "ClientConnectionError",
+    "ClientConnectionResetError",
+    "ClientOSError",
+    "ClientConnectorError",
+    "ClientProxyConnectionError",
+    "ClientSSLError",
+    "ClientConnectorDNSError",
+    "ClientConnectorSSLError",
+    "ClientConnectorCertificateError",
+    "ConnectionTimeoutError",
+    "SocketTimeoutError",
+    "ServerConnectionError",
+    "ServerTimeoutError",
+    "ServerDisconnectedError",
+    "ServerFingerprintMismatch",
+    "ClientResponseError",
+    "ClientHttpProxyError",
+    "ContentTypeError",
+    "ClientPayloadError",
+    "InvalidURL",
+    "InvalidUrlClientError",
+)
+"""aiohttp's client errors, which fastctl's own transport raises and its retries classify:
+their module (``aiohttp.client_exceptions``) is light, the package's ``__init__`` is not."""
 
 LAZY_PACKAGES: Mapping[str, Mapping[str, str]] = {
     "kubernetes_asyncio": {},
     "kubernetes_asyncio.client": {"ApiClient": "api_client", "Configuration": "configuration"},
     "kubernetes_asyncio.client.models": {},
+    "aiohttp": dict.fromkeys(_AIOHTTP_ERRORS, "client_exceptions"),
+    "urllib3": {},
 }
 """Each package deferred, with the names it serves from one light submodule each (any
-other name runs the package's real ``__init__``)."""
+other name runs the package's real ``__init__``). A package imported before fastctl (and
+the packages beneath it) is left as it is."""
 
 
 EAGER_ENV = "FASTCTL_EAGER_IMPORT"
@@ -84,10 +124,12 @@ def _lock(name: str) -> contextlib.AbstractContextManager[Any]:
 def install() -> None:
     """Defer the packages of `LAZY_PACKAGES` (parents first), unless already imported or
     `EAGER_ENV` asks not to."""
-    if "kubernetes_asyncio" in sys.modules or os.environ.get(EAGER_ENV, "") not in ("", "0"):
+    if os.environ.get(EAGER_ENV, "") not in ("", "0"):
         return
+    imported = {name.partition(".")[0] for name in LAZY_PACKAGES if name in sys.modules}
     for name, light in LAZY_PACKAGES.items():
-        _defer(name, light)
+        if name.partition(".")[0] not in imported:
+            _defer(name, light)
 
 
 def _defer(name: str, light: Mapping[str, str]) -> None:
@@ -120,6 +162,7 @@ def _defer(name: str, light: Mapping[str, str]) -> None:
             lock.__exit__(None, None, None)
 
     module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    _HOOKS[name] = __getattr__
     sys.modules[name] = module
     parent, _, child = name.rpartition(".")
     if parent:
@@ -191,9 +234,76 @@ def _partial(module: types.ModuleType, attr: str) -> object:
         ) from None
 
 
+_HOOKS: dict[str, Callable[[str], object]] = {}
+"""The ``__getattr__`` each deferred package was given (its real ``__init__`` may define
+its own: aiohttp's does)."""
+
+
 def is_deferred(module: types.ModuleType) -> bool:
-    """Whether `module`'s real ``__init__`` has not run yet (for tests and diagnostics)."""
-    return "__getattr__" in vars(module)
+    """Whether `module`'s real ``__init__`` has not run yet."""
+    hook = _HOOKS.get(module.__name__)
+    return hook is not None and vars(module).get("__getattr__") is hook
+
+
+def defer_module(name: str, classes: tuple[str, ...]) -> None:
+    """Put a stand-in for the module `name` in ``sys.modules``, unless it is imported or
+    `EAGER_ENV` is set: its `classes` are callables that import the real module and make
+    an instance of its class; any other name imports it and is the real module's.
+
+    For a module that uses a deferred package as it is imported, and that another module
+    imports only to call one of its classes: kubernetes-asyncio's kubeconfig loader
+    imports its OpenID token refresher, whose class names ``aiohttp.TCPConnector`` in an
+    annotation evaluated as the class is made (all of aiohttp), to call it for a
+    kubeconfig with an OIDC user. Call it before the importing module is imported (its
+    parent package is not imported here: its ``__init__`` may import `name`)."""
+    if name in sys.modules or os.environ.get(EAGER_ENV, "") not in ("", "0"):
+        return
+    parent, _, child = name.rpartition(".")
+    top, _, rest = parent.partition(".")
+    top_spec = importlib.util.find_spec(top)
+    if top_spec is None or not top_spec.submodule_search_locations:
+        return
+    paths = [os.path.join(p, *rest.split(".")) if rest else p
+             for p in top_spec.submodule_search_locations]  # fmt: skip
+    spec = importlib.machinery.PathFinder.find_spec(name, paths)
+    if spec is None or spec.loader is None:
+        return
+    loader = spec.loader
+    stand_in = types.ModuleType(name)
+    stand_in.__spec__ = spec
+
+    def real() -> types.ModuleType:
+        with _lock(name):
+            module = sys.modules.get(name)
+            if module is not stand_in and module is not None:
+                return module
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                loader.exec_module(module)
+            except BaseException:
+                sys.modules[name] = stand_in
+                raise
+            if parent in sys.modules:
+                setattr(sys.modules[parent], child, module)
+            return module
+
+    def __getattr__(attr: str) -> object:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(real(), attr)
+
+    def maker(cls: str) -> Callable[..., object]:
+        def make(*args: object, **kwargs: object) -> object:
+            return getattr(real(), cls)(*args, **kwargs)
+
+        make.__name__ = make.__qualname__ = cls
+        return make
+
+    for cls in classes:
+        setattr(stand_in, cls, maker(cls))
+    stand_in.__getattr__ = __getattr__  # type: ignore[method-assign]
+    sys.modules[name] = stand_in
 
 
 install()
