@@ -13,13 +13,15 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.errors import KubeconfigError
 from fastctl.kube._kubeconfig_check import check_kubeconfig, check_server
-from fastctl.kube._lazy_import import defer_module
+from fastctl.kube._lazy_import import stand_ins_for
 from fastctl.kube._lazy_rest import LazyRest, new_client
+from fastctl.kube._stand_ins import import_with_stand_ins
 
 __all__ = ["KubeconfigError", "load_client"]
 
@@ -27,17 +29,17 @@ __all__ = ["KubeconfigError", "load_client"]
 async def load_client(kubeconfig: str | os.PathLike[str] | None = None) -> ApiClient:
     """An ApiClient for `kubeconfig`; without one, ``$KUBECONFIG``, ``~/.kube/config``, or
     the in-cluster service account, in that order."""
-    # Imported here, not with fastctl: the loaders bring PyYAML, dateutil and
-    # importlib.metadata, which only loading a configuration needs; their OpenID token
-    # refresher (and the aiohttp it loads) only a kubeconfig with an OIDC user.
-    defer_module("kubernetes_asyncio.config.openid", ("OpenIDRequestor",))
-    from kubernetes_asyncio import config as kube_config
+    # Imported here, not with fastctl: the loaders bring PyYAML and importlib.metadata,
+    # which only loading a configuration needs; their OpenID token refresher (and the
+    # aiohttp it loads) only a kubeconfig with an OIDC user (`_lazy_import.STAND_INS`).
+    name = "kubernetes_asyncio.config"
+    kube_config: Any = import_with_stand_ins(name, stand_ins_for(name))
 
     cfg = Configuration()
     path = kubeconfig if kubeconfig is not None else _default_kubeconfig()
     if path is None:
         try:
-            kube_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            kube_config.load_incluster_config(client_configuration=cfg)
         except Exception as exc:
             raise KubeconfigError(
                 f"no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a cluster ({exc})"

@@ -42,7 +42,6 @@ import ast
 import contextlib
 import functools
 import importlib
-import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -50,10 +49,14 @@ import threading
 import types
 from collections.abc import Callable, Mapping
 from importlib import _bootstrap
-from importlib.abc import Loader
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["EAGER_ENV", "LAZY_PACKAGES", "defer_module", "install", "is_deferred"]
+from fastctl.kube._stand_ins import import_with_stand_ins
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+
+__all__ = ["EAGER_ENV", "LAZY_PACKAGES", "STAND_INS", "install", "is_deferred", "stand_ins_for"]
 
 _AIOHTTP_ERRORS = (
     "ClientError",
@@ -88,10 +91,34 @@ LAZY_PACKAGES: Mapping[str, Mapping[str, str]] = {
     "kubernetes_asyncio.client.models": {},
     "aiohttp": dict.fromkeys(_AIOHTTP_ERRORS, "client_exceptions"),
     "urllib3": {},
+    "prometheus_client": {"CollectorRegistry": "registry", "Metric": "metrics_core"},
 }
 """Each package deferred, with the names it serves from one light submodule each (any
 other name runs the package's real ``__init__``). A package imported before fastctl (and
 the packages beneath it) is left as it is."""
+
+
+STAND_INS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
+    "kubernetes_asyncio.client.api_client": {
+        "dateutil.parser": ("parse",),
+        "multiprocessing.pool": ("ThreadPool",),
+    },
+    "kubernetes_asyncio.config": {"kubernetes_asyncio.config.openid": ("OpenIDRequestor",)},
+}
+"""Modules fastctl imports (``ApiClient``'s, served above; the kubeconfig loaders, which
+`load_client` imports), with the modules they import for a name they call only on a path
+fastctl does not take (a model's date deserialised, the thread pool of the generated API's
+``async_req``, the OpenID token refresher of an OIDC user, which loads all of aiohttp):
+imported with stand-ins for those (`fastctl.kube._stand_ins`, `stand_ins_for`)."""
+
+
+def stand_ins_for(name: str) -> Mapping[str, tuple[str, ...]]:
+    """The stand-ins to import the module `name` with (none if `EAGER_ENV` is set)."""
+    return {} if _eager() else STAND_INS.get(name, {})
+
+
+def _eager() -> bool:
+    return os.environ.get(EAGER_ENV, "") not in ("", "0")
 
 
 EAGER_ENV = "FASTCTL_EAGER_IMPORT"
@@ -124,7 +151,7 @@ def _lock(name: str) -> contextlib.AbstractContextManager[Any]:
 def install() -> None:
     """Defer the packages of `LAZY_PACKAGES` (parents first), unless already imported or
     `EAGER_ENV` asks not to."""
-    if os.environ.get(EAGER_ENV, "") not in ("", "0"):
+    if _eager():
         return
     imported = {name.partition(".")[0] for name in LAZY_PACKAGES if name in sys.modules}
     for name, light in LAZY_PACKAGES.items():
@@ -144,7 +171,8 @@ def _defer(name: str, light: Mapping[str, str]) -> None:
         if importlib.util.find_spec(f"{name}.{attr}") is not None:
             return importlib.import_module(f"{name}.{attr}")
         if attr in light:
-            value = getattr(importlib.import_module(f"{name}.{light[attr]}"), attr)
+            submodule = f"{name}.{light[attr]}"
+            value = getattr(import_with_stand_ins(submodule, stand_ins_for(submodule)), attr)
             setattr(module, attr, value)
             return value
         constants = _constants(spec.origin)
@@ -243,67 +271,6 @@ def is_deferred(module: types.ModuleType) -> bool:
     """Whether `module`'s real ``__init__`` has not run yet."""
     hook = _HOOKS.get(module.__name__)
     return hook is not None and vars(module).get("__getattr__") is hook
-
-
-def defer_module(name: str, classes: tuple[str, ...]) -> None:
-    """Put a stand-in for the module `name` in ``sys.modules``, unless it is imported or
-    `EAGER_ENV` is set: its `classes` are callables that import the real module and make
-    an instance of its class; any other name imports it and is the real module's.
-
-    For a module that uses a deferred package as it is imported, and that another module
-    imports only to call one of its classes: kubernetes-asyncio's kubeconfig loader
-    imports its OpenID token refresher, whose class names ``aiohttp.TCPConnector`` in an
-    annotation evaluated as the class is made (all of aiohttp), to call it for a
-    kubeconfig with an OIDC user. Call it before the importing module is imported (its
-    parent package is not imported here: its ``__init__`` may import `name`)."""
-    if name in sys.modules or os.environ.get(EAGER_ENV, "") not in ("", "0"):
-        return
-    parent, _, child = name.rpartition(".")
-    top, _, rest = parent.partition(".")
-    top_spec = importlib.util.find_spec(top)
-    if top_spec is None or not top_spec.submodule_search_locations:
-        return
-    paths = [os.path.join(p, *rest.split(".")) if rest else p
-             for p in top_spec.submodule_search_locations]  # fmt: skip
-    spec = importlib.machinery.PathFinder.find_spec(name, paths)
-    if spec is None or spec.loader is None:
-        return
-    loader = spec.loader
-    stand_in = types.ModuleType(name)
-    stand_in.__spec__ = spec
-
-    def real() -> types.ModuleType:
-        with _lock(name):
-            module = sys.modules.get(name)
-            if module is not stand_in and module is not None:
-                return module
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            try:
-                loader.exec_module(module)
-            except BaseException:
-                sys.modules[name] = stand_in
-                raise
-            if parent in sys.modules:
-                setattr(sys.modules[parent], child, module)
-            return module
-
-    def __getattr__(attr: str) -> object:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return getattr(real(), attr)
-
-    def maker(cls: str) -> Callable[..., object]:
-        def make(*args: object, **kwargs: object) -> object:
-            return getattr(real(), cls)(*args, **kwargs)
-
-        make.__name__ = make.__qualname__ = cls
-        return make
-
-    for cls in classes:
-        setattr(stand_in, cls, maker(cls))
-    stand_in.__getattr__ = __getattr__  # type: ignore[method-assign]
-    sys.modules[name] = stand_in
 
 
 install()

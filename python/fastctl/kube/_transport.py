@@ -344,10 +344,11 @@ def pool_for(client: ApiClient) -> Pool | None:
     rest = client.rest_client
     cached: tuple[Any, str | None, Any, Pool | None] | None = rest.__dict__.get("_fastctl_lean")
     # A client of `load_client` without a session yet: its pool is made from its
-    # configuration (`fastctl.kube._lazy_rest`), once, unless aiohttp is loaded already
-    # (something may have set its session up differently: it is made and looked at, then).
+    # configuration (`fastctl.kube._lazy_rest`), and kept when the session is made later,
+    # unless aiohttp is loaded already (something may have set its session up
+    # differently: it is made and looked at, then) or a session is assigned.
     session: Any = rest
-    if not (cached is not None and cached[0] is rest) and not _unmade(rest):
+    if not (cached is not None and cached[0] is rest and not rest.replaced) and not _unmade(rest):
         session = rest.pool_manager
     host = client.configuration.host
     loop = asyncio.get_running_loop()
