@@ -23,7 +23,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-__all__ = ["LazyRest", "new_client"]
+__all__ = ["ApiClient", "LazyRest", "new_client"]
 
 
 class LazyRest:
