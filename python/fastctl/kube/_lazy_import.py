@@ -23,6 +23,9 @@ client errors: those come from their own light module (``aiohttp.client_exceptio
 the first use of any other name (``aiohttp.ClientSession``: a list read page by page, a
 session a user opens) runs the real ``__init__``. ``urllib3``, which kubernetes-asyncio's
 ``Configuration`` imports for one helper (HTTP basic auth), loads at that helper's first use.
+``prometheus_client``'s ``__init__`` (its exposition, the process collectors it registers
+in its global registry) runs when a Manager registers those collectors or a metrics server
+starts; fastctl's collectors take their classes from its light submodules before that.
 
 That first use may come from several threads at once, and the real ``__init__`` takes a while
 (it imports hundreds of modules, setting the package's names one by one). So it runs under
