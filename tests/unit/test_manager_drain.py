@@ -64,7 +64,7 @@ def elect_on(store: LeaseStore, monkeypatch: pytest.MonkeyPatch) -> None:
         return made
 
     monkeypatch.setattr(_manager, "LeaderElector", elector)
-    monkeypatch.setattr(_manager, "ApiClient", _ElectorClient)
+    monkeypatch.setattr(_manager, "new_client", _ElectorClient)
 
 
 def manager_client() -> ApiClient:

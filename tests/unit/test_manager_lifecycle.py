@@ -88,7 +88,7 @@ class Cluster:
 
         monkeypatch.setattr(_manager, "LeaderElector", elector)
         monkeypatch.setattr(_manager, "ShardMember", member)
-        monkeypatch.setattr(_manager, "ApiClient", OwnClient)
+        monkeypatch.setattr(_manager, "new_client", OwnClient)
         monkeypatch.setattr(_environment, "watcher", watcher)
         monkeypatch.setattr(_run, "watcher", watcher)
         monkeypatch.setattr(_watches, "watcher", watcher)

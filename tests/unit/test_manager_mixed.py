@@ -97,7 +97,7 @@ class Setup:
 
         monkeypatch.setattr(_manager, "LeaderElector", elector)
         monkeypatch.setattr(_manager, "ShardMember", member)
-        monkeypatch.setattr(_manager, "ApiClient", _ElectorClient)
+        monkeypatch.setattr(_manager, "new_client", _ElectorClient)
         monkeypatch.setattr(_environment, "watcher", one_widget)
         monkeypatch.setattr(_run, "watcher", one_widget)
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.errors import KubeconfigError
 from fastctl.kube._kubeconfig_check import check_kubeconfig, check_server
+from fastctl.kube._lazy_import import stand_ins_for
+from fastctl.kube._lazy_rest import LazyRest, new_client
+from fastctl.kube._stand_ins import import_with_stand_ins
 
 __all__ = ["KubeconfigError", "load_client"]
 
@@ -25,21 +29,23 @@ __all__ = ["KubeconfigError", "load_client"]
 async def load_client(kubeconfig: str | os.PathLike[str] | None = None) -> ApiClient:
     """An ApiClient for `kubeconfig`; without one, ``$KUBECONFIG``, ``~/.kube/config``, or
     the in-cluster service account, in that order."""
-    # Imported here, not with fastctl: the loaders bring PyYAML, urllib3, dateutil and
-    # importlib.metadata, which only loading a configuration needs.
-    from kubernetes_asyncio import config as kube_config
+    # Imported here, not with fastctl: the loaders bring PyYAML and importlib.metadata,
+    # which only loading a configuration needs; their OpenID token refresher (and the
+    # aiohttp it loads) only a kubeconfig with an OIDC user (`_lazy_import.STAND_INS`).
+    name = "kubernetes_asyncio.config"
+    kube_config: Any = import_with_stand_ins(name, stand_ins_for(name))
 
     cfg = Configuration()
     path = kubeconfig if kubeconfig is not None else _default_kubeconfig()
     if path is None:
         try:
-            kube_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            kube_config.load_incluster_config(client_configuration=cfg)
         except Exception as exc:
             raise KubeconfigError(
                 f"no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a cluster ({exc})"
             ) from None
         check_server(cfg.host, "in-cluster configuration ($KUBERNETES_SERVICE_HOST/PORT)")
-        return _without_env_lookups(ApiClient(cfg))
+        return _without_env_lookups(new_client(cfg))
     file = _readable(path)
     _check_shape(file)
     try:
@@ -48,7 +54,7 @@ async def load_client(kubeconfig: str | os.PathLike[str] | None = None) -> ApiCl
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         detail = _without_credentials(detail, file)
         raise KubeconfigError(f"invalid kubeconfig {file}: {detail}") from None
-    return _without_env_lookups(ApiClient(cfg))
+    return _without_env_lookups(new_client(cfg))
 
 
 def _check_shape(file: Path) -> None:
@@ -103,6 +109,9 @@ def _without_env_lookups(client: ApiClient) -> ApiClient:
     in the kubeconfig, nothing changes.
     """
     if client.configuration.proxy or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return client
+    if isinstance(client.rest_client, LazyRest):  # its session, when made, will not look
+        client.rest_client.trust_env = False
         return client
     session = client.rest_client.pool_manager
     if hasattr(session, "_trust_env"):

@@ -21,6 +21,7 @@ has one (`fastctl.kube._throttle`), and counts the request (`fastctl.kube._reque
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -41,6 +42,7 @@ from fastctl.kube._transport import LeanResponse, LeanStream, pool_for
 
 __all__ = [
     "ApiError",
+    "Timeout",
     "error_from_response",
     "request",
     "request_json",
@@ -98,7 +100,7 @@ async def request(
     query: Query | None = None,
     body: bytes | None = None,
     content_type: str = "application/json",
-    client_timeout: aiohttp.ClientTimeout | None = None,
+    client_timeout: aiohttp.ClientTimeout | Timeout | None = None,
     accept: str | None = None,
     stream: Literal[False] = False,
 ) -> aiohttp.ClientResponse | LeanResponse: ...
@@ -111,7 +113,7 @@ async def request(
     query: Query | None = None,
     body: bytes | None = None,
     content_type: str = "application/json",
-    client_timeout: aiohttp.ClientTimeout | None = None,
+    client_timeout: aiohttp.ClientTimeout | Timeout | None = None,
     accept: str | None = None,
     stream: bool,
 ) -> aiohttp.ClientResponse | LeanResponse | LeanStream: ...
@@ -123,7 +125,7 @@ async def request(
     query: Query | None = None,
     body: bytes | None = None,
     content_type: str = "application/json",
-    client_timeout: aiohttp.ClientTimeout | None = None,
+    client_timeout: aiohttp.ClientTimeout | Timeout | None = None,
     accept: str | None = None,
     stream: bool = False,
 ) -> aiohttp.ClientResponse | LeanResponse | LeanStream:
@@ -164,11 +166,12 @@ async def request(
     timeout = client_timeout or _timeout(60.0)
     rest = client.rest_client
     # A fake cluster of a test answers from memory (`fastctl.kube._in_memory`).
-    session: aiohttp.ClientSession = SESSIONS.get(config.host) or rest.pool_manager  # type: ignore[assignment]
+    fake = SESSIONS.get(config.host)
     # A call with a total timeout and nothing else is read whole: on the lean transport,
-    # when the client's configuration allows it (`fastctl.kube._transport`).
+    # when the client's configuration allows it (`fastctl.kube._transport`). Its session
+    # (`fastctl.kube._lazy_rest`: made at first use) only for a request that is not.
     pool = None
-    if session is rest.pool_manager and (stream or _whole(timeout)):
+    if fake is None and (stream or _whole(timeout)):
         pool = pool_for(client)
     if rate_limit_of(client) is not None:  # no coroutine per request without a limit
         await throttle(client, method, config.host)
@@ -190,6 +193,9 @@ async def request(
         REQUESTS.record(method, config.host, answer.status, head_at - started)
         span.answered(answer.status)
         return answer
+    session: aiohttp.ClientSession = fake or rest.pool_manager  # type: ignore[assignment]
+    if not isinstance(timeout, aiohttp.ClientTimeout):
+        timeout = _client_timeout(timeout)
     kwargs: dict[str, Any] = {
         "params": params,
         "headers": headers,
@@ -217,15 +223,38 @@ _BEARER = "BearerToken"
 """The key of kubernetes-asyncio's ``Configuration.api_key`` that holds a bearer token."""
 
 
-def _whole(timeout: aiohttp.ClientTimeout) -> bool:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Timeout:
+    """A request's timeouts, as `aiohttp.ClientTimeout` names them (`request` takes either):
+    made without importing aiohttp's client, which a request on the lean transport never
+    needs."""
+
+    total: float | None = None
+    connect: float | None = None
+    sock_read: float | None = None
+    sock_connect: float | None = None
+
+
+def _whole(timeout: aiohttp.ClientTimeout | Timeout) -> bool:
     """Whether a request with this timeout is read whole (a total, no read timeout)."""
     return timeout.total is not None and timeout.sock_read is None and timeout.connect is None
 
 
 @functools.lru_cache(maxsize=64)
-def _timeout(total: float) -> aiohttp.ClientTimeout:
-    """One `aiohttp.ClientTimeout` per value (it is immutable; a request need not build one)."""
-    return aiohttp.ClientTimeout(total=total)
+def _timeout(total: float) -> Timeout:
+    """One `Timeout` per value (it is immutable; a request need not build one)."""
+    return Timeout(total=total)
+
+
+@functools.lru_cache(maxsize=64)
+def _client_timeout(timeout: Timeout) -> aiohttp.ClientTimeout:
+    """The `aiohttp.ClientTimeout` of a request that goes on aiohttp's session."""
+    return aiohttp.ClientTimeout(
+        total=timeout.total,
+        connect=timeout.connect,
+        sock_read=timeout.sock_read,
+        sock_connect=timeout.sock_connect,
+    )
 
 
 def _qs(value: str | int | bool) -> str:

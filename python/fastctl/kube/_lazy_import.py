@@ -15,6 +15,18 @@ ApiClient deserialising into a model) runs the real ``__init__`` then, so code t
 kubernetes-asyncio's typed API beside fastctl sees the whole package, only later. When
 kubernetes-asyncio was imported before fastctl, nothing changes.
 
+Two more packages are deferred the same way, for the same reason: a controller's path to
+its first reconcile does not need them. ``aiohttp``'s ``__init__`` imports its whole client
+and server and makes its default TLS contexts (about 0.1 s of CPU), while fastctl's object
+calls and watches go over its own transport, which only raises and classifies aiohttp's
+client errors: those come from their own light module (``aiohttp.client_exceptions``), and
+the first use of any other name (``aiohttp.ClientSession``: a list read page by page, a
+session a user opens) runs the real ``__init__``. ``urllib3``, which kubernetes-asyncio's
+``Configuration`` imports for one helper (HTTP basic auth), loads at that helper's first use.
+``prometheus_client``'s ``__init__`` (its exposition, the process collectors it registers
+in its global registry) runs when a Manager registers those collectors or a metrics server
+starts; fastctl's collectors take their classes from its light submodules before that.
+
 That first use may come from several threads at once, and the real ``__init__`` takes a while
 (it imports hundreds of modules, setting the package's names one by one). So it runs under
 the import system's own lock for the package (the one a normal ``import`` holds while a
@@ -40,18 +52,76 @@ import threading
 import types
 from collections.abc import Callable, Mapping
 from importlib import _bootstrap
-from importlib.abc import Loader
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["EAGER_ENV", "LAZY_PACKAGES", "install", "is_deferred"]
+from fastctl.kube._stand_ins import import_with_stand_ins
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+
+__all__ = ["EAGER_ENV", "LAZY_PACKAGES", "STAND_INS", "install", "is_deferred", "stand_ins_for"]
+
+_AIOHTTP_ERRORS = (
+    "ClientError",
+    "ClientConnectionError",
+    "ClientConnectionResetError",
+    "ClientOSError",
+    "ClientConnectorError",
+    "ClientProxyConnectionError",
+    "ClientSSLError",
+    "ClientConnectorDNSError",
+    "ClientConnectorSSLError",
+    "ClientConnectorCertificateError",
+    "ConnectionTimeoutError",
+    "SocketTimeoutError",
+    "ServerConnectionError",
+    "ServerTimeoutError",
+    "ServerDisconnectedError",
+    "ServerFingerprintMismatch",
+    "ClientResponseError",
+    "ClientHttpProxyError",
+    "ContentTypeError",
+    "ClientPayloadError",
+    "InvalidURL",
+    "InvalidUrlClientError",
+)
+"""aiohttp's client errors, which fastctl's own transport raises and its retries classify:
+their module (``aiohttp.client_exceptions``) is light, the package's ``__init__`` is not."""
 
 LAZY_PACKAGES: Mapping[str, Mapping[str, str]] = {
     "kubernetes_asyncio": {},
     "kubernetes_asyncio.client": {"ApiClient": "api_client", "Configuration": "configuration"},
     "kubernetes_asyncio.client.models": {},
+    "aiohttp": dict.fromkeys(_AIOHTTP_ERRORS, "client_exceptions"),
+    "urllib3": {},
+    "prometheus_client": {"CollectorRegistry": "registry", "Metric": "metrics_core"},
 }
 """Each package deferred, with the names it serves from one light submodule each (any
-other name runs the package's real ``__init__``)."""
+other name runs the package's real ``__init__``). A package imported before fastctl (and
+the packages beneath it) is left as it is."""
+
+
+STAND_INS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
+    "kubernetes_asyncio.client.api_client": {
+        "dateutil.parser": ("parse",),
+        "multiprocessing.pool": ("ThreadPool",),
+    },
+    "kubernetes_asyncio.config": {"kubernetes_asyncio.config.openid": ("OpenIDRequestor",)},
+}
+"""Modules fastctl imports (``ApiClient``'s, served above; the kubeconfig loaders, which
+`load_client` imports), with the modules they import for a name they call only on a path
+fastctl does not take (a model's date deserialised, the thread pool of the generated API's
+``async_req``, the OpenID token refresher of an OIDC user, which loads all of aiohttp):
+imported with stand-ins for those (`fastctl.kube._stand_ins`, `stand_ins_for`)."""
+
+
+def stand_ins_for(name: str) -> Mapping[str, tuple[str, ...]]:
+    """The stand-ins to import the module `name` with (none if `EAGER_ENV` is set)."""
+    return {} if _eager() else STAND_INS.get(name, {})
+
+
+def _eager() -> bool:
+    return os.environ.get(EAGER_ENV, "") not in ("", "0")
 
 
 EAGER_ENV = "FASTCTL_EAGER_IMPORT"
@@ -84,10 +154,12 @@ def _lock(name: str) -> contextlib.AbstractContextManager[Any]:
 def install() -> None:
     """Defer the packages of `LAZY_PACKAGES` (parents first), unless already imported or
     `EAGER_ENV` asks not to."""
-    if "kubernetes_asyncio" in sys.modules or os.environ.get(EAGER_ENV, "") not in ("", "0"):
+    if _eager():
         return
+    imported = {name.partition(".")[0] for name in LAZY_PACKAGES if name in sys.modules}
     for name, light in LAZY_PACKAGES.items():
-        _defer(name, light)
+        if name.partition(".")[0] not in imported:
+            _defer(name, light)
 
 
 def _defer(name: str, light: Mapping[str, str]) -> None:
@@ -102,7 +174,8 @@ def _defer(name: str, light: Mapping[str, str]) -> None:
         if importlib.util.find_spec(f"{name}.{attr}") is not None:
             return importlib.import_module(f"{name}.{attr}")
         if attr in light:
-            value = getattr(importlib.import_module(f"{name}.{light[attr]}"), attr)
+            submodule = f"{name}.{light[attr]}"
+            value = getattr(import_with_stand_ins(submodule, stand_ins_for(submodule)), attr)
             setattr(module, attr, value)
             return value
         constants = _constants(spec.origin)
@@ -120,6 +193,7 @@ def _defer(name: str, light: Mapping[str, str]) -> None:
             lock.__exit__(None, None, None)
 
     module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    _HOOKS[name] = __getattr__
     sys.modules[name] = module
     parent, _, child = name.rpartition(".")
     if parent:
@@ -191,9 +265,15 @@ def _partial(module: types.ModuleType, attr: str) -> object:
         ) from None
 
 
+_HOOKS: dict[str, Callable[[str], object]] = {}
+"""The ``__getattr__`` each deferred package was given (its real ``__init__`` may define
+its own: aiohttp's does)."""
+
+
 def is_deferred(module: types.ModuleType) -> bool:
-    """Whether `module`'s real ``__init__`` has not run yet (for tests and diagnostics)."""
-    return "__getattr__" in vars(module)
+    """Whether `module`'s real ``__init__`` has not run yet."""
+    hook = _HOOKS.get(module.__name__)
+    return hook is not None and vars(module).get("__getattr__") is hook
 
 
 install()

@@ -36,6 +36,7 @@ import functools
 import os
 import re
 import ssl
+import sys
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -43,11 +44,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp.client_reqrep import ConnectionKey
 from kubernetes_asyncio.client import ApiClient
 from yarl import URL
 
 from fastctl.kube._http1 import Connection, LeanResponse
+from fastctl.kube._lazy_import import is_deferred
+from fastctl.kube._lazy_rest import LazyRest
 from fastctl.kube._watch_stream import LeanStream
 
 __all__ = ["IDLE_SECONDS", "SWITCH", "LeanResponse", "LeanStream", "Pool", "pool_for"]
@@ -71,7 +73,7 @@ class Pool:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        session: aiohttp.ClientSession,
+        session: aiohttp.ClientSession | None,
         base: str,
         context: ssl.SSLContext | None,
         server_hostname: str | None,
@@ -85,8 +87,6 @@ class Pool:
         self.prefix = "/" + self.prefix if self.prefix else ""
         self.ssl, self.server_hostname = context, server_hostname if context else None
         self.host_line = f"Host: {url.host_port_subcomponent}\r\n"
-        self.key = ConnectionKey(self.host, self.port, context is not None, context or False,
-                                 None, None, None, self.server_hostname)  # fmt: skip
         self.clock = time.perf_counter
         self.count = 0  # connections open or being opened, and places handed to waiters
         self.idle: list[Connection] = []  # the most recently used last
@@ -286,13 +286,17 @@ class Pool:
 
     def _connect_error(self, exc: BaseException) -> BaseException:
         """What aiohttp's connector raises for a connection that could not be made."""
+        if not isinstance(exc, OSError):  # ssl.SSLError and CertificateError are OSErrors
+            return exc
+        from aiohttp.client_reqrep import ConnectionKey  # on failure only: it is not light
+
+        key = ConnectionKey(self.host, self.port, self.ssl is not None, self.ssl or False,
+                            None, None, None, self.server_hostname)  # fmt: skip
         if isinstance(exc, ssl.CertificateError):
-            return aiohttp.ClientConnectorCertificateError(self.key, exc)
+            return aiohttp.ClientConnectorCertificateError(key, exc)
         if isinstance(exc, ssl.SSLError):
-            return aiohttp.ClientConnectorSSLError(self.key, exc)
-        if isinstance(exc, OSError):
-            return aiohttp.ClientConnectorError(self.key, exc)
-        return exc
+            return aiohttp.ClientConnectorSSLError(key, exc)
+        return aiohttp.ClientConnectorError(key, exc)
 
     # -- the request's bytes ------------------------------------------------------------
 
@@ -338,7 +342,13 @@ def pool_for(client: ApiClient) -> Pool | None:
     on its aiohttp session (see the module docstring)."""
     rest = client.rest_client
     cached: tuple[Any, str | None, Any, Pool | None] | None = rest.__dict__.get("_fastctl_lean")
-    session = rest.pool_manager
+    # A client of `load_client` without a session yet: its pool is made from its
+    # configuration (`fastctl.kube._lazy_rest`), and kept when the session is made later,
+    # unless aiohttp is loaded already (something may have set its session up
+    # differently: it is made and looked at, then) or a session is assigned.
+    session: Any = rest
+    if not (cached is not None and cached[0] is rest and not rest.replaced) and not _unmade(rest):
+        session = rest.pool_manager
     host = client.configuration.host
     loop = asyncio.get_running_loop()
     if cached is not None and cached[0] is session and cached[1] == host and cached[2] is loop:
@@ -360,6 +370,15 @@ code change to step around it); ``lean``, the default, uses the transport where 
 Read when a client's pool is made."""
 
 
+def _unmade(rest: Any) -> bool:
+    """Whether `rest` is a `LazyRest` whose session neither exists nor was replaced, with
+    aiohttp not loaded yet (so nothing can have changed how its session would be made)."""
+    if not isinstance(rest, LazyRest) or rest.made or rest.replaced:
+        return False
+    module = sys.modules.get("aiohttp")
+    return module is None or is_deferred(module)
+
+
 def _lean_allowed() -> bool:
     choice = os.environ.get(SWITCH, "lean")
     if choice not in ("lean", "aiohttp"):
@@ -372,6 +391,8 @@ def _new_pool(
 ) -> Pool | None:
     if not _lean_allowed():
         return None
+    if session is rest:  # a `LazyRest` without a session: plain, as kubernetes-asyncio's
+        return _pool_from_configuration(loop, rest, host)
     if not isinstance(session, aiohttp.ClientSession) or session.closed or not host:
         return None
     if rest.proxy or rest.proxy_headers or (session.trust_env and _environment_applies()):
@@ -388,20 +409,44 @@ def _new_pool(
     connector = session.connector
     if not plain or not isinstance(connector, aiohttp.TCPConnector):
         return None
-    try:
-        url = URL(host)
-    except ValueError:  # aiohttp says what is wrong with it (InvalidURL)
-        return None
-    if url.scheme not in ("http", "https") or url.user or url.password or not url.raw_host:
-        return None
-    if url.query_string or url.fragment or not _SAFE_PATH(url.raw_path):
-        return None
+    scheme = _scheme(host)
     context: ssl.SSLContext | None = None
-    if url.scheme == "https":
+    if scheme == "https":
         context = getattr(connector, "_ssl", None)
         if not isinstance(context, ssl.SSLContext):
             return None
+    elif scheme != "http":
+        return None
     return Pool(loop, session, host, context, rest.server_hostname, connector.limit)
+
+
+def _pool_from_configuration(
+    loop: asyncio.AbstractEventLoop, rest: LazyRest, host: str | None
+) -> Pool | None:
+    """The pool of a client whose session is not made: what kubernetes-asyncio's session
+    would be, plain, with the TLS context and limit its connector would have."""
+    if not host or rest.proxy or rest.proxy_headers:
+        return None
+    if rest.trust_env and _environment_applies():
+        return None
+    scheme = _scheme(host)
+    if scheme not in ("http", "https"):
+        return None
+    context = rest.ssl_context if scheme == "https" else None
+    return Pool(loop, None, host, context, rest.server_hostname, rest.maxsize)
+
+
+def _scheme(host: str | None) -> str | None:
+    """The server URL's scheme if the transport can send to it as it is, else ``None``."""
+    try:
+        url = URL(host or "")
+    except ValueError:  # aiohttp says what is wrong with it (InvalidURL)
+        return None
+    if url.user or url.password or not url.raw_host:
+        return None
+    if url.query_string or url.fragment or not _SAFE_PATH(url.raw_path):
+        return None
+    return url.scheme
 
 
 def _environment_applies() -> bool:

@@ -79,7 +79,7 @@ from fastctl._core import Item, decode_object, decode_proto_object
 from fastctl._options import pick
 from fastctl._redact import is_sensitive, remember
 from fastctl.errors import ApiError, WatchError, WatchStreamError
-from fastctl.kube._http import error_from_response, request, retry_after_header
+from fastctl.kube._http import Timeout, error_from_response, request, retry_after_header
 from fastctl.kube._kubeconfig_check import invalid_url_error
 from fastctl.kube._lines import FrameReader
 from fastctl.kube._resource import ResolvedResource, Resource
@@ -699,9 +699,7 @@ class _Watcher:
         """GET the collection; no total timeout (lists can be long, watches are), but a
         read timeout so a silent connection is noticed. Metadata only, a list and a watch
         ask for different types (the list type, or the type of the events' objects)."""
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=30, sock_read=self.config.read_timeout
-        )
+        timeout = Timeout(total=None, sock_connect=30, sock_read=self.config.read_timeout)
         accept = None
         if self.config.metadata_only:
             accept = METADATA_WATCH_ACCEPT if query.get("watch") else METADATA_LIST_ACCEPT

@@ -38,12 +38,11 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-
 if TYPE_CHECKING:
     from typing import Self
 
     from aiohttp import web
+    from prometheus_client import CollectorRegistry
 
     from fastctl.runtime._metrics_auth import Verdict
 
@@ -99,7 +98,7 @@ class HealthServer:
         port: int,
         *,
         host: str = "0.0.0.0",
-        registry: CollectorRegistry = REGISTRY,
+        registry: CollectorRegistry | None = None,
         live: Check = _always,
         ready: Check = _always,
         metrics: bool = True,
@@ -114,6 +113,10 @@ class HealthServer:
             raise ValueError("a HealthServer must serve metrics, probes or both")
         self.port = port
         self.host = host
+        if registry is None:  # prometheus_client's whole package: the server is about to run
+            from prometheus_client import REGISTRY
+
+            registry = REGISTRY
         self.registry = registry
         self.live = live
         self.ready = ready
@@ -191,6 +194,8 @@ class HealthServer:
                 return web.Response(
                     status=verdict.status, text=verdict.reason + "\n", headers=headers
                 )
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
         body = generate_latest(self.registry)
         # CONTENT_TYPE_LATEST carries parameters (version, charset): set the header whole,
         # since aiohttp's content_type= takes a bare media type.

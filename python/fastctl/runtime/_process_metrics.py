@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from prometheus_client import (
-    GC_COLLECTOR,
-    PLATFORM_COLLECTOR,
-    PROCESS_COLLECTOR,
-    CollectorRegistry,
-)
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fastctl.kube._request_metrics import BUCKETS, REQUESTS, LatencyTotals, RequestTotals
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["ClientRequestCollector", "register_process_metrics"]
 
@@ -92,6 +90,10 @@ def _cumulative(histogram: LatencyTotals) -> list[tuple[str, float]]:
 def register_process_metrics(registry: CollectorRegistry) -> None:
     """Register the process and client request collectors in `registry`, leaving out the
     process ones it has already (prometheus_client's global registry has them)."""
+    # prometheus_client's whole package makes these: imported when a Manager is made, not
+    # with fastctl (`fastctl.kube._lazy_import`).
+    from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
+
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         with contextlib.suppress(ValueError):  # its names are taken: the registry has it
             registry.register(collector)

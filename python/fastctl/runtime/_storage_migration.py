@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fastctl._rate import RateLimit

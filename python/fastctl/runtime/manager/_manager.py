@@ -46,13 +46,13 @@ import asyncio
 import logging
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from fastctl._options import pick
 from fastctl._rate import RateLimit
 from fastctl._threads import live_threads
 from fastctl.errors import LeadershipLost
+from fastctl.kube._lazy_rest import ApiClient, new_client
 from fastctl.kube._throttle import limit_clients
 from fastctl.runtime._debug_queue import DebugQueueServer
 from fastctl.runtime._health import HealthServer
@@ -259,7 +259,7 @@ class Manager:
                 ctl.record_reasons()
         if self.sharding is not None and any(self._sharded(c) for c in self.controllers):
             # Its own client, like the elector's: renewals never wait for a connection.
-            self._member_client = ApiClient(self.client.configuration)
+            self._member_client = new_client(self.client.configuration)
             self.member = ShardMember(self._member_client, self.sharding, drainer=self._drain_slots)
         envs = build_environments(
             self.controllers,
@@ -320,7 +320,7 @@ class Manager:
         if self._campaigns():
             # Its own client, so renewals never queue behind watches for a connection
             # of the shared pool (each watch holds one for its whole life).
-            self._elector_client = ApiClient(self.client.configuration)
+            self._elector_client = new_client(self.client.configuration)
             assert self.leader_election is not None
             self.elector = LeaderElector(self._elector_client, self.leader_election)
             tasks.add(Role.LEADER_ELECTION, loop.create_task(self.elector.run()))
