@@ -6,10 +6,10 @@ model's dates) and multiprocessing's thread pool (for the generated API's ``asyn
 its kubeconfig loader imports its OpenID token refresher, whose class evaluates an aiohttp
 annotation as it is made (all of aiohttp), for a kubeconfig with an OIDC user. A stand-in
 takes such a module's place in ``sys.modules`` while the importing module loads
-(`import_with_stand_ins`; it leaves afterwards, so any later import is the real one):
-the names the importer
-takes from it (``from dateutil.parser import parse``) are callables that import the real
-module then and call the real name; any other name imports it and is the real module's.
+(`import_with_stand_ins`; it leaves afterwards, so any later import is the real one): the
+names the importer takes from it (``from dateutil.parser import parse``) are callables that
+import the real module then and call the real name; any other name imports it and is the
+real module's.
 The real module, once imported, replaces the stand-in in ``sys.modules``.
 """
 
