@@ -39,6 +39,7 @@ def _run(code: str) -> Any:
         capture_output=True,
         text=True,
         env={k: v for k, v in os.environ.items() if k != "FASTCTL_EAGER_IMPORT"},
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -10,13 +10,9 @@ Each check runs in a fresh interpreter: this test process imported all of them l
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
-from typing import Any
+
+from .test_import_cost import _run
 
 HEAVY = (
     "aiohttp.client",
@@ -33,19 +29,6 @@ HEAVY = (
 """What each loads when it is imported for real (aiohttp's, urllib3's and prometheus_client's
 ``__init__``), or when its server starts; and what kubernetes-asyncio's ``ApiClient`` and
 kubeconfig loaders import for names they call only on paths fastctl does not take."""
-
-
-def _run(code: str) -> Any:
-    """Run `code` in a fresh interpreter; it prints one JSON document, returned here."""
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != "FASTCTL_EAGER_IMPORT"},
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _kubeconfig(tmp_path: Path, server: str, name: str = "kubeconfig") -> Path:
