@@ -19,6 +19,8 @@ from fastctl.kube import _namespace_watch as nsw
 from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._watcher import EventKind, ListFrame, ObjectEvent, WatchEvent
 
+from .test_controller_relist import until
+
 CM = ResolvedResource("", "v1", "ConfigMap", "configmaps", True)
 SECRET = ResolvedResource("", "v1", "Secret", "secrets", True)
 
@@ -87,15 +89,6 @@ def listed(obj: dict[str, Any]) -> WatchEvent:
 
 def apply(obj: dict[str, Any]) -> WatchEvent:
     return ObjectEvent(EventKind.APPLY, obj)
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    """Let the loop run until `check()` holds (the fakes answer at once: no clock)."""
-    for _ in range(5000):
-        if check():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"never happened: {what}")
 
 
 async def holds(store: Store, *names: str) -> None:
