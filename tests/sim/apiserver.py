@@ -48,7 +48,7 @@ from fastctl.errors import ApiError
 from fastctl.kube._http import error_from_response
 from fastctl.runtime.leader._rules import micro_time
 from fastctl.testing.fake._patches import merge_patch
-from fastctl.testing.fake._server import shard_filter
+from fastctl.testing.fake._reads import shard_filter
 from fastctl.testing.fake._wire import Entry, Response, WatchStream, status_body
 
 from .record import Record

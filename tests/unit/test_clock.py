@@ -116,7 +116,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("kube/_watch_stream.py", "loop.time"): (1, "a real stream's read timeout: its loop's"),
     ("kube/_watch_stream.py", "self._loop.time"): (1, "a real stream's read timer: its loop's"),
     ("_otel_spans.py", "time.time_ns"): (3, "a span's times: OpenTelemetry's wall clock"),
-    ("testing/fake/_server.py", "datetime.now"): (1, "creationTimestamp: wall clock, a server's"),
+    ("testing/fake/_state.py", "datetime.now"): (1, "creationTimestamp: wall clock, a server's"),
 }
 """Every direct clock reading in the package outside `fastctl._clock`, each justified (the
 module docstring of `fastctl._clock` says which stay on the wall clock, and why)."""

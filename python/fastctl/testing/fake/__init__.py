@@ -3,7 +3,7 @@ fastctl uses for a real one, faults on demand, and the record of the requests ma
 (docs/testing.md, "Testing an operator on a fake cluster")."""
 
 from fastctl.testing.fake._cluster import FakeCluster, FakeClusterError
-from fastctl.testing.fake._server import RecordedRequest
+from fastctl.testing.fake._requests import RecordedRequest
 
 __all__ = [
     "FakeCluster",

@@ -18,13 +18,8 @@ from fastctl._clock import monotonic
 from fastctl.kube._in_memory import SESSIONS
 from fastctl.testing.fake._clone import clone
 from fastctl.testing.fake._kinds import Kind
-from fastctl.testing.fake._server import (
-    DEFAULT_NAMESPACES,
-    Fail,
-    FakeApiServer,
-    Fault,
-    RecordedRequest,
-)
+from fastctl.testing.fake._requests import Fail, Fault, RecordedRequest
+from fastctl.testing.fake._server import DEFAULT_NAMESPACES, FakeApiServer
 from fastctl.testing.fake._wire import Response
 
 if TYPE_CHECKING:
