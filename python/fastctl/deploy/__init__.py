@@ -9,7 +9,8 @@ mounted). The pieces ``fastctl manifests`` assembles them from are private.
 
 from typing import TYPE_CHECKING, Any
 
-from fastctl.deploy._rbac import Permissions, PolicyRule, derive, needs
+from fastctl.deploy._rbac import derive, needs
+from fastctl.deploy._rules import Permissions, PolicyRule
 
 if TYPE_CHECKING:
     from fastctl.deploy._manifests import DeployOptions, manifests, to_yaml

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastctl.deploy._operator import collect_crds
-from fastctl.deploy._rbac import Permissions, PolicyRule
+from fastctl.deploy._rules import Permissions, PolicyRule
 from fastctl.deploy._webhooks import (
     CERT_DIR,
     CertificateMode,

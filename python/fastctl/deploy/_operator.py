@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from fastctl.deploy._rbac import PolicyRule, migration_rules, resolve_offline
+from fastctl.deploy._rbac import migration_rules, resolve_offline
+from fastctl.deploy._rules import PolicyRule
 from fastctl.kube._resource import Discovery, ResolvedResource, Resource
 from fastctl.runtime._storage_migration import StorageMigration
 from fastctl.runtime.controller import Controller

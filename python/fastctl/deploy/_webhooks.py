@@ -38,7 +38,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from fastctl.deploy._rbac import PolicyRule
+from fastctl.deploy._rules import PolicyRule
 from fastctl.webhook._configuration import Service, configurations, conversion
 from fastctl.webhook._managed import shared_secret_of
 from fastctl.webhook._registry import Webhooks
