@@ -6,26 +6,31 @@
 //! Python exceptions. Everything that touches Python (argument extraction, reading
 //! `time.monotonic`, building results, formatting errors) happens before the lock is taken or
 //! after it is released, so a finalizer or another thread can never deadlock on it.
+//!
+//! Its parts: the arguments (`args`) and the answers as dicts (`dicts`).
 
-use std::hash::{BuildHasher, RandomState};
+mod args;
+mod dicts;
+
 use std::sync::{Mutex, MutexGuard};
 
-use pyo3::exceptions::{PyKeyError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::{MutexExt, PyOnceLock};
-use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
+use pyo3::sync::MutexExt;
+use pyo3::types::{PyDict, PyList, PyMapping, PyString};
 
-use crate::clock;
-use crate::scheduler::{
-    Config, Error, HistogramSnapshot, KeyInspection, QueueSummary, Scheduler, MAX_DELAY,
-    MAX_GROUP_CONCURRENCY, MAX_WEIGHT,
+use crate::scheduler::{Config, Error, Scheduler};
+use args::{
+    group_cap, group_str, key_items, key_str, key_strs, non_negative_int, not_in_flight, poisoned,
+    resolve_now, resolve_query_now, seed_of, set_group_weights, to_py_err, type_name, weight_u32,
 };
+pub(crate) use dicts::scheduler_defaults;
 
 /// A keyed priority/delay scheduler: one record per key, never two hand-outs of a key at once.
 ///
 /// See docs/scheduler.md for the full semantics.
 #[pyclass(frozen, name = "Scheduler", module = "fastctl._core")]
-pub struct PyScheduler {
+pub(crate) struct PyScheduler {
     inner: Mutex<Scheduler>,
     /// Called with no arguments after `set_group_concurrency`, which may release a held
     /// group: the applier running on this scheduler sleeps until something wakes it, and
@@ -33,283 +38,11 @@ pub struct PyScheduler {
     waker: Mutex<Option<Py<PyAny>>>,
 }
 
-/// The key as `&str`, or a `TypeError` naming what was passed instead.
-fn key_str<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a str> {
-    match obj.cast::<PyString>() {
-        Ok(s) => s.to_str(),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "{what} must be str, not {}",
-            type_name(obj)
-        ))),
-    }
-}
-
-/// The fair group: `None`, or a `str` (a `TypeError` naming what was passed instead).
-#[inline]
-fn group_str<'a>(obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a str>> {
-    match obj {
-        None => Ok(None),
-        Some(o) if o.is_none() => Ok(None),
-        Some(o) => match o.cast::<PyString>() {
-            Ok(s) => s.to_str().map(Some),
-            Err(_) => Err(PyTypeError::new_err(format!(
-                "group must be str or None, not {}",
-                type_name(o)
-            ))),
-        },
-    }
-}
-
-/// A group weight: an int in [1, MAX_WEIGHT], else a `ValueError` naming the group.
-fn weight_u32(group: &str, weight: i64) -> PyResult<u32> {
-    u32::try_from(weight)
-        .ok()
-        .filter(|&w| w >= 1)
-        .ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "weight of group {group:?} must be an int in [1, {MAX_WEIGHT}], got {weight}"
-            ))
-        })
-}
-
-/// The items of an iterable of keys (refusing a `str`, which would iterate as characters),
-/// for a batched call named `call`.
-fn key_items<'py>(keys: &Bound<'py, PyAny>, call: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    if keys.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(format!(
-            "{call}() takes an iterable of str keys, not a str"
-        )));
-    }
-    keys.try_iter()?.collect()
-}
-
-/// Every item as `&str`, or a `TypeError` naming the first that is not a `str` and its
-/// index. The message is built only on that error: formatting it per key cost more than
-/// the scheduler's own work per key.
-fn key_strs<'a>(items: &'a [Bound<'_, PyAny>], call: &str) -> PyResult<Vec<&'a str>> {
-    let mut strs = Vec::with_capacity(items.len());
-    for (i, obj) in items.iter().enumerate() {
-        match obj.cast::<PyString>() {
-            Ok(s) => strs.push(s.to_str()?),
-            Err(_) => return Err(key_str(obj, &format!("{call}() key at index {i}")).unwrap_err()),
-        }
-    }
-    Ok(strs)
-}
-
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map_or_else(|_| "?".to_owned(), |n| n.to_string())
-}
-
-/// `now`, or the monotonic clock (the one `time.monotonic()` reads).
-fn resolve_now(py: Python<'_>, now: Option<f64>) -> PyResult<f64> {
-    if let Some(now) = now {
-        return Ok(now);
-    }
-    if let Some(now) = clock::monotonic() {
-        return Ok(now);
-    }
-    static MONOTONIC: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    MONOTONIC
-        .import(py, "time", "monotonic")?
-        .call0()?
-        .extract()
-}
-
-/// `now`, or the clock a query reads: the running event loop's `time()` when this thread runs
-/// one, else the monotonic clock. A query (`stats`, `inspect`, `queue_summary`) moves the
-/// scheduler's clock to the time it is asked at, so one asked on a loop whose time is virtual
-/// must not read the real clock: that would move the clock past every virtual ready time for
-/// good. Updates (`add`, `pop`, `done`) keep reading the monotonic clock without calling into
-/// Python: they are the hot path, and the runtime gives them `now` from its loop.
-fn resolve_query_now(py: Python<'_>, now: Option<f64>) -> PyResult<f64> {
-    if let Some(now) = now {
-        return Ok(now);
-    }
-    static RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let running = RUNNING_LOOP
-        .import(py, "asyncio", "_get_running_loop")?
-        .call0()?;
-    if running.is_none() {
-        return resolve_now(py, None);
-    }
-    running.call_method0(pyo3::intern!(py, "time"))?.extract()
-}
-
-/// Map a core error to the Python exception users expect; `key` is the Python key object,
-/// for a message that shows it as Python would.
-fn to_py_err(err: Error, key: Option<&Bound<'_, PyAny>>) -> PyErr {
-    match err {
-        Error::InvalidDelay { .. } | Error::InvalidTime(_) | Error::InvalidConfig { .. } => {
-            PyValueError::new_err(err.to_string())
-        }
-        Error::NotInFlight(k) => not_in_flight("done", &k, key),
-        Error::TooManyKeys => PyMemoryError::new_err(err.to_string()),
-    }
-}
-
-/// The `KeyError` of `call` for a key not in flight, showing the key as Python would.
-fn not_in_flight(call: &str, k: &str, key: Option<&Bound<'_, PyAny>>) -> PyErr {
-    let shown = key
-        .and_then(|k| k.repr().ok())
-        .map_or_else(|| format!("{k:?}"), |r| r.to_string());
-    PyKeyError::new_err(format!("{call}(): key {shown} is not in flight"))
-}
-
-/// `group_concurrency`: an int in [0, MAX_GROUP_CONCURRENCY] (not a bool: `True` would read
-/// as a cap of 1), else a `ValueError` naming the parameter.
-fn group_cap(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
-    let refuse = || {
-        let shown = obj
-            .repr()
-            .map_or_else(|_| "?".to_owned(), |r| r.to_string());
-        PyValueError::new_err(format!(
-            "group_concurrency must be an int in [0, {MAX_GROUP_CONCURRENCY}] or None \
-             (0 or None: no cap), got {shown}"
-        ))
-    };
-    if obj.is_instance_of::<pyo3::types::PyBool>() || !obj.is_instance_of::<pyo3::types::PyInt>() {
-        return Err(refuse());
-    }
-    obj.extract::<u64>()
-        .ok()
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|&n| n <= MAX_GROUP_CONCURRENCY)
-        .ok_or_else(refuse)
-}
-
-fn non_negative_int(name: &str, value: i64) -> PyResult<usize> {
-    usize::try_from(value)
-        .map_err(|_| PyValueError::new_err(format!("{name} must be an int >= 0, got {value}")))
-}
-
-/// `Config::default` as the keywords of `Scheduler()`, for Python code that needs to know
-/// them without writing them again (`debounce_max` is `None`: 10 × `debounce`).
-fn scheduler_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let Config {
-        concurrency,
-        debounce,
-        debounce_max,
-        max_wait,
-        backoff_base,
-        backoff_max,
-        seed: _,
-        group_concurrency,
-    } = Config::default();
-    let d = PyDict::new(py);
-    d.set_item("concurrency", concurrency)?;
-    d.set_item("debounce", debounce)?;
-    d.set_item("debounce_max", debounce_max)?;
-    d.set_item("max_wait", max_wait)?;
-    d.set_item("backoff_base", backoff_base)?;
-    d.set_item("backoff_max", backoff_max)?;
-    d.set_item("group_concurrency", group_concurrency)?;
-    // Not `Config::default().seed`: from Python, no seed means a random one.
-    d.set_item("seed", py.None())?;
-    // No weights set: every fair group has weight 1.
-    d.set_item("group_weights", py.None())?;
-    Ok(d)
-}
-
-fn histogram<'py>(py: Python<'py>, h: &HistogramSnapshot) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    let buckets = h
-        .buckets
-        .iter()
-        .map(|&(bound, n)| {
-            PyTuple::new(
-                py,
-                [
-                    bound.into_pyobject(py)?.into_any(),
-                    n.into_pyobject(py)?.into_any(),
-                ],
-            )
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    d.set_item("buckets", PyList::new(py, buckets)?)?;
-    d.set_item("sum", h.sum)?;
-    d.set_item("count", h.count)?;
-    Ok(d)
-}
-
-/// `Scheduler.inspect`'s dict.
-fn inspection<'py>(py: Python<'py>, i: &KeyInspection) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("state", i.state.as_str())?;
-    d.set_item("priority", i.priority)?;
-    d.set_item("failures", i.failures)?;
-    d.set_item("backoff", i.backoff)?;
-    d.set_item("ready_at", i.ready_at)?;
-    d.set_item("since", i.since)?;
-    d.set_item("ahead_at_priority", i.ahead_at_priority)?;
-    d.set_item("ahead_higher", i.ahead_higher)?;
-    d.set_item("follow_up_priority", i.follow_up_priority)?;
-    d.set_item("ahead_in_group", i.ahead_in_group)?;
-    d.set_item("group", &i.group)?;
-    d.set_item("held", i.held)?;
-    d.set_item("group_concurrency", i.group_concurrency)?;
-    Ok(d)
-}
-
-/// `Scheduler.queue_summary`'s dict.
-fn summary<'py>(py: Python<'py>, q: &QueueSummary) -> PyResult<Bound<'py, PyDict>> {
-    let by_priority = |levels: &[(i64, usize)]| -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for &(p, n) in levels {
-            d.set_item(p, n)?;
-        }
-        Ok(d)
-    };
-    let d = PyDict::new(py);
-    d.set_item("ready", q.ready)?;
-    d.set_item("waiting", q.waiting)?;
-    d.set_item("in_flight", q.in_flight)?;
-    d.set_item("dirty", q.dirty)?;
-    d.set_item("concurrency", q.concurrency)?;
-    d.set_item("group_concurrency", q.group_concurrency)?;
-    d.set_item("ready_by_priority", by_priority(&q.ready_by_priority)?)?;
-    d.set_item(
-        "in_flight_by_priority",
-        by_priority(&q.in_flight_by_priority)?,
-    )?;
-    let oldest = match &q.oldest_ready {
-        Some(o) => {
-            let e = PyDict::new(py);
-            e.set_item("key", &o.key)?;
-            e.set_item("priority", o.priority)?;
-            e.set_item("since", o.since)?;
-            e.set_item("group", &o.group)?;
-            e.into_any()
-        }
-        None => py.None().into_bound(py),
-    };
-    d.set_item("oldest_ready", oldest)?;
-    d.set_item("next_ready_at", q.next_ready_at)?;
-    d.set_item("now", q.now)?;
-    let by_group = PyDict::new(py);
-    for g in &q.by_group {
-        let e = PyDict::new(py);
-        e.set_item("keys", g.keys)?;
-        e.set_item("ready", g.ready)?;
-        e.set_item("in_flight", g.in_flight)?;
-        e.set_item("weight", g.weight)?;
-        e.set_item("group_concurrency", g.group_concurrency)?;
-        e.set_item("held", g.held)?;
-        by_group.set_item(&g.group, e)?;
-    }
-    d.set_item("by_group", by_group)?;
-    Ok(d)
-}
-
 impl PyScheduler {
     fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Scheduler>> {
         // Detaches from the interpreter while waiting, so a free-threaded stop-the-world
         // pause never waits on a thread that waits on us.
-        self.inner
-            .lock_py_attached(py)
-            .map_err(|_| PyRuntimeError::new_err("Scheduler is unusable: an earlier call panicked"))
+        self.inner.lock_py_attached(py).map_err(|_| poisoned())
     }
 
     /// Call the waker, if one is set (outside the scheduler's lock). Its failure is not the
@@ -356,16 +89,7 @@ impl PyScheduler {
         group_weights: Option<&Bound<'_, PyMapping>>,
         group_concurrency: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let seed = match seed {
-            None => RandomState::new().hash_one(clock::monotonic().unwrap_or(0.0).to_bits()),
-            Some(obj) => obj.extract::<u64>().map_err(|_| {
-                PyValueError::new_err(format!(
-                    "seed must be an int in [0, 2**64) or None, got {}",
-                    obj.repr()
-                        .map_or_else(|_| "?".to_owned(), |r| r.to_string())
-                ))
-            })?,
-        };
+        let seed = seed_of(seed)?;
         let default = Config::default();
         let concurrency = match concurrency {
             Some(n) => non_negative_int("concurrency", n)?,
@@ -385,23 +109,7 @@ impl PyScheduler {
             },
         };
         let mut inner = Scheduler::new(config).map_err(|e| to_py_err(e, None))?;
-        let weights = match group_weights {
-            Some(m) => m.items()?.iter().collect(),
-            None => Vec::new(),
-        };
-        for item in weights {
-            let (group, weight): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
-            let name = key_str(&group, "group_weights key")?;
-            let weight = weight.extract::<i64>().map_err(|_| {
-                PyValueError::new_err(format!(
-                    "weight of group {name:?} must be an int, not {}",
-                    type_name(&weight)
-                ))
-            })?;
-            inner
-                .set_group_weight(name, weight_u32(name, weight)?)
-                .map_err(|e| to_py_err(e, None))?;
-        }
+        set_group_weights(&mut inner, group_weights)?;
         Ok(Self {
             inner: Mutex::new(inner),
             waker: Mutex::new(None),
@@ -562,9 +270,7 @@ impl PyScheduler {
             }
         }
         let previous = {
-            let mut slot = self.waker.lock_py_attached(py).map_err(|_| {
-                PyRuntimeError::new_err("Scheduler is unusable: an earlier call panicked")
-            })?;
+            let mut slot = self.waker.lock_py_attached(py).map_err(|_| poisoned())?;
             std::mem::replace(&mut *slot, waker)
         };
         drop(previous); // outside the lock: dropping a Python object may run Python code
@@ -666,26 +372,7 @@ impl PyScheduler {
             let mut inner = self.lock(py)?;
             inner.stats(now).map_err(|e| to_py_err(e, None))?
         };
-        let d = PyDict::new(py);
-        d.set_item("depth", s.depth)?;
-        d.set_item("waiting", s.waiting)?;
-        d.set_item("in_flight", s.in_flight)?;
-        d.set_item("dirty", s.dirty)?;
-        d.set_item("len", s.len)?;
-        let c = &s.counters;
-        d.set_item("adds_total", c.adds)?;
-        d.set_item("merges_total", c.merges)?;
-        d.set_item("retries_total", c.retries)?;
-        d.set_item("requeues_total", c.requeues)?;
-        d.set_item("pops_total", c.pops)?;
-        d.set_item("done_total", c.done)?;
-        d.set_item("failures_total", c.failures)?;
-        d.set_item("oldest_ready_age", s.oldest_ready_age)?;
-        d.set_item("longest_running", s.longest_running)?;
-        d.set_item("unfinished_work", s.unfinished_work)?;
-        d.set_item("queue_duration", histogram(py, &s.queue_duration)?)?;
-        d.set_item("work_duration", histogram(py, &s.work_duration)?)?;
-        Ok(d)
+        dicts::stats(py, &s)
     }
 
     /// The state of `key` as of `now` (due keys promoted first), or None if it has no record.
@@ -700,7 +387,7 @@ impl PyScheduler {
         let now = resolve_query_now(py, now)?;
         let found = self.lock(py)?.inspect(k, now);
         match found.map_err(|e| to_py_err(e, Some(key)))? {
-            Some(i) => Ok(Some(inspection(py, &i)?)),
+            Some(i) => Ok(Some(dicts::inspection(py, &i)?)),
             None => Ok(None),
         }
     }
@@ -714,7 +401,7 @@ impl PyScheduler {
     ) -> PyResult<Bound<'py, PyDict>> {
         let now = resolve_query_now(py, now)?;
         let q = self.lock(py)?.queue_summary(now);
-        summary(py, &q.map_err(|e| to_py_err(e, None))?)
+        dicts::summary(py, &q.map_err(|e| to_py_err(e, None))?)
     }
 
     /// Check the internal invariants (O(n)); raises AssertionError naming the broken one.
@@ -757,19 +444,4 @@ impl PyScheduler {
     fn backoff_max(&self, py: Python<'_>) -> PyResult<f64> {
         Ok(self.lock(py)?.config().backoff_max)
     }
-}
-
-#[pymodule]
-fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyScheduler>()?;
-    crate::cache_binding::register(m)?;
-    crate::otlp_binding::register(m)?;
-    crate::otlp_span::register(m)?;
-    crate::otlp_http::register(m)?;
-    crate::written_binding::register(m)?;
-    crate::stream_binding::register(m)?;
-    m.add("MAX_DELAY", MAX_DELAY)?;
-    m.add("SCHEDULER_DEFAULTS", scheduler_defaults(m.py())?)?;
-    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    Ok(())
 }

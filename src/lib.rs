@@ -20,3 +20,20 @@ pub mod stream;
 mod stream_binding;
 pub mod written;
 mod written_binding;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<binding::PyScheduler>()?;
+    crate::cache_binding::register(m)?;
+    crate::otlp_binding::register(m)?;
+    crate::otlp_span::register(m)?;
+    crate::otlp_http::register(m)?;
+    crate::written_binding::register(m)?;
+    crate::stream_binding::register(m)?;
+    m.add("MAX_DELAY", scheduler::MAX_DELAY)?;
+    m.add("SCHEDULER_DEFAULTS", binding::scheduler_defaults(m.py())?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
