@@ -2,7 +2,7 @@
 //! decoder (`frames`, and `proto` for protobuf frames of ConfigMaps and Secrets), the
 //! compact object cache (`cache`), the OTLP trace writer (`otlp`) and the read-your-writes
 //! guard's state (`written`), all plain Rust, and their thin Python binding (`binding`,
-//! `cache_binding`, `otlp_binding`, `written_binding`), built by maturin into
+//! `frames_binding`, `cache_binding`, `otlp_binding`, `written_binding`), built by maturin into
 //! `fastctl._core`.
 
 mod binding;
@@ -10,6 +10,7 @@ pub mod cache;
 mod cache_binding;
 mod clock;
 pub mod frames;
+mod frames_binding;
 pub mod otlp;
 mod otlp_binding;
 mod otlp_http;
@@ -26,6 +27,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<binding::PyScheduler>()?;
+    crate::frames_binding::register(m)?;
     crate::cache_binding::register(m)?;
     crate::otlp_binding::register(m)?;
     crate::otlp_span::register(m)?;

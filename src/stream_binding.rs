@@ -1,15 +1,15 @@
 //! The Python binding of `stream`: `fastctl._core.WatchBody`, one watch response's body
 //! decoded read by read (`fastctl.kube._watch_stream` feeds it from the socket).
 //!
-//! Thin, as `cache_binding`: a framing error is a `ValueError`; the frames are the tuples
+//! Thin, as `frames_binding`: a framing error is a `ValueError`; the frames are the tuples
 //! `decode_lines` gives.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::cache_binding::frame_tuple;
 use crate::frames::{self, Options};
+use crate::frames_binding::frame_tuple;
 use crate::stream::{Framing, WatchBody};
 
 /// A read at least this long is decoded without holding the GIL (a shorter one, the

@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 use pyo3::PyTraverseError;
 
-use crate::cache_binding::PyItem;
+use crate::frames_binding::PyItem;
 use crate::written::{Hold, Written};
 
 mod hook;

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::PyTraverseError;
 
 use super::PyWritten;
-use crate::cache_binding::PyItem;
+use crate::frames_binding::PyItem;
 use crate::written::Seen;
 
 /// The event hook of one cached kind: one call per event, nearly nothing while no write is
