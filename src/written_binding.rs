@@ -9,8 +9,8 @@
 //! count of a start that was held or ran past its bound, the write observer context
 //! variable's ``set`` and ``reset``, and the clock a writing reconcile's end is read from.
 //!
-//! Here, `Written` and the kind of each write; beside it, `kinds` (a followed kind's scope,
-//! cache reader and label check), `read` (the Python values read: an event's effect, a
+//! Here, `Written`; beside it, `kinds` (a followed kind's scope, cache reader and label
+//! check, and the kind of each write), `read` (the Python values read: an event's effect, a
 //! reconciled object's key, a write's answer, whose rules are `crate::written::answer`),
 //! `writes` (`Writes`, one async reconcile's observer) and `hook` (`WrittenHook`, each
 //! cached kind's event hook).
@@ -404,64 +404,6 @@ impl PyWritten {
             init_done,
             on_caught_up,
         }
-    }
-}
-
-impl PyWritten {
-    /// The index of the followed kind `resource` names, if its cache may hold an object in
-    /// `namespace`.
-    fn kind_in_scope(
-        slf: &Bound<'_, Self>,
-        resource: &Bound<'_, PyAny>,
-        namespace: Option<&str>,
-    ) -> PyResult<Option<u32>> {
-        let py = slf.py();
-        let known = {
-            let me = slf.borrow();
-            me.seen_resources
-                .iter()
-                .find(|(r, _)| r.is(resource))
-                .map(|(_, k)| *k)
-        };
-        let kind = match known {
-            Some(k) => k,
-            None => {
-                let group = resource.getattr(intern!(py, "group"))?;
-                let name = resource.getattr(intern!(py, "kind"))?;
-                let (group, name) = (
-                    group.str()?.to_cow()?.into_owned(),
-                    name.str()?.to_cow()?.into_owned(),
-                );
-                let mut me = slf.borrow_mut();
-                let k = me
-                    .kinds
-                    .iter()
-                    .position(|k| k.group == group && k.kind == name)
-                    .map(|i| i as u32);
-                if me.seen_resources.len() < 32 {
-                    me.seen_resources.push((resource.clone().unbind(), k));
-                }
-                k
-            }
-        };
-        let Some(kind) = kind else {
-            return Ok(None);
-        };
-        let Some(ns) = namespace else {
-            return Ok(Some(kind)); // a cluster-scoped object: inside every scope
-        };
-        let set = {
-            let me = slf.borrow();
-            match &me.kinds[kind as usize].scope {
-                Scope::All => return Ok(Some(kind)),
-                Scope::One(one) => return Ok((one == ns).then_some(kind)),
-                Scope::Set(set) => set.clone_ref(py),
-            }
-        };
-        let covered = set
-            .call_method1(py, intern!(py, "covers"), (ns,))?
-            .is_truthy(py)?;
-        Ok(covered.then_some(kind))
     }
 }
 

@@ -1,9 +1,11 @@
 //! A followed kind of `Written`: its cache's scope, how its cache is asked what it shows of
-//! an object, and its label check of an answer.
+//! an object, and its label check of an answer; and which followed kind, if any, a write's
+//! resource names (`PyWritten::kind_in_scope`).
 
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use super::PyWritten;
 use crate::cache_binding::PyCompactMap;
 
 /// Where a followed kind's cache looks.
@@ -66,4 +68,62 @@ pub(super) struct Kind {
     pub(super) scope: Scope,
     pub(super) reader: Reader,
     pub(super) selector: Option<Py<PyAny>>,
+}
+
+impl PyWritten {
+    /// The index of the followed kind `resource` names, if its cache may hold an object in
+    /// `namespace`.
+    pub(super) fn kind_in_scope(
+        slf: &Bound<'_, Self>,
+        resource: &Bound<'_, PyAny>,
+        namespace: Option<&str>,
+    ) -> PyResult<Option<u32>> {
+        let py = slf.py();
+        let known = {
+            let me = slf.borrow();
+            me.seen_resources
+                .iter()
+                .find(|(r, _)| r.is(resource))
+                .map(|(_, k)| *k)
+        };
+        let kind = match known {
+            Some(k) => k,
+            None => {
+                let group = resource.getattr(intern!(py, "group"))?;
+                let name = resource.getattr(intern!(py, "kind"))?;
+                let (group, name) = (
+                    group.str()?.to_cow()?.into_owned(),
+                    name.str()?.to_cow()?.into_owned(),
+                );
+                let mut me = slf.borrow_mut();
+                let k = me
+                    .kinds
+                    .iter()
+                    .position(|k| k.group == group && k.kind == name)
+                    .map(|i| i as u32);
+                if me.seen_resources.len() < 32 {
+                    me.seen_resources.push((resource.clone().unbind(), k));
+                }
+                k
+            }
+        };
+        let Some(kind) = kind else {
+            return Ok(None);
+        };
+        let Some(ns) = namespace else {
+            return Ok(Some(kind)); // a cluster-scoped object: inside every scope
+        };
+        let set = {
+            let me = slf.borrow();
+            match &me.kinds[kind as usize].scope {
+                Scope::All => return Ok(Some(kind)),
+                Scope::One(one) => return Ok((one == ns).then_some(kind)),
+                Scope::Set(set) => set.clone_ref(py),
+            }
+        };
+        let covered = set
+            .call_method1(py, intern!(py, "covers"), (ns,))?
+            .is_truthy(py)?;
+        Ok(covered.then_some(kind))
+    }
 }
