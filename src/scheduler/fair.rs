@@ -12,95 +12,12 @@
 //! that becomes ready joins its parked queue. When the group is released it joins each such
 //! ring at the back, as a group that just got its first ready key there.
 
+mod members;
+
 use super::groups::{Groups, NO_GROUP};
 use super::sorted::Sorted;
 use super::tournament::Tournament;
-
-/// One group's ready keys at one level, and its neighbours in the level's ring.
-#[derive(Debug)]
-struct Member {
-    queue: Sorted<u64>,
-    prev: u32,
-    next: u32,
-    /// Its group is held (`Groups::is_held`): out of the ring and the tournament (`prev`
-    /// and `next` mean nothing), its keys kept in order until it is released.
-    parked: bool,
-}
-
-/// The groups of one fair level by group number: a vector indexed by the number (numbers
-/// are small and reused, `Groups` hands them out densely), so the lookups on every add and
-/// pop are an index, not a hash. Shaped like the map it replaces. A slot is the member
-/// alone, its number being its index: with the number in it too, a slot outgrew a cache line.
-#[derive(Debug, Default)]
-struct Members {
-    slots: Vec<Option<Member>>,
-    len: usize,
-}
-
-impl Members {
-    #[inline]
-    fn get(&self, gid: &u32) -> Option<&Member> {
-        self.slots.get(*gid as usize)?.as_ref()
-    }
-
-    #[inline]
-    fn get_mut(&mut self, gid: &u32) -> Option<&mut Member> {
-        self.slots.get_mut(*gid as usize)?.as_mut()
-    }
-
-    fn insert(&mut self, gid: u32, member: Member) {
-        let i = gid as usize;
-        if self.slots.len() <= i {
-            self.slots.resize_with(i + 1, || None);
-        }
-        if self.slots[i].replace(member).is_none() {
-            self.len += 1;
-        }
-    }
-
-    fn remove(&mut self, gid: &u32) -> Option<Member> {
-        let m = self.slots.get_mut(*gid as usize)?.take()?;
-        self.len -= 1;
-        Some(m)
-    }
-
-    #[inline]
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (u32, &Member)> + '_ {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(g, m)| Some((g as u32, m.as_ref()?)))
-    }
-
-    fn keys(&self) -> impl Iterator<Item = u32> + '_ {
-        self.iter().map(|(g, _)| g)
-    }
-
-    fn values(&self) -> impl Iterator<Item = &Member> + '_ {
-        self.iter().map(|(_, m)| m)
-    }
-}
-
-impl std::ops::Index<&u32> for Members {
-    type Output = Member;
-
-    fn index(&self, gid: &u32) -> &Member {
-        self.get(gid).expect("group in the level")
-    }
-}
-
-impl<'a> IntoIterator for &'a Members {
-    type Item = (u32, &'a Member);
-    type IntoIter = Box<dyn Iterator<Item = (u32, &'a Member)> + 'a>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        Box::new(self.iter())
-    }
-}
+use members::{Member, Members};
 
 /// A priority level with named groups: a FIFO per group and a ring of the groups that have
 /// ready keys here and are not held (held ones are parked members: `Member::parked`).

@@ -1,8 +1,10 @@
 //! The unit tests of `queues.rs`.
 
+use super::waiting::Time;
 use super::*;
 use crate::scheduler::backoff::SplitMix64;
 use crate::scheduler::groups::NO_GROUP;
+use crate::scheduler::sorted::Sorted;
 use std::sync::OnceLock;
 
 /// Groups with none named: every level stays plain.
