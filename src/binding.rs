@@ -768,6 +768,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::otlp_http::register(m)?;
     crate::written_binding::register(m)?;
     crate::stream_binding::register(m)?;
+    crate::tls_binding::register(m)?;
     m.add("MAX_DELAY", MAX_DELAY)?;
     m.add("SCHEDULER_DEFAULTS", scheduler_defaults(m.py())?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,8 +1,9 @@
 //! fastctl's core: the keyed priority/delay scheduler (`scheduler`), the watch-frame
 //! decoder (`frames`, and `proto` for protobuf frames of ConfigMaps and Secrets), the
 //! compact object cache (`cache`), the OTLP trace writer (`otlp`) and the read-your-writes
-//! guard's state (`written`), all plain Rust, and their thin Python binding (`binding`,
-//! `cache_binding`, `otlp_binding`, `written_binding`), built by maturin into
+//! guard's state (`written`), the lean transport's TLS (`tls`, rustls), all plain Rust, and
+//! their thin Python binding (`binding`, `cache_binding`, `otlp_binding`, `written_binding`,
+//! `tls_binding`), built by maturin into
 //! `fastctl._core`.
 
 mod binding;
@@ -18,5 +19,7 @@ pub mod proto;
 pub mod scheduler;
 pub mod stream;
 mod stream_binding;
+pub mod tls;
+mod tls_binding;
 pub mod written;
 mod written_binding;
