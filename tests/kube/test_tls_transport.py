@@ -12,18 +12,20 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio import config
+from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.kube import load_client
 from fastctl.kube._http import request, request_json
 from fastctl.kube._http1 import TlsConnection
+from fastctl.kube._lazy_rest import new_client
 from fastctl.kube._transport import pool_for
 from fastctl.kube._watch_stream import LeanStream
 from fastctl.testing import ControlPlane
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 
-REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+REVIEW = orjson.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
 
 
 async def whoami(client: ApiClient) -> str:
@@ -79,7 +81,7 @@ async def test_a_client_certificate_and_a_token_over_rustls(
         path = f"/api/v1/namespaces/{namespace}/configmaps"
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=30)
         stream = await request(
-            admin, "GET", path, params={"watch": "true", "timeoutSeconds": "2"},
+            admin, "GET", path, query={"watch": "true", "timeoutSeconds": "2"},
             client_timeout=timeout, stream=True,
         )  # fmt: skip
         assert isinstance(stream, LeanStream)
@@ -87,7 +89,7 @@ async def test_a_client_certificate_and_a_token_over_rustls(
             strip=False, identity=None, replace=False, max_line=1 << 20, protobuf=False
         ):
             body = {"metadata": {"name": "over-rustls"}, "data": {"a": "b"}}
-            await request_json(admin, "POST", path, body=body)
+            await request_json(admin, "POST", path, body=orjson.dumps(body))
             seen: list[str] = []
             while not seen:
                 batch = await asyncio.wait_for(stream.read(), 10)
@@ -103,8 +105,12 @@ async def test_a_client_certificate_and_a_token_over_rustls(
 async def test_a_name_the_serving_certificate_lacks_is_refused(
     control_plane: ControlPlane,
 ) -> None:
-    async with await load_client(control_plane.kubeconfig) as admin:
-        admin.configuration.tls_server_name = "not-the-api-server.example"
+    cfg = Configuration()
+    await config.load_kube_config(
+        config_file=str(control_plane.kubeconfig), client_configuration=cfg
+    )
+    cfg.tls_server_name = "not-the-api-server.example"
+    async with new_client(cfg) as admin:
         with pytest.raises(aiohttp.ClientConnectorCertificateError) as caught:
             await whoami(admin)
         assert "not valid for 'not-the-api-server.example'" in str(caught.value)
