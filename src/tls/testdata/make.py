@@ -4,6 +4,7 @@ with an interpreter that has `cryptography`."""
 import datetime
 import ipaddress
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -50,7 +51,9 @@ def ca(stem: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     return key, cert
 
 
-def leaf(stem: str, issuer: tuple, curve: ec.EllipticCurve, server: bool) -> ec.EllipticCurvePrivateKey:
+def leaf(
+    stem: str, issuer: tuple[Any, Any], curve: ec.EllipticCurve, server: bool
+) -> ec.EllipticCurvePrivateKey:
     ca_key, ca_cert = issuer
     key = ec.generate_private_key(curve)
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
