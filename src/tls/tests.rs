@@ -93,6 +93,8 @@ fn session(config: Arc<ClientConfig>, name: &str) -> Session {
     Session::new(config, name).unwrap()
 }
 
+/// Broken once: the session's buffer limit left at rustls's default (red: the 3 MB request
+/// cannot be written whole).
 #[test]
 fn a_good_handshake_then_data_both_ways() {
     let config = client_config(Some(CA), None, None, true).unwrap();
