@@ -1,8 +1,9 @@
 //! fastctl's core: the keyed priority/delay scheduler (`scheduler`), the watch-frame
 //! decoder (`frames`, and `proto` for protobuf frames of ConfigMaps and Secrets), the
 //! compact object cache (`cache`), the OTLP trace writer (`otlp`) and the read-your-writes
-//! guard's state (`written`), all plain Rust, and their thin Python binding (`binding`,
-//! `frames_binding`, `cache_binding`, `otlp_binding`, `written_binding`), built by maturin into
+//! guard's state (`written`), the lean transport's TLS (`tls`, rustls), all plain Rust, and
+//! their thin Python binding (`binding`, `frames_binding`, `cache_binding`, `otlp_binding`,
+//! `written_binding`, `tls_binding`), built by maturin into
 //! `fastctl._core`.
 
 mod binding;
@@ -19,6 +20,8 @@ pub mod proto;
 pub mod scheduler;
 pub mod stream;
 mod stream_binding;
+pub mod tls;
+mod tls_binding;
 pub mod written;
 mod written_binding;
 
@@ -34,6 +37,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::otlp_http::register(m)?;
     crate::written_binding::register(m)?;
     crate::stream_binding::register(m)?;
+    crate::tls_binding::register(m)?;
     m.add("MAX_DELAY", scheduler::MAX_DELAY)?;
     m.add("SCHEDULER_DEFAULTS", binding::scheduler_defaults(m.py())?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

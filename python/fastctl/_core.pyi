@@ -692,3 +692,38 @@ class WatchBody:
     @property
     def pending(self) -> int:
         """The bytes of a frame begun and not complete."""
+
+class TlsConfig:
+    """The TLS settings of one API server for rustls, from the PEM bytes of its
+    kubeconfig's files: the CA certificates (required when `verify`), the client
+    certificate chain and its key (else looked for in `cert`). A `ValueError` says what
+    cannot be loaded (no CA with `verify`, an encrypted key, a key type ring cannot sign
+    with...): the transport then keeps Python's `ssl`."""
+
+    def __new__(
+        cls,
+        ca: bytes | None = None,
+        cert: bytes | None = None,
+        key: bytes | None = None,
+        verify: bool = True,
+    ) -> Self: ...
+
+class TlsSession:
+    """One client connection's TLS (rustls) with `server_name` (a DNS name or an IP
+    address) as the name the server's certificate must carry. A refused certificate is
+    ``ssl.SSLCertVerificationError``, any other TLS failure ``ssl.SSLError``; a server name
+    that is neither a name nor an address, a `ValueError`."""
+
+    def __new__(cls, config: TlsConfig, server_name: str) -> Self: ...
+    def start(self) -> bytes:
+        """The first bytes to send (the ClientHello)."""
+    def feed(self, data: bytes) -> tuple[bytes, bytes | None]:
+        """One read of the socket: (the plaintext it completed, the TLS bytes to send back
+        or ``None``)."""
+    def encrypt(self, data: bytes) -> bytes:
+        """`data` as TLS records to send (after the handshake)."""
+    def close(self) -> bytes:
+        """The close_notify alert to send before closing."""
+    @property
+    def handshaking(self) -> bool:
+        """The handshake is still under way."""

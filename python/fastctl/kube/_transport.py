@@ -17,9 +17,18 @@ session as before:
   URL, trace configs or middlewares, e.g. an instrumentation's), a connector that is not a
   TCP connector with an ``SSLContext`` for https, a server URL with user info or a query.
 
-TLS is the session's own ``SSLContext`` (kubernetes-asyncio builds it from the CA file, the
-client certificate and key, ``verify_ssl``), with ``tls_server_name`` as the server name;
-the client's ``default_headers`` and bearer token are headers `request` passes in. A pool
+TLS is done in the extension with rustls (`fastctl._core.TlsSession`, fed by
+`fastctl.kube._http1.TlsConnection` from a plain TCP connection: one call per read and per
+request) from the configuration's files, read when the pool is made: the CA file, the
+client certificate and key, ``verify_ssl``, with ``tls_server_name`` (else the server's host,
+a name or an IP address) as the name its certificate must carry. It is the session's own
+``SSLContext`` (kubernetes-asyncio builds it from the same settings; Python's `ssl` over
+the event loop's SSL transport) when rustls cannot take the configuration (no CA file
+with ``verify_ssl``: the system's roots; an encrypted key or one ring cannot sign with;
+``disable_strict_ssl_verification``; a file unreadable or not PEM), when the session is not
+one kubernetes-asyncio made from the configuration, or when `TLS_SWITCH` says ``python``.
+Certificates refused by either are ``ClientConnectorCertificateError`` naming the problem.
+The client's ``default_headers`` and bearer token are headers `request` passes in. A pool
 keeps at most the connector's limit of connections (kubernetes-asyncio's
 ``connection_pool_maxsize``, 100) for requests read whole, with waiters beyond it (a
 watch's connection is outside the bound while it streams: the watches, which hold theirs
@@ -44,15 +53,24 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, Configuration
 from yarl import URL
 
-from fastctl.kube._http1 import Connection, LeanResponse
+from fastctl._core import TlsConfig
+from fastctl.kube._http1 import Connection, LeanResponse, TlsConnection
 from fastctl.kube._lazy_import import is_deferred
 from fastctl.kube._lazy_rest import LazyRest
 from fastctl.kube._watch_stream import LeanStream
 
-__all__ = ["IDLE_SECONDS", "SWITCH", "LeanResponse", "LeanStream", "Pool", "pool_for"]
+__all__ = [
+    "IDLE_SECONDS",
+    "SWITCH",
+    "TLS_SWITCH",
+    "LeanResponse",
+    "LeanStream",
+    "Pool",
+    "pool_for",
+]
 
 IDLE_SECONDS = 15.0
 """How long a connection may stay idle in the pool (aiohttp's keep-alive timeout)."""
@@ -78,7 +96,10 @@ class Pool:
         context: ssl.SSLContext | None,
         server_hostname: str | None,
         limit: int,
+        tls: TlsConfig | None = None,
     ) -> None:
+        """With `tls` (and `context`, for what errors name), TLS is rustls's, the server name
+        `server_hostname` or else the host."""
         url = URL(base)
         self.loop, self.session, self.base, self.limit = loop, session, base, limit
         self.host = url.raw_host or ""
@@ -86,6 +107,8 @@ class Pool:
         self.prefix = base.split("://", 1)[1].partition("/")[2]
         self.prefix = "/" + self.prefix if self.prefix else ""
         self.ssl, self.server_hostname = context, server_hostname if context else None
+        self.tls = tls if context is not None else None
+        self.tls_name = server_hostname or self.host
         self.host_line = f"Host: {url.host_port_subcomponent}\r\n"
         self.clock = time.perf_counter
         self.count = 0  # connections open or being opened, and places handed to waiters
@@ -208,19 +231,36 @@ class Pool:
         else:
             self.count += 1
         try:
-            _, conn = await self.loop.create_connection(
-                functools.partial(Connection, self),
-                self.host,
-                self.port,
-                ssl=self.ssl,
-                server_hostname=self.server_hostname,
-            )
+            if self.tls is not None:
+                conn = await self._open_tls(self.tls)
+            else:
+                _, conn = await self.loop.create_connection(
+                    functools.partial(Connection, self),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.server_hostname,
+                )
         except BaseException as exc:
             self._free()
             error = self._connect_error(exc)
             if error is exc:
                 raise
             raise error from exc
+        return conn
+
+    async def _open_tls(self, tls: TlsConfig) -> Connection:
+        """A plain TCP connection, then rustls's handshake on it."""
+        _, conn = await self.loop.create_connection(
+            functools.partial(TlsConnection, self, tls, self.tls_name), self.host, self.port
+        )
+        try:
+            await conn.ready
+        except BaseException:
+            if not conn.ready.done():
+                conn.ready.cancel()
+            conn.abort()
+            raise
         return conn
 
     async def _turn(self) -> Connection | None:
@@ -356,7 +396,7 @@ def pool_for(client: ApiClient) -> Pool | None:
         return None if pool is None or pool.closed else pool
     if cached is not None and cached[3] is not None:
         _close(cached[2], cached[3])  # made for another session, server or loop
-    pool = _new_pool(loop, rest, session, host)
+    pool = _new_pool(loop, rest, session, host, client.configuration)
     rest.__dict__["_fastctl_lean"] = (session, host, loop, pool)
     if pool is not None and not rest.__dict__.get("_fastctl_close_hooked"):
         _close_pool_with(rest)
@@ -368,6 +408,53 @@ SWITCH = "FASTCTL_HTTP"
 lean transport (an operator that meets a server the transport does not get right needs no
 code change to step around it); ``lean``, the default, uses the transport where it applies.
 Read when a client's pool is made."""
+
+
+TLS_SWITCH = "FASTCTL_TLS"
+"""``python`` makes the lean transport's TLS Python's `ssl` (the session's ``SSLContext``)
+for every client, as before TLS moved into the extension; ``rustls``, the default, uses
+the extension's where the configuration allows (see the module docstring). Read when a
+client's pool is made."""
+
+
+def _rustls_allowed() -> bool:
+    choice = os.environ.get(TLS_SWITCH, "rustls")
+    if choice not in ("rustls", "python"):
+        raise ValueError(f"{TLS_SWITCH} must be 'rustls' or 'python', not {choice!r}")
+    return choice == "rustls"
+
+
+def _rustls_config(configuration: Any) -> TlsConfig | None:
+    """rustls's settings from the configuration's files, or ``None``: Python's `ssl`
+    (see the module docstring)."""
+    if not _rustls_allowed() or not isinstance(configuration, Configuration):
+        return None
+    if getattr(configuration, "disable_strict_ssl_verification", False):
+        return None
+    verify = bool(configuration.verify_ssl)
+    try:
+        ca = _read(configuration.ssl_ca_cert) if verify else None
+        cert = _read(configuration.cert_file)
+        key = _read(configuration.key_file) if cert is not None else None
+        return TlsConfig(ca, cert, key, verify)
+    except (OSError, ValueError):  # unreadable, or what rustls does not take
+        return None
+
+
+def _read(path: str | None) -> bytes | None:
+    return None if not path else Path(path).read_bytes()
+
+
+def _made_from(rest: Any, context: ssl.SSLContext, configuration: Any) -> bool:
+    """Whether the session is the one kubernetes-asyncio's REST client made from the
+    configuration (so the configuration's files are its TLS), as far as can be told: not
+    one assigned afterwards."""
+    if isinstance(rest, LazyRest):
+        return not rest.replaced
+    from kubernetes_asyncio.client.rest import RESTClientObject
+
+    verify = context.verify_mode != ssl.CERT_NONE
+    return type(rest) is RESTClientObject and verify == bool(configuration.verify_ssl)
 
 
 def _unmade(rest: Any) -> bool:
@@ -387,12 +474,13 @@ def _lean_allowed() -> bool:
 
 
 def _new_pool(
-    loop: asyncio.AbstractEventLoop, rest: Any, session: Any, host: str | None
-) -> Pool | None:
+    loop: asyncio.AbstractEventLoop, rest: Any, session: Any, host: str | None,
+    configuration: Any = None,
+) -> Pool | None:  # fmt: skip
     if not _lean_allowed():
         return None
     if session is rest:  # a `LazyRest` without a session: plain, as kubernetes-asyncio's
-        return _pool_from_configuration(loop, rest, host)
+        return _pool_from_configuration(loop, rest, host, configuration)
     if not isinstance(session, aiohttp.ClientSession) or session.closed or not host:
         return None
     if rest.proxy or rest.proxy_headers or (session.trust_env and _environment_applies()):
@@ -417,11 +505,14 @@ def _new_pool(
             return None
     elif scheme != "http":
         return None
-    return Pool(loop, session, host, context, rest.server_hostname, connector.limit)
+    tls = None
+    if context is not None and _made_from(rest, context, configuration):
+        tls = _rustls_config(configuration)
+    return Pool(loop, session, host, context, rest.server_hostname, connector.limit, tls)
 
 
 def _pool_from_configuration(
-    loop: asyncio.AbstractEventLoop, rest: LazyRest, host: str | None
+    loop: asyncio.AbstractEventLoop, rest: LazyRest, host: str | None, configuration: Any
 ) -> Pool | None:
     """The pool of a client whose session is not made: what kubernetes-asyncio's session
     would be, plain, with the TLS context and limit its connector would have."""
@@ -433,7 +524,8 @@ def _pool_from_configuration(
     if scheme not in ("http", "https"):
         return None
     context = rest.ssl_context if scheme == "https" else None
-    return Pool(loop, None, host, context, rest.server_hostname, rest.maxsize)
+    tls = _rustls_config(configuration) if context is not None else None
+    return Pool(loop, None, host, context, rest.server_hostname, rest.maxsize, tls)
 
 
 def _scheme(host: str | None) -> str | None:
