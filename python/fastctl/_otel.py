@@ -138,6 +138,15 @@ class Tracing:
         if self._owned:
             self.provider.shutdown()
 
+    def current_lookup(self) -> tuple[Any, str | None, type | None]:
+        """What `fastctl._tracing.request_span` reads to find the current span where it
+        is kept in the extension: OpenTelemetry's context variable, the span's key in its
+        contexts, `OtlpSpan`; ``(None, None, None)`` with another runtime context (it asks
+        `request` then)."""
+        if _VAR is None:
+            return None, None, None
+        return _VAR, _SPAN_KEY, OtlpSpan
+
     def controller(self, name: str, kind: str) -> ControllerTracing:
         return ControllerTracing(self.tracer, name, kind, self.spans)
 
@@ -492,6 +501,11 @@ class ControllerTracing:
                 bits = _bits(192)
                 trace_id, span_id = bits >> 64, bits & _LOW_64
                 version = item.resource_version
+                kind = event.kind
+                # An enum member's own field: its `name` is a property, a Python call.
+                named = getattr(kind, "_name_", None)
+                if type(named) is not str:
+                    named = kind.name
                 if trace_id and span_id:
                     made = _new(LinkedTrigger)
                     _put(made, "ref", ref)
@@ -504,7 +518,7 @@ class ControllerTracing:
                         Reason.OWN_CHANGE,
                         None,
                         str(version) if version else None,
-                        event.kind.name == "DELETE",
+                        named == "DELETE",
                     )
                     _put(made, "link", link)
                     return (made,)
