@@ -1,6 +1,7 @@
 """The tracing hooks of one Widget change in a loop: CPU per change, every thread counted.
 
     .venv/bin/python benches/tracing_hooks.py MODE [CHANGES] [HEAP]
+    .venv/bin/python benches/tracing_hooks.py MODE CHANGES --cold MB
 
 A change as the Widget operator of benches/e2e makes it: the watch event of the update
 and a run with one request span (the status patch), then the echo's event and its no-op
@@ -11,6 +12,12 @@ every span written as protobuf, the sending stubbed) or ``sdk-otlp`` (the
 overflow, so a lower bound). HEAP long-lived objects (an operator's cache) make the
 collector's work show. No API server, no event loop: a diagnosis of the hooks' own cost,
 not an operator's.
+
+``--cold MB``: the CPU's caches thrashed between changes (every cache line of MB
+megabytes written), as an operator's own work between two changes leaves them, and the
+watch events made as the watcher makes them from a frame (decoded, an `EventKind`); only
+the hooks are timed (thread CPU), each change alone. A loop keeps the hooks' code and data
+in the caches; in the operator every hook runs cold, at several times the cost.
 """
 
 from __future__ import annotations
@@ -56,10 +63,32 @@ class Event:
         return self.meta
 
 
+def _decoded_events(count: int) -> list[Any]:
+    """Watch events of Widgets as the watcher makes them from frames (not parsed)."""
+    import json
+
+    from fastctl.kube._watcher import EventKind, ObjectEvent
+    from fastctl.kube._wire import decode_watch_line
+
+    events = []
+    for i in range(count):
+        meta = {"name": f"w{i}", "namespace": "default", "resourceVersion": str(1000 + i)}
+        obj = {"apiVersion": "g/v1", "kind": "Widget", "metadata": meta}
+        line = json.dumps({"type": "MODIFIED", "object": obj}).encode()
+        _, item = decode_watch_line(line, strip_managed_fields=True)
+        events.append(ObjectEvent._of_item(EventKind.APPLY, item))
+    return events
+
+
 def main() -> None:
-    mode = sys.argv[1]
-    changes = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
-    heap = [{"k": [i, str(i)]} for i in range(int(sys.argv[3]) if len(sys.argv) > 3 else 0)]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    cold_mb = 0
+    if "--cold" in sys.argv:
+        cold_mb = int(sys.argv[sys.argv.index("--cold") + 1])
+        args.remove(str(cold_mb))
+    mode = args[0]
+    changes = int(args[1]) if len(args) > 1 else 20000
+    heap = [{"k": [i, str(i)]} for i in range(int(args[2]) if len(args) > 2 else 0)]
     provider = TracerProvider()
     if mode == "drop":
         provider.add_span_processor(BatchSpanProcessor(Drop()))
@@ -91,6 +120,10 @@ def main() -> None:
 
     for i in range(2000):  # warm up
         change(i)
+    if cold_mb:
+        _cold(change, controller, scheduler, mode, changes, cold_mb)
+        _tracing.disable()
+        return
     start = time.process_time()
     for i in range(changes):
         change(i)
@@ -98,6 +131,31 @@ def main() -> None:
     spent = time.process_time() - start
     print(f"{mode}: {spent / changes * 1e6:.1f} µs a change (heap {len(heap)})")
     _tracing.disable()
+
+
+def _cold(
+    change: Any, controller: Any, scheduler: Any, mode: str, changes: int, megabytes: int
+) -> None:
+    """Each change's hooks timed alone, the caches thrashed before each (`--cold`)."""
+    events = _decoded_events(changes)
+    junk = bytearray(megabytes << 20)
+    lines = b"\x01" * (len(junk) // 64)
+    spent = 0
+    for i, event in enumerate(events):
+        junk[::64] = lines  # every cache line of `junk` written: the caches are cold
+        ref = ObjectRef(f"w{i}", "default")
+        path = f"/apis/g/v1/namespaces/default/widgets/w{i}/status"
+        started = time.thread_time_ns()
+        for echo in (False, True):
+            for trigger in controller.primary(event, (ref,)):  # as primary_triggers gives
+                controller.queued(trigger)
+            run = controller.start(ref.key, scheduler)
+            run.enter()
+            if not echo:
+                _tracing.request_span("PATCH", path).answered(200)
+            run.end(None, None, 0.0, again=False)
+        spent += time.thread_time_ns() - started
+    print(f"{mode}: {spent / changes / 1000:.1f} µs a change, cold ({megabytes} MB thrashed)")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -45,7 +46,17 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 
 from fastctl._clock import monotonic
 from fastctl._otel_fast import OtlpSpan
-from fastctl._otel_spans import ROOT, PlainLink, SpanMaker, as_link, attach, current_span, detach
+from fastctl._otel_spans import (
+    _SPAN_KEY,
+    _VAR,
+    ROOT,
+    PlainLink,
+    SpanMaker,
+    as_link,
+    attach,
+    current_span,
+    detach,
+)
 from fastctl._reasons import error_text
 from fastctl._redact import scrub
 from fastctl._version import version
@@ -127,15 +138,25 @@ class Tracing:
         if self._owned:
             self.provider.shutdown()
 
+    def current_lookup(self) -> tuple[Any, str | None, type | None]:
+        """What `fastctl._tracing.request_span` reads to find the current span where it
+        is kept in the extension: OpenTelemetry's context variable, the span's key in its
+        contexts, `OtlpSpan`; ``(None, None, None)`` with another runtime context (it asks
+        `request` then)."""
+        if _VAR is None:
+            return None, None, None
+        return _VAR, _SPAN_KEY, OtlpSpan
+
     def controller(self, name: str, kind: str) -> ControllerTracing:
         return ControllerTracing(self.tracer, name, kind, self.spans)
 
     def request(self, method: str, path: str) -> RequestSpan | OtlpSpan | _Untraced:
         """A client span for one API request, beneath the current span; a request made
         outside any span (a watch, a Lease renewal) gets none: it answers no reconcile."""
-        span: Any = current_span()
-        if type(span) is OtlpSpan:  # a reconcile's, kept in the extension
+        span: Any = _VAR.get().get(_SPAN_KEY) if _VAR is not None else None
+        if type(span) is OtlpSpan:  # a reconcile's, kept in the extension: no more checks
             return span.request(method, path)
+        span = current_span()
         parent = span.get_span_context()
         if not parent.is_valid:
             return _UNTRACED
@@ -295,6 +316,22 @@ where there is one: no metadata dict is built for it), and the event itself is n
 (docs/benchmarks.md, tracing)."""
 
 
+_bits = random.getrandbits
+_LOW_64 = (1 << 64) - 1
+
+
+def fresh_ids(ids: IdGenerator) -> tuple[int, int]:
+    """A trace id and a span id from `ids`; from the SDK's own random generator, both drawn
+    in one call of the `random` module it draws them from (192 random bits: the same ids,
+    as random, for a third of the calls)."""
+    if type(ids) is RandomIdGenerator:
+        bits = _bits(192)
+        trace_id, span_id = bits >> 64, bits & _LOW_64
+        if trace_id and span_id:  # else (never, in practice) as the generator redraws
+            return trace_id, span_id
+    return ids.generate_trace_id(), ids.generate_span_id()
+
+
 def event_link(ids: IdGenerator, kind: str, reason: str, event: Any) -> EventLink:
     """The `EventLink` of `event` (an ObjectEvent, or a ListFrame, which names no object),
     a watch event of `kind` that triggers for `reason`."""
@@ -313,9 +350,10 @@ def event_link(ids: IdGenerator, kind: str, reason: str, event: Any) -> EventLin
     named = None
     if name is not None and reason != Reason.OWN_CHANGE:  # else the run's own: not repeated
         named = f"{namespace}/{name}" if namespace else str(name)
+    trace_id, span_id = fresh_ids(ids)
     return (
-        ids.generate_trace_id(),
-        ids.generate_span_id(),
+        trace_id,
+        span_id,
         kind,
         reason,
         named,
@@ -354,6 +392,32 @@ class LinkedTrigger(Trigger):
     link: EventLink | None = None
 
 
+_new = object.__new__
+_put = object.__setattr__
+
+
+def carry(item: ObjectRef | Trigger, link: EventLink) -> LinkedTrigger:
+    """`item` (a watch's trigger) as a `LinkedTrigger` carrying `link`. Its fields were
+    checked when `item` was made, so the trigger is built without its checks again (a
+    frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` and then
+    checks them: a third of the cost); anything else is checked as the class checks it."""
+    if type(item) is ObjectRef:
+        made = _new(LinkedTrigger)
+        _put(made, "ref", item)
+        _put(made, "priority", 0)
+        _put(made, "reason", "")
+        _put(made, "link", link)
+        return made
+    if isinstance(item, Trigger):
+        made = _new(LinkedTrigger)
+        _put(made, "ref", item.ref)
+        _put(made, "priority", item.priority)
+        _put(made, "reason", item.reason)
+        _put(made, "link", link)
+        return made
+    return LinkedTrigger(item, 0, "", link)
+
+
 _Pending = tuple[Any, float, int, int]
 """What a key's next run is for: ``(links, since, priority, dropped)``: its links (None, one
 `EventLink` or `Link` as it is, or a list of them from the second on; the first
@@ -387,6 +451,9 @@ class ControllerTracing:
         self._span_name = f"reconcile {name}"
         ids = getattr(tracer, "id_generator", None)
         self._ids: IdGenerator = ids if isinstance(ids, IdGenerator) else RandomIdGenerator()
+        self._random_ids = type(self._ids) is RandomIdGenerator
+        self._scheduler: Any = None
+        self._reads: tuple[Any, Any] = (None, None)
 
     def bind(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -395,23 +462,66 @@ class ControllerTracing:
 
     def linked(
         self, kind: str, reason: str, event: Any, triggers: Iterable[ObjectRef | Trigger]
-    ) -> Iterator[ObjectRef | Trigger]:
+    ) -> Iterable[ObjectRef | Trigger]:
         """`triggers` (those of one watch event), each carrying the link to the event. The
-        link is made at the first trigger: an event that triggers nothing costs nothing."""
+        link is made at the first trigger: an event that triggers nothing costs nothing. A
+        tuple or a list of them (an object's event: its one ref) is answered with a list,
+        made at once; anything else (a list's triggers, made as they are sent) lazily."""
+        if type(triggers) is tuple or type(triggers) is list:
+            if not triggers:
+                return triggers
+            link = event_link(self._ids, kind, reason, event)
+            return [carry(item, link) for item in triggers]
+        return self._linked(kind, reason, event, triggers)
+
+    def _linked(
+        self, kind: str, reason: str, event: Any, triggers: Iterable[ObjectRef | Trigger]
+    ) -> Iterator[ObjectRef | Trigger]:
         link: EventLink | None = None
         for item in triggers:
             if link is None:
                 link = event_link(self._ids, kind, reason, event)
-            if isinstance(item, Trigger):
-                yield LinkedTrigger(item.ref, item.priority, item.reason, link)
-            else:
-                yield LinkedTrigger(item, 0, "", link)
+            yield carry(item, link)
 
     def primary(
         self, event: Any, triggers: Iterable[ObjectRef | Trigger]
     ) -> Iterable[ObjectRef | Trigger]:
         """The triggers of a primary watch event (a `fastctl.kube` WatchEvent: read by
-        its fields, since this engine-level module does not import the Kubernetes layer)."""
+        its fields, since this engine-level module does not import the Kubernetes layer).
+
+        The common one, an object's change decoded from a watch frame that triggers its
+        own ref, is made here in one go (the link's ids drawn, the event's version read,
+        the trigger made): every hook runs once per change, between an operator's own work
+        that leaves the CPU's caches cold for it, where each function call, object and
+        dictionary read costs several times what it costs in a loop (docs/benchmarks.md)."""
+        if type(triggers) is tuple and len(triggers) == 1 and self._random_ids:
+            ref = triggers[0]
+            item = getattr(event, "_decoded", None) if type(ref) is ObjectRef else None
+            if item is not None:
+                bits = _bits(192)
+                trace_id, span_id = bits >> 64, bits & _LOW_64
+                version = item.resource_version
+                kind = event.kind
+                # An enum member's own field: its `name` is a property, a Python call.
+                named = getattr(kind, "_name_", None)
+                if type(named) is not str:
+                    named = kind.name
+                if trace_id and span_id:
+                    made = _new(LinkedTrigger)
+                    _put(made, "ref", ref)
+                    _put(made, "priority", 0)
+                    _put(made, "reason", "")
+                    link = (
+                        trace_id,
+                        span_id,
+                        self.kind,
+                        Reason.OWN_CHANGE,
+                        None,
+                        str(version) if version else None,
+                        named == "DELETE",
+                    )
+                    _put(made, "link", link)
+                    return (made,)
         reason = Reason.RELIST if event.kind.name == "INIT_DONE" else Reason.OWN_CHANGE
         return self.linked(self.kind, reason, event, triggers)
 
@@ -428,7 +538,13 @@ class ControllerTracing:
 
     def queued(self, item: object) -> None:
         """A trigger reached the scheduler: its link joins the key's next run."""
-        if isinstance(item, Trigger):
+        if type(item) is LinkedTrigger:  # a watch event's: the common case first
+            key = item.ref.key
+            if key not in self._pending:
+                self._pending[key] = (item.link, self.clock(), item.priority, 0)
+            else:
+                self._add(key, item.link, self.clock(), item.priority)
+        elif isinstance(item, Trigger):
             link = item.link if isinstance(item, LinkedTrigger) else None
             self._add(item.ref.key, link, self.clock(), item.priority)
         elif isinstance(item, ObjectRef):
@@ -464,15 +580,27 @@ class ControllerTracing:
         reads (its ``inspect`` builds a whole record). Its attributes and links are built
         only for a span the sampler keeps (`SpanMaker.start`)."""
         pending = self._pending.pop(key, None)
-        source = self.spans.source()
+        spans = self.spans
+        processor = spans._processor  # `spans.source()`, its common case read in place
+        if processor is not None and processor._span_processors is spans._checked:
+            source = spans._source if spans._light else None
+        else:
+            source = spans.source()
         if source is not None:  # the span kept in the extension, started in one call
-            failures = getattr(scheduler, "failures", None)
-            group_of = getattr(scheduler, "group_of", None)
+            if scheduler is not self._scheduler:  # its two reads looked up once
+                self._scheduler = scheduler
+                self._reads = (
+                    getattr(scheduler, "failures", None),
+                    getattr(scheduler, "group_of", None),
+                )
+            failures, group_of = self._reads
             if pending is None:
                 links, wait, priority, dropped = None, None, 0, 0
             else:
                 links, since, priority, dropped = pending
-                wait = max(0.0, self.clock() - since)
+                wait = self.clock() - since
+                if wait < 0.0:
+                    wait = 0.0
             return source.reconcile(
                 self._span_name,
                 self.name,

@@ -15,6 +15,8 @@ What must hold:
   queued would otherwise keep thousands of events alive for the collector to walk), and
   the link the run gets still says the event's object and ``resourceVersion``, read from
   the decoded frame or from the parsed object;
+- an object's own change, its trigger and link made in one go, is linked as the general
+  path links any event (the same fields, fresh ids, a user's id generator asked);
 - a span's context built without the SDK's constructor is the one the constructor builds.
 """
 
@@ -34,6 +36,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from fastctl import _tracing
@@ -223,14 +226,68 @@ class _HeldEvent:
         return {"name": "b", "namespace": "ns", "resourceVersion": "8"}
 
 
-def _widget_event(name: str, version: str) -> ObjectEvent:
+def _widget_event(name: str, version: str, kind: EventKind = EventKind.DELETE) -> ObjectEvent:
     """An event as the watcher makes it from a frame: decoded, its object not parsed."""
     obj = {"apiVersion": "g/v1", "kind": "Widget"}
     obj["metadata"] = {"name": name, "namespace": "ns", "resourceVersion": version}  # type: ignore[assignment]
-    line = f'{{"type":"DELETED","object":{json.dumps(obj)}}}'.encode()
+    wire = "DELETED" if kind is EventKind.DELETE else "MODIFIED"
+    line = f'{{"type":"{wire}","object":{json.dumps(obj)}}}'.encode()
     _, item = decode_watch_line(line, strip_managed_fields=True)
     assert not isinstance(item, bytes)
-    return ObjectEvent._of_item(EventKind.DELETE, item)
+    return ObjectEvent._of_item(kind, item)
+
+
+class _Ids(RandomIdGenerator):
+    """An id generator of the user's: the links' ids must come from it."""
+
+    def generate_trace_id(self) -> int:
+        return 0xA1
+
+    def generate_span_id(self) -> int:
+        return 0xB2
+
+
+@pytest.mark.parametrize("kind", [EventKind.APPLY, EventKind.DELETE])
+@pytest.mark.parametrize("ids", [None, _Ids()])
+def test_an_objects_own_change_is_linked_as_any_event_is(
+    kind: EventKind, ids: RandomIdGenerator | None
+) -> None:
+    """The primary watch's common event (its object's change, decoded from a frame, its
+    one ref as a tuple) has its trigger and link made in one go: the same trigger and link
+    as the general path's (`ControllerTracing.linked`), fresh ids for each event, and the
+    ids of an id generator of the user's."""
+    provider = TracerProvider(id_generator=ids) if ids is not None else TracerProvider()
+    provider.add_span_processor(OtlpExport(lambda data: None, lambda: None))
+    assert _tracing.enable(provider)
+    try:
+        tracing = _tracing.active()
+        assert tracing is not None
+        controller = tracing.controller("widgets", "Widget")
+        event = _widget_event("c", "9", kind)
+        ref = ObjectRef("c", "ns")
+        (fast,) = controller.primary(event, (ref,))
+        (again,) = controller.primary(_widget_event("c", "10", kind), (ref,))
+        (general,) = controller.linked("Widget", "own_change", event, [ref])
+    finally:
+        _tracing.disable()
+    assert type(fast) is LinkedTrigger
+    assert type(general) is LinkedTrigger
+    assert (fast.ref, fast.priority, fast.reason) == (ref, 0, "")
+    assert fast == LinkedTrigger(ref, 0, "", fast.link)
+    assert fast.link is not None
+    assert general.link is not None
+    assert again.link is not None
+    assert fast.link[2:] == general.link[2:]
+    assert fast.link[2:] == ("Widget", "own_change", None, "9", kind is EventKind.DELETE)
+    assert again.link[5] == "10"
+    if ids is None:
+        assert fast.link[0] != 0  # valid ids: neither is zero
+        assert fast.link[1] != 0
+        assert fast.link[:2] != again.link[:2] != general.link[:2]
+        assert fast.link[0] < 2**128
+        assert fast.link[1] < 2**64
+    else:
+        assert fast.link[:2] == general.link[:2] == (0xA1, 0xB2)
 
 
 def test_a_queued_link_holds_none_of_its_watch_event() -> None:
