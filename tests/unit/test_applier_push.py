@@ -8,18 +8,21 @@ never two reconciles of one key, exactly one follow-up, no slot leak, backpressu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import random
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fastctl import Action, ObjectRef, ReconcileResult, Scheduler, Trigger
 from fastctl._applier import applier
 from fastctl._channel import Channel, ChannelClosed
 
 from .test_applier import LateStore, Recorder, refs, store_of, wait_for
-from .test_applier_edges import close, first_results
+from .test_applier_edges import CountingScheduler, close, first_results
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -343,3 +346,124 @@ async def test_requeues_and_results_on_the_push_path() -> None:
     results: list[ReconcileResult] = await asyncio.wait_for(nxt, 10)
     assert [r.action.requeue_after for r in results] == [0.001, 0.001, None]
     await close(it)
+
+
+# -- random interleavings, against the rules ---------------------------------------------------
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.integers(0, 5)),
+        st.tuples(st.just("finish"), st.integers(0, 7)),
+        st.tuples(st.just("fail"), st.integers(0, 7)),
+        st.tuples(st.just("ask"), st.just(0)),
+        st.tuples(st.just("turn"), st.integers(1, 3)),
+    ),
+    max_size=60,
+)
+
+
+class _Watched(CountingScheduler):
+    """A `Scheduler` that checks, at every pop (a start), that the consumer is waiting for
+    a result: the backpressure rule."""
+
+    waiting: Any = None
+
+    def pop_many(self, max: int, *, now: float | None = None) -> list[str]:
+        keys = super().pop_many(max, now=now)
+        if keys:
+            assert self.waiting is not None, "a reconcile started while no result was asked for"
+            assert not self.waiting.done(), "a reconcile started while the consumer held a result"
+        return keys
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=_OPS, concurrency=st.integers(1, 3))
+def test_random_pushes_ends_and_asks_keep_the_rules(
+    ops: list[tuple[str, int]], concurrency: int
+) -> None:
+    """Pushes, reconciles ending or failing, and the consumer asking, in any order: never two
+    reconciles of one key or more than `concurrency` at once, no start while the consumer
+    holds a result, each key's last reconcile reads its last version, no slot left."""
+    asyncio.run(_interleave(ops, concurrency))
+
+
+async def _interleave(ops: list[tuple[str, int]], concurrency: int) -> None:
+    keys = refs(6)
+    store = store_of(keys)
+    sched = _Watched(Scheduler(concurrency=concurrency))
+    gates: list[tuple[str, asyncio.Future[bool]]] = []  # running: key, its end (True: fail)
+    active: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    version = 0
+
+    async def reconcile(obj: dict[str, Any], ctx: None) -> None:
+        key = f"ns/{obj['name']}"
+        assert key not in active, f"two reconciles of {key}"
+        assert len(active) < concurrency
+        active[key] = 1
+        seen[key] = obj["version"]
+        end: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        gates.append((key, end))
+        try:
+            if await end:
+                raise RuntimeError("failed on purpose")
+        finally:
+            del active[key]
+
+    def release(i: int, fail: bool) -> None:
+        if gates:
+            _, end = gates.pop(i % len(gates))
+            end.set_result(fail)
+
+    channel: Triggers = Channel(maxsize=8)
+    it = applier(
+        reconcile,
+        lambda obj, error, ctx: Action.await_change(),
+        None,
+        store,
+        channel,
+        scheduler=sched,
+        concurrency=concurrency,
+    )
+    put_last: dict[str, int] = {}
+    for op, arg in ops:
+        if op == "put":
+            if channel._sink is None and len(channel) >= 8:
+                continue  # full, with no applier taking from it yet: the put would wait
+            ref = keys[arg]
+            version += 1
+            store[ref] = {"name": ref.name, "version": version}
+            put_last[ref.key] = version
+            await channel.put(ref)
+        elif op in ("finish", "fail"):
+            release(arg, op == "fail")
+        elif op == "ask":
+            if sched.waiting is None or sched.waiting.done():
+                sched.waiting = asyncio.ensure_future(anext(it))
+        else:
+            await turns(arg)
+    # Drain: ask for every result and let every reconcile end until nothing is queued or
+    # running, then end the triggers (what is queued when they end would not start).
+    for _ in range(1000):
+        waiting = sched.waiting
+        if waiting is not None and waiting.done() and waiting.exception() is not None:
+            raise AssertionError("the applier ended early") from waiting.exception()
+        if waiting is None or waiting.done():
+            sched.waiting = asyncio.ensure_future(anext(it))
+        while gates:
+            release(0, False)
+        await turns(3)
+        if not gates and not active and sched.in_flight == 0 and len(sched) == 0:
+            break
+    channel.close()
+    if sched.waiting is not None:  # results already made may still come: take them
+        with contextlib.suppress(StopAsyncIteration):
+            await asyncio.wait_for(sched.waiting, 1)
+    async with asyncio.timeout(1):
+        rest = [r async for r in it]
+    assert len(rest) <= concurrency
+    assert not active
+    assert sched.in_flight == 0
+    assert len(sched) == 0
+    for key, last in put_last.items():
+        assert seen[key] == last, f"the last trigger of {key} was lost"
