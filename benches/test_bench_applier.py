@@ -83,6 +83,42 @@ def test_throughput_applier(
     )
 
 
+async def _applier_noop_channel(
+    refs: list[ObjectRef], store: Mapping[ObjectRef, Any], c: int
+) -> None:
+    """`_applier_noop` fed as a `Controller`'s watches feed it: through its `Channel`, one
+    put per trigger, from a producer task."""
+    from fastctl._channel import Channel
+
+    channel: Channel[ObjectRef] = Channel(maxsize=1024)
+
+    async def produce() -> None:
+        for ref in refs:
+            await channel.put(ref)
+
+    producer = asyncio.create_task(produce())
+    seen = 0
+    async for _ in fastctl.applier(_noop, None, None, store, channel, concurrency=c):
+        seen += 1
+        if seen == len(refs):
+            channel.close()
+    await producer
+
+
+@pytest.mark.parametrize("concurrency", [1, 64, 1024])
+def test_throughput_applier_channel(
+    benchmark: Any, concurrency: int, objects: tuple[list[ObjectRef], dict[ObjectRef, Any]]
+) -> None:
+    refs, store = objects
+    benchmark.group = f"no-op throughput, concurrency {concurrency}"
+    benchmark.extra_info["items"] = ITEMS
+    benchmark.pedantic(
+        lambda: asyncio.run(_applier_noop_channel(refs, store, concurrency)),
+        rounds=5,
+        warmup_rounds=1,
+    )
+
+
 def _percentiles(samples: list[float]) -> dict[str, float]:
     samples = sorted(samples)
     return {

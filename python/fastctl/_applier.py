@@ -1,14 +1,19 @@
 """The applier (`fastctl.applier`): concurrent reconciles under the rules of docs/contract.md.
 
-One asyncio driver owns a `fastctl.Scheduler`. A separate ingest task feeds triggers into it
-as they arrive (the scheduler de-duplicates them at once, so memory is bounded by the number
-of distinct objects, never by the number of triggers). The driver pops ready keys up to the
-free slots, starts one task per reconcile, and when a task ends calls ``done`` with the
-requeue or the failure. It sleeps on a single future that is woken by a new trigger, a
-finished reconcile, a timer armed for the scheduler's next ready time, or the scheduler
-itself when a group's cap changes (``set_group_concurrency``, which may release held
-keys): no polling, no busy loop, and O(1) work per wake-up however many reconciles are
-running.
+One asyncio driver owns a `fastctl.Scheduler`. Triggers go into it as they arrive (the
+scheduler de-duplicates them at once, so memory is bounded by the number of distinct
+objects, never by the number of triggers): from a user's async iterable through an ingest
+task; from fastctl's own `Channel` (a controller's watches) synchronously, in the task
+that puts them (`_Driver.attach`), with no task in between. The driver pops ready keys up
+to the free slots, starts one task per reconcile, and when a task ends calls ``done`` with
+the requeue or the failure. It sleeps on a single future that is woken by a new trigger
+from the ingest task, a finished reconcile, a timer armed for the scheduler's next ready
+time, or the scheduler itself when a group's cap changes (``set_group_concurrency``, which
+may release held keys): no polling, no busy loop, and O(1) work per wake-up however many
+reconciles are running. A trigger pushed from a `Channel` while the driver sleeps with no
+result pending starts its reconcile at once, where it was pushed (`_Driver.kick`: what the
+driver would have done woken, a loop iteration and two task wake-ups earlier); while the
+driver is awake or its consumer holds a result, the trigger only waits in the scheduler.
 
 How the rules are kept:
 
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import math
@@ -41,6 +47,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fastctl._channel import Channel
 from fastctl._clock import loop_clock, monotonic
 from fastctl._core import Scheduler
 from fastctl._fair import FairBy, check_group_concurrency, group_function
@@ -297,6 +304,8 @@ class _Driver:
         self.triggers_ended = False
         self.ingest_error: BaseException | None = None
         self.ingest_task: asyncio.Task[None] | None = None
+        self.parked: contextvars.Context | None = None
+        """The driver's context when it last parked (see `kick`)."""
         self.ready_task: asyncio.Task[None] | None = None
         self.store_ready = not _is_ready_aware(store) or store.is_ready  # type: ignore[attr-defined]
         self.reasons = reasons
@@ -351,8 +360,58 @@ class _Driver:
 
     # -- ingest -----------------------------------------------------------------------------
 
+    def taker(self) -> Callable[[object], None]:
+        """What takes one trigger into the scheduler (it de-duplicates them at once), with
+        its notes (why queued, a change for the requeue bound, its trace link); raises
+        `TypeError` for what is neither an `ObjectRef` nor a `Trigger`. `ingest` does the
+        same inline: a change here is a change there."""
+        add, now = self.scheduler.add, self.now
+        group_of, store = self.group_of, self.store
+        note = self.reasons.queued if self.reasons is not None else None
+        changed = self.requeues.changed if self.requeues is not None else None
+        running = self.running
+        trace = self.tracing.queued if self.tracing is not None else None
+
+        def take(item: object) -> None:
+            if group_of is not None and isinstance(item, ObjectRef | Trigger):
+                ref = item if isinstance(item, ObjectRef) else item.ref
+                trigger = item if isinstance(item, Trigger) else None
+                priority = 0 if trigger is None else trigger.priority
+                key = ref.key
+                add(key, priority=priority, group=group_of(ref, store), now=now())
+                if note is not None:
+                    note(key, None if trigger is None else trigger.reason)
+            elif type(item) is ObjectRef:
+                key = item.key
+                add(key, now=now())
+                if note is not None:
+                    note(key, None)
+            elif isinstance(item, Trigger):
+                key = item.ref.key
+                add(key, priority=item.priority, now=now())
+                if note is not None:
+                    note(key, item.reason)
+            elif isinstance(item, ObjectRef):
+                key = item.key
+                add(key, now=now())
+                if note is not None:
+                    note(key, None)
+            else:
+                raise TypeError(
+                    "triggers must yield fastctl.ObjectRef or fastctl.Trigger, "
+                    f"got {type(item).__name__}: {item!r:.100}"
+                )
+            if changed is not None:
+                changed(key, running)
+            if trace is not None:  # its link joins the key's next run
+                trace(item)
+
+        return take
+
     async def ingest(self) -> None:
-        """Feed triggers into the scheduler as they arrive; it de-duplicates them at once."""
+        """Feed triggers into the scheduler as they arrive (a trigger source of the user's:
+        any async iterable). What `taker` does, written out here: one call fewer per
+        trigger on this path."""
         add, now = self.scheduler.add, self.now
         group_of, store = self.group_of, self.store
         note = self.reasons.queued if self.reasons is not None else None
@@ -402,6 +461,50 @@ class _Driver:
             self.triggers_ended = True
             self.wake()
 
+    def attach(self, channel: Channel[Any]) -> None:
+        """Take the triggers of fastctl's own `Channel` (a controller's watches) as they
+        are put, in the producer's task: no ingest task to wake, and when the driver is
+        parked the reconciles they make ready start at once (`kick`), with no wake-up of
+        the driver either."""
+        take = self.taker()
+
+        def push(item: object) -> None:
+            if self.ingest_error is not None:
+                return
+            try:
+                take(item)
+                self.kick()
+            except BaseException as exc:  # a wrong trigger, or a start that failed
+                self.ingest_error = exc
+                self.triggers_ended = True
+                channel._detach()
+                self.wake()
+
+        channel._attach(push, self.end_triggers)
+
+    def end_triggers(self) -> None:
+        self.triggers_ended = True
+        self.wake()
+
+    def kick(self) -> None:
+        """A trigger was taken in: if the driver is parked, start what it made ready now,
+        and arm the timer, as the driver would if woken (parked and not woken: its
+        consumer waits, no result is pending, no error is to be raised). Otherwise the
+        driver does it when it next goes round its loop: it is woken already, or its
+        consumer holds a result, and nothing starts until the consumer asks again (the
+        backpressure rule)."""
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return  # it runs its loop before it parks again
+        if not self.store_ready:
+            return  # the store's readiness wakes it
+        if self._has_free_slot():
+            self.start_ready(self.parked)
+            if self._has_free_slot():
+                self.arm_ready_timer()
+                return
+        self.arm_timer(None)
+
     async def await_store(self) -> None:
         await self.store.wait_ready()  # type: ignore[attr-defined]
         self.store_ready = True
@@ -409,8 +512,9 @@ class _Driver:
 
     # -- running reconciles -----------------------------------------------------------------
 
-    def start_ready(self) -> None:
-        """Start reconciles for ready keys while slots are free."""
+    def start_ready(self, context: contextvars.Context | None = None) -> None:
+        """Start reconciles for ready keys while slots are free; each task runs in a copy
+        of `context` (``None``: of the current one, the driver's)."""
         scheduler = self.scheduler
         store = self.store
         reasons = self.reasons
@@ -459,7 +563,9 @@ class _Driver:
                         continue
                 run = tracing.start(key, scheduler) if tracing is not None else None
                 self.running[key] = self.loop.create_task(
-                    self.run_one(key, ref, obj, run), name=f"fastctl-reconcile:{key}"
+                    self.run_one(key, ref, obj, run),
+                    name=f"fastctl-reconcile:{key}",
+                    context=None if context is None else context.copy(),
                 )
                 if reasons is not None:
                     reasons.started(key)
@@ -721,7 +827,10 @@ class _Driver:
         self.thread = threading.get_ident()
         if self.tracing is not None:
             self.tracing.bind(self.now)
-        self.ingest_task = self.loop.create_task(self.ingest(), name="fastctl-applier-ingest")
+        if isinstance(self.triggers, Channel):
+            self.attach(self.triggers)
+        else:
+            self.ingest_task = self.loop.create_task(self.ingest(), name="fastctl-applier-ingest")
         if not self.store_ready:
             self.ready_task = self.loop.create_task(
                 self.await_store(), name="fastctl-applier-ready"
@@ -749,11 +858,17 @@ class _Driver:
                 if self.completed or self.fatal is not None:
                     continue
                 self.waiter = self.loop.create_future()
+                if self.ingest_task is None:  # fed by a `Channel`: see `kick`
+                    # What a reconcile started while parked (in a producer's task) runs
+                    # in: a copy of this context, as one started here would.
+                    self.parked = contextvars.copy_context()
                 try:
                     await self.waiter
                 finally:
                     self.waiter = None
         finally:
+            if isinstance(self.triggers, Channel):
+                self.triggers._detach()
             if self.gate is not None:
                 self.gate.bind(None)
             self.arm_timer(None)

@@ -2,8 +2,9 @@
 
 The run resolves the resources (patiently: an API server that is not up yet is waited
 for), opens each watch use from its source, turns events into triggers (the primary's own,
-related objects' targets, ``reconcile_all_on``), feeds them through one bounded `Channel`
-into the applier, and yields each reconcile's result. A trigger source that fails ends the
+related objects' targets, ``reconcile_all_on``), feeds them through one `Channel` into the
+applier (which takes each one as it is put, in the watch's task: `fastctl._applier`), and
+yields each reconcile's result. A trigger source that fails ends the
 run gracefully (the applier drains) and the run then raises that failure.
 """
 
