@@ -28,7 +28,7 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -226,7 +226,9 @@ class _HeldEvent:
         return {"name": "b", "namespace": "ns", "resourceVersion": "8"}
 
 
-def _widget_event(name: str, version: str, kind: EventKind = EventKind.DELETE) -> ObjectEvent:
+def _widget_event(
+    name: str, version: str, kind: Literal[EventKind.APPLY, EventKind.DELETE] = EventKind.DELETE
+) -> ObjectEvent:
     """An event as the watcher makes it from a frame: decoded, its object not parsed."""
     obj = {"apiVersion": "g/v1", "kind": "Widget"}
     obj["metadata"] = {"name": name, "namespace": "ns", "resourceVersion": version}  # type: ignore[assignment]
@@ -250,7 +252,7 @@ class _Ids(RandomIdGenerator):
 @pytest.mark.parametrize("kind", [EventKind.APPLY, EventKind.DELETE])
 @pytest.mark.parametrize("ids", [None, _Ids()])
 def test_an_objects_own_change_is_linked_as_any_event_is(
-    kind: EventKind, ids: RandomIdGenerator | None
+    kind: Literal[EventKind.APPLY, EventKind.DELETE], ids: RandomIdGenerator | None
 ) -> None:
     """The primary watch's common event (its object's change, decoded from a frame, its
     one ref as a tuple) has its trigger and link made in one go: the same trigger and link
@@ -272,6 +274,9 @@ def test_an_objects_own_change_is_linked_as_any_event_is(
         _tracing.disable()
     assert type(fast) is LinkedTrigger
     assert type(general) is LinkedTrigger
+    assert isinstance(fast, LinkedTrigger)
+    assert isinstance(general, LinkedTrigger)
+    assert isinstance(again, LinkedTrigger)
     assert (fast.ref, fast.priority, fast.reason) == (ref, 0, "")
     assert fast == LinkedTrigger(ref, 0, "", fast.link)
     assert fast.link is not None
