@@ -693,6 +693,7 @@ class WatchBody:
     def pending(self) -> int:
         """The bytes of a frame begun and not complete."""
 
+@final
 class TlsConfig:
     """The TLS settings of one API server for rustls, from the PEM bytes of its
     kubeconfig's files: the CA certificates (required when `verify`), the client
@@ -708,6 +709,7 @@ class TlsConfig:
         verify: bool = True,
     ) -> Self: ...
 
+@final
 class TlsSession:
     """One client connection's TLS (rustls) with `server_name` (a DNS name or an IP
     address) as the name the server's certificate must carry. A refused certificate is
