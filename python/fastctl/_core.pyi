@@ -14,6 +14,8 @@ __all__ = [
     "Scheduler",
     "SpanBuffer",
     "SpanSource",
+    "TlsConfig",
+    "TlsSession",
     "WatchBody",
     "Writes",
     "Written",
