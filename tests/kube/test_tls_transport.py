@@ -17,8 +17,8 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl.kube import load_client
 from fastctl.kube._http import request, request_json
-from fastctl.kube._http1 import TlsConnection
 from fastctl.kube._lazy_rest import new_client
+from fastctl.kube._tls_connection import TlsConnection
 from fastctl.kube._transport import pool_for
 from fastctl.kube._watch_stream import LeanStream
 from fastctl.testing import ControlPlane

@@ -1,4 +1,4 @@
-"""The lean transport's TLS in the extension (rustls, `fastctl.kube._http1.TlsConnection`)
+"""The lean transport's TLS in the extension (rustls, `fastctl.kube._tls_connection.TlsConnection`)
 against a Python `ssl` server, with certificates made here: a good handshake with a client
 certificate (by IP address and by ``tls_server_name``), a watch over it, a server of
 another CA and a name the certificate lacks refused with errors that say so, ``verify_ssl``
@@ -21,8 +21,8 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl._pki import CertificateAuthority, KeyPair
 from fastctl.kube._http import request_json
-from fastctl.kube._http1 import TlsConnection
 from fastctl.kube._lazy_rest import new_client
+from fastctl.kube._tls_connection import TlsConnection
 
 from .test_transport import Peer, RawServer, answer, pool_of
 from .test_watch_stream import HEAD, LAST, chunk, line, open_watch, rest

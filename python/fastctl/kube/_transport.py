@@ -18,7 +18,7 @@ session as before:
   TCP connector with an ``SSLContext`` for https, a server URL with user info or a query.
 
 TLS is done in the extension with rustls (`fastctl._core.TlsSession`, fed by
-`fastctl.kube._http1.TlsConnection` from a plain TCP connection: one call per read and per
+`fastctl.kube._tls_connection.TlsConnection` from a plain TCP connection: one call per read and per
 request) from the configuration's files, read when the pool is made: the CA file, the
 client certificate and key, ``verify_ssl``, with ``tls_server_name`` (else the server's host,
 a name or an IP address) as the name its certificate must carry. It is the session's own
@@ -57,9 +57,10 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from yarl import URL
 
 from fastctl._core import TlsConfig
-from fastctl.kube._http1 import Connection, LeanResponse, TlsConnection
+from fastctl.kube._http1 import Connection, LeanResponse
 from fastctl.kube._lazy_import import is_deferred
 from fastctl.kube._lazy_rest import LazyRest
+from fastctl.kube._tls_connection import TlsConnection
 from fastctl.kube._watch_stream import LeanStream
 
 __all__ = [
