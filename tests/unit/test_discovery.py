@@ -83,3 +83,49 @@ async def test_a_failure_is_not_cached(
     widget = await disc.resolve(Resource("example.com/v1", "Widget"))  # asks again
     assert widget.plural == "widgets"
     assert len(server.paths) == 2
+
+
+async def test_a_resource_resolves_once_to_the_same_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reconcile writing through a `Resource` gets one `ResolvedResource` back each time,
+    so the write path's lookups by identity hit; the group's entries are not matched again."""
+    _Server(monkeypatch, [WIDGETS])
+    disc = _discovery()
+    widget = Resource("example.com/v1", "Widget")
+    first = await disc.resolve(widget)
+    monkeypatch.setattr(_resource, "_match", None)  # a second match would fail
+    assert await disc.resolve(widget) is first
+    assert await disc.resolve(Resource("example.com/v1", "Widget")) is first  # an equal one
+    offline = Resource("v1", "ConfigMap", plural="configmaps", namespaced=True)
+    assert await disc.resolve(offline) is await disc.resolve(offline)
+
+
+@pytest.mark.parametrize("scope", ["group", "all", "refresh"])
+async def test_invalidating_or_refreshing_a_group_resolves_its_resources_again(
+    monkeypatch: pytest.MonkeyPatch, scope: str
+) -> None:
+    """A CRD whose scope changed is seen after `invalidate` or a refreshed list."""
+    server = _Server(monkeypatch, [WIDGETS], [{**WIDGETS, "namespaced": False}])
+    disc = _discovery()
+    widget = Resource("example.com/v1", "Widget")
+    assert (await disc.resolve(widget)).namespaced is True
+    if scope == "group":
+        disc.invalidate("example.com/v1")
+    elif scope == "all":
+        disc.invalidate()
+    else:
+        await disc.api_resources("example.com/v1", refresh=True)
+    assert (await disc.resolve(widget)).namespaced is False
+    assert len(server.paths) == 2
+
+
+async def test_invalidating_another_group_keeps_a_resolution(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _Server(monkeypatch, [WIDGETS])
+    disc = _discovery()
+    widget = Resource("example.com/v1", "Widget")
+    first = await disc.resolve(widget)
+    disc.invalidate("other.example.com/v1")
+    assert await disc.resolve(widget) is first

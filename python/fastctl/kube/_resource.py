@@ -167,6 +167,11 @@ class Discovery:
     A kind that is missing from a cached group/version triggers one refresh before
     `ResourceNotFound`, so a CRD version added after the first lookup is still found.
     Failures are not cached: a CRD installed later resolves on the next call.
+
+    Each `Resource` resolves once: the same `ResolvedResource` comes back for it until its
+    group/version is invalidated or refreshed. A reconcile that writes through a
+    `Resource` then pays one dictionary lookup per write, not a match over the group's
+    entries, and the read-your-writes guard finds the write's kind by identity.
     """
 
     _shared: ClassVar[weakref.WeakKeyDictionary[ApiClient, Discovery]] = weakref.WeakKeyDictionary()
@@ -174,6 +179,7 @@ class Discovery:
     def __init__(self, client: ApiClient) -> None:
         self._client = client
         self._groups: dict[str, list[dict[str, Any]]] = {}
+        self._resolved: dict[Resource, ResolvedResource] = {}
 
     @classmethod
     def for_client(cls, client: ApiClient) -> Discovery:
@@ -187,8 +193,15 @@ class Discovery:
         """Forget one group/version (or everything), e.g. after installing a CRD."""
         if api_version is None:
             self._groups.clear()
+            self._resolved.clear()
         else:
             self._groups.pop(api_version, None)
+            self._forget_resolved(api_version)
+
+    def _forget_resolved(self, api_version: str) -> None:
+        """Drop the resolutions of `api_version`'s resources (its list was replaced)."""
+        for resource in [r for r in self._resolved if r.api_version == api_version]:
+            del self._resolved[resource]
 
     async def api_resources(
         self, api_version: str, *, refresh: bool = False
@@ -197,6 +210,7 @@ class Discovery:
         cached = None if refresh else self._groups.get(api_version)
         if cached is not None:
             return cached
+        self._forget_resolved(api_version)
         group, version = _split_api_version(api_version)
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         doc = await request_json(self._client, "GET", path)
@@ -206,14 +220,18 @@ class Discovery:
 
     async def resolve(self, resource: Resource) -> ResolvedResource:
         """Resolve `resource`; offline when both plural and scope were given."""
+        known = self._resolved.get(resource)
+        if known is not None:
+            return known
         if resource.plural is not None and resource.namespaced is not None:
-            return ResolvedResource(
+            known = self._resolved[resource] = ResolvedResource(
                 resource.group,
                 resource.version,
                 resource.kind,
                 resource.plural,
                 resource.namespaced,
             )
+            return known
         for refresh in (False, True):
             try:
                 entries = await self.api_resources(resource.api_version, refresh=refresh)
@@ -227,6 +245,7 @@ class Discovery:
                 raise
             found = _match(resource, entries)
             if found is not None:
+                self._resolved[resource] = found
                 return found
         kinds = sorted({e.get("kind", "") for e in entries if "/" not in e.get("name", "/")})
         raise ResourceNotFound(
