@@ -166,8 +166,14 @@ class Store(Mapping[ObjectRef, Obj]):
         `INIT_DONE` that ends a relist, those in the old state but not in the new list (the
         caller should report them as deleted); empty for every other event.
         """
-        if event.kind is EventKind.APPLY:
-            self._put(_item(event))
+        if event.kind is EventKind.APPLY:  # the watch path: no call it can do without
+            item = event._item
+            if item is None:
+                item = _item(event)
+            if self._label_index:
+                self._put(item)
+            else:
+                self._map.put(item)
         elif event.kind is EventKind.DELETE:
             self._remove(event._ref())
         elif event.kind is EventKind.INIT_APPLY:

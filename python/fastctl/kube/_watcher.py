@@ -66,9 +66,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import FrozenInstanceError, dataclass, replace
-from typing import Any, Literal, TypeAlias
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
 import aiohttp
 import orjson
@@ -86,10 +86,16 @@ from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import Backoff, resolve_patiently
 from fastctl.kube._transforms import Transform, apply_transform
 from fastctl.kube._transport import LeanResponse
+from fastctl.kube._watch_events import (
+    EventKind,
+    ListFrame,
+    ObjectEvent,
+    ObjectKind,
+    WatchEvent,
+)
 from fastctl.kube._watch_stream import LeanStream
 from fastctl.kube._wire import Identity, decode_list_page, decode_watch_line, item_of
 from fastctl.log import RedactingFilter
-from fastctl.types import ObjectRef
 
 __all__ = [
     "Backoff",
@@ -97,6 +103,7 @@ __all__ = [
     "ListFrame",
     "MetadataOnlyUnsupported",
     "ObjectEvent",
+    "ObjectKind",
     "WatchConfig",
     "WatchEvent",
     "WatchStreamError",
@@ -126,209 +133,6 @@ messages the extension decodes (custom resources are served only as JSON anyway)
 class MetadataOnlyUnsupported(WatchError):
     """A metadata-only watch of a resource the server does not serve as metadata only."""
 
-
-class EventKind(enum.Enum):
-    """What a `WatchEvent` says. A (re)list is framed ``INIT, INIT_APPLY*, INIT_DONE``: the
-    frames are `ListFrame`s, the rest `ObjectEvent`s."""
-
-    INIT = "init"
-    """A (re)list starts: objects follow as `INIT_APPLY`; drop any half-received list."""
-    INIT_APPLY = "init_apply"
-    """One object of the list in progress."""
-    INIT_DONE = "init_done"
-    """The list is complete: its objects are the whole state (a store may swap now)."""
-    APPLY = "apply"
-    """An object was added or modified."""
-    DELETE = "delete"
-    """An object was deleted; `obj` is its last known state."""
-
-
-ObjectKind: TypeAlias = Literal[EventKind.INIT_APPLY, EventKind.APPLY, EventKind.DELETE]
-"""The kinds of event that carry an object."""
-FrameKind: TypeAlias = Literal[EventKind.INIT, EventKind.INIT_DONE]
-"""The kinds of event that frame a list and carry none."""
-
-_OBJECT_KINDS = frozenset({EventKind.INIT_APPLY, EventKind.APPLY, EventKind.DELETE})
-_FRAME_KINDS = frozenset({EventKind.INIT, EventKind.INIT_DONE})
-
-
-class ObjectEvent:
-    """An event about one object (`INIT_APPLY`, `APPLY`, `DELETE`): it always carries the
-    parsed object, so no consumer checks for a missing one.
-
-    Frozen, compared by `kind` and `obj`. An event the watcher made from a watch frame
-    holds the frame's decoded form (the object's JSON and the metadata fastctl reads,
-    decoded once in the extension) and parses `obj` from it on first access only: a
-    `Store`, the triggers and the read-your-writes bookkeeping read what they need without
-    building the object."""
-
-    __slots__ = ("_head", "_item", "_obj", "_oref", "kind")
-    __match_args__ = ("kind", "obj")
-
-    kind: ObjectKind
-    _obj: dict[str, Any] | None
-    _item: Item | None
-    _head: dict[str, Any] | None
-    _oref: ObjectRef | None
-
-    def __init__(self, kind: ObjectKind, obj: dict[str, Any]) -> None:
-        if kind not in _OBJECT_KINDS:
-            raise ValueError(f"an ObjectEvent is INIT_APPLY, APPLY or DELETE, not {kind}")
-        if not isinstance(obj, dict):
-            raise TypeError(f"an ObjectEvent carries a dict, not {type(obj).__name__}")
-        _set(self, "kind", kind)
-        _set(self, "_obj", obj)
-        _set(self, "_item", None)
-        _set(self, "_head", None)
-        _set(self, "_oref", None)
-
-    @classmethod
-    def _of_item(cls, kind: ObjectKind, item: Item) -> ObjectEvent:
-        """The event of a decoded frame (trusted: the watcher's own)."""
-        event = object.__new__(cls)
-        _set(event, "kind", kind)
-        _set(event, "_obj", None)
-        _set(event, "_item", item)
-        _set(event, "_head", None)
-        _set(event, "_oref", None)
-        return event
-
-    @property
-    def obj(self) -> dict[str, Any]:
-        """The object, parsed (once per event, shared by everything that reads the event:
-        do not mutate it)."""
-        obj = self._obj
-        if obj is None:
-            item = self._item
-            assert item is not None
-            obj = orjson.loads(item.json)
-            _set(self, "_obj", obj)
-        return obj
-
-    @property
-    def _decoded(self) -> Item | None:
-        """The decoded frame this event came from, if the watcher made it."""
-        return self._item
-
-    def _meta(self) -> Mapping[str, Any]:
-        """The object's ``metadata`` as fastctl's own consumers read it: the parsed one,
-        or, for a frame not parsed yet, a dict of what the extension read (name,
-        namespace, uid, resourceVersion, generation, deletionTimestamp, labels,
-        ownerReferences; no annotations or finalizers)."""
-        if self._obj is not None:
-            meta = self._obj.get("metadata")
-            return meta if isinstance(meta, dict) else {}
-        return self._slim()["metadata"]  # type: ignore[no-any-return]
-
-    def _slim(self) -> Mapping[str, Any]:
-        """The object as a reader of its ``metadata`` alone sees it (the owner mapper of
-        ``owns``): the parsed object once it is parsed, else ``{"metadata": ...}`` with
-        what the extension read (`_meta`), made once per event."""
-        if self._obj is not None:
-            return self._obj
-        slim = self._head
-        if slim is None:
-            item = self._item
-            assert item is not None
-            head: dict[str, Any] = {"name": item.name}
-            for key, value in (
-                ("namespace", item.namespace),
-                ("uid", item.uid),
-                ("resourceVersion", item.resource_version),
-                ("generation", item.generation),
-                ("deletionTimestamp", item.deletion_timestamp),
-            ):
-                if value is not None:
-                    head[key] = value
-            labels = item.labels()
-            if labels:
-                head["labels"] = labels
-            owners = item.owners()
-            if owners:
-                head["ownerReferences"] = [
-                    {"apiVersion": a, "kind": k, "name": n, "uid": u, "controller": c}
-                    for a, k, n, u, c in owners
-                ]
-            slim = {"metadata": head}
-            _set(self, "_head", slim)
-        return slim
-
-    def _names(self) -> tuple[str, str, str, str]:
-        """``(namespace, name, uid, resourceVersion)``, each ``""`` when absent, without
-        parsing the object (read on every event while a write is followed)."""
-        item = self._item
-        if item is not None:
-            return (
-                item.namespace or "",
-                item.name,
-                item.uid or "",
-                item.resource_version or "",
-            )
-        meta = self._meta()
-        return (
-            str(meta.get("namespace") or ""),
-            str(meta.get("name") or ""),
-            str(meta.get("uid") or ""),
-            str(meta.get("resourceVersion") or ""),
-        )
-
-    def _ref(self) -> ObjectRef:
-        """The object's `ObjectRef`, without parsing it: made once per event (the store,
-        the triggers of each controller a shared watch feeds, tracing each ask for it)."""
-        ref = self._oref
-        if ref is None:
-            item = self._item
-            if item is not None:
-                ref = ObjectRef._trusted(item.name, item.namespace or None)
-            else:
-                ref = ObjectRef.from_object(self.obj)
-            _set(self, "_oref", ref)
-        return ref
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ObjectEvent):
-            return NotImplemented
-        return self.kind is other.kind and self.obj == other.obj
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.obj))  # a dict: unhashable, as the dataclass was
-
-    def __repr__(self) -> str:
-        return f"ObjectEvent(kind={self.kind!r}, obj={self.obj!r})"
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-
-_set = object.__setattr__
-
-
-@dataclass(frozen=True, slots=True)
-class ListFrame:
-    """The start (`INIT`) or the end (`INIT_DONE`) of a (re)list: no object.
-
-    `namespace` None: the list is the whole state of the watch. A watch of a set of
-    namespaces (`fastctl.kube.Namespaces`) lists each namespace on its own and names it
-    here: the list is the whole state of that namespace only, and the objects of the
-    others stay as they are (``""`` frames the set's own first list, which holds no
-    object: its ``INIT_DONE`` comes once every namespace of the set has started listing,
-    so a store is ready only when they all have)."""
-
-    kind: FrameKind
-    namespace: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in _FRAME_KINDS:
-            raise ValueError(f"a ListFrame is INIT or INIT_DONE, not {self.kind}")
-
-
-WatchEvent: TypeAlias = ObjectEvent | ListFrame
-"""One event of a watcher. The two classes split on `kind`, so a type checker narrows
-``event.kind is EventKind.APPLY`` to an `ObjectEvent` and its ``obj`` needs no check (as
-does ``isinstance(event, ObjectEvent)`` or a ``match``)."""
 
 _INIT = ListFrame(EventKind.INIT)
 _INIT_DONE = ListFrame(EventKind.INIT_DONE)
@@ -578,6 +382,9 @@ class _Watcher:
             and (resource.api_version, resource.kind) in PROTOBUF_KINDS
         )
         """Watches ask for protobuf (until a frame cannot be read: then JSON)."""
+        self.plain = config.transform is None and not self.sensitive and not config.metadata_only
+        """Objects go as decoded: no transform, no secrets to remember, no metadata-only
+        check (`_event`'s fast path)."""
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -887,6 +694,19 @@ class _Watcher:
         watch events after. (A frame's object already parsed, a dict, is decoded as the
         line would have been.)"""
         state = self.state
+        if (
+            (etype == "MODIFIED" or etype == "ADDED")
+            and payload.__class__ is Item
+            and state.rv is not None
+            and self.plain
+            and not state.filtering
+        ):
+            # The watch path of nearly every event (the rest below decides the same for
+            # it): a decoded object, past the list, nothing to check or transform.
+            rv = payload.resource_version
+            if rv:
+                state.advanced(rv)
+            return ObjectEvent._of_item(EventKind.APPLY, payload)
         if isinstance(payload, dict):
             if etype in ("ERROR", "BOOKMARK"):  # a Status; a bookmark needs no name
                 identity, replace = self._identity(listed=False)
