@@ -62,19 +62,25 @@ class ObjectRef:
         """`from_key` without validation, for keys that came from `key` (the applier turns
         every popped key back into a ref: this is on its hot path)."""
         namespace, sep, name = key.rpartition("/")
-        ref = object.__new__(cls)
-        _set(ref, "name", name if sep else key)
-        _set(ref, "namespace", namespace if sep else None)
-        return ref
+        return cls._trusted(name if sep else key, namespace if sep else None)
 
     @classmethod
     def _trusted(cls, name: str, namespace: str | None) -> ObjectRef:
         """The reference without validation, for a name and namespace that came from a
-        served object or request (on the hot path of every write a reconcile makes)."""
-        ref = object.__new__(cls)
-        _set(ref, "name", name)
-        _set(ref, "namespace", namespace)
-        return ref
+        served object or request (on the hot path of every write a reconcile makes, and of
+        every watch event). Filled as a `_BuildingRef` (the same slots, writable) and then
+        made an `ObjectRef`: half the time of two ``object.__setattr__`` calls past the
+        frozen dataclass's guard."""
+        if cls is not ObjectRef:  # a subclass may have fields of its own
+            ref = object.__new__(cls)
+            _set(ref, "name", name)
+            _set(ref, "namespace", namespace)
+            return ref
+        building = _BuildingRef()
+        building.name = name
+        building.namespace = namespace
+        building.__class__ = ObjectRef  # type: ignore[assignment]
+        return building  # type: ignore[return-value]
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> ObjectRef:
@@ -91,10 +97,7 @@ class ObjectRef:
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a Kubernetes object with metadata.name: {obj!r:.200}") from exc
         if type(name) is str and name and (namespace is None or type(namespace) is str):
-            ref = object.__new__(cls)
-            _set(ref, "name", name)
-            _set(ref, "namespace", namespace)
-            return ref
+            return cls._trusted(name, namespace)
         try:
             return cls(name, namespace)
         except TypeError as exc:
@@ -105,6 +108,15 @@ class ObjectRef:
 
 
 _set = object.__setattr__
+
+
+class _BuildingRef:
+    """An `ObjectRef` being filled in (`ObjectRef._trusted`): its slots, writable."""
+
+    __slots__ = ("name", "namespace")
+
+    name: str
+    namespace: str | None
 
 
 @dataclass(frozen=True, slots=True)
