@@ -11,6 +11,7 @@ __all__ = [
     "Item",
     "OtlpHttp",
     "OtlpSpan",
+    "ReconcileSpans",
     "Scheduler",
     "SpanBuffer",
     "SpanSource",
@@ -492,21 +493,23 @@ class SpanSource:
     ) -> Self: ...
     def retire(self, to: Callable[[tuple[Any, ...]], object]) -> None:
         """Spans ending from now on go to `to` as records, not into the buffer."""
-    def reconcile(
+    def reconciles(self, name: str, controller: str, owner: Any, scheduler: Any) -> ReconcileSpans:
+        """The maker of one controller run's reconcile spans, named `name`."""
+
+@final
+class ReconcileSpans:
+    """Makes one controller run's reconcile spans (`SpanSource.reconciles`)."""
+
+    def start(
         self,
-        name: str,
-        controller: str,
         key: str,
         attempt: int,
-        priority: int,
-        queue_wait: float | None,
-        links_dropped: int,
         group: Any,
-        links: Any,
-        owner: Any,
-        scheduler: Any,
+        pending: tuple[Any, float, int, int] | None,
+        now: float,
     ) -> OtlpSpan:
-        """A reconcile's span, a root, started now."""
+        """The span of `key`'s run, a root, started now: ``pending`` is ``(links, since,
+        priority, dropped)``, `now` on the clock of ``since``."""
 
 @final
 class OtlpSpan:

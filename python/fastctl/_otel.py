@@ -45,6 +45,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 
 from fastctl._clock import monotonic
+from fastctl._core import ReconcileSpans, SpanSource
 from fastctl._otel_fast import OtlpSpan
 from fastctl._otel_spans import (
     _SPAN_KEY,
@@ -350,6 +351,10 @@ def event_link(ids: IdGenerator, kind: str, reason: str, event: Any) -> EventLin
     named = None
     if name is not None and reason != Reason.OWN_CHANGE:  # else the run's own: not repeated
         named = f"{namespace}/{name}" if namespace else str(name)
+    deleted = False
+    if name is not None:  # an enum member's own field: its `name` is a property, a call
+        kind_name = getattr(event.kind, "_name_", None)
+        deleted = (kind_name if type(kind_name) is str else event.kind.name) == "DELETE"
     trace_id, span_id = fresh_ids(ids)
     return (
         trace_id,
@@ -358,7 +363,7 @@ def event_link(ids: IdGenerator, kind: str, reason: str, event: Any) -> EventLin
         reason,
         named,
         str(version) if version else None,
-        name is not None and event.kind.name == "DELETE",
+        deleted,
     )
 
 
@@ -454,9 +459,22 @@ class ControllerTracing:
         self._random_ids = type(self._ids) is RandomIdGenerator
         self._scheduler: Any = None
         self._reads: tuple[Any, Any] = (None, None)
+        self._source: SpanSource | None = None
+        self._reconciles: ReconcileSpans | None = None
 
     def bind(self, clock: Callable[[], float]) -> None:
         self.clock = clock
+
+    def _bind(self, source: SpanSource, scheduler: Any) -> ReconcileSpans:
+        """The extension's maker of this run's reconcile spans, made once per source and
+        scheduler (what is the same for every span held there, not passed per span); the
+        scheduler's two reads looked up once."""
+        self._source = source
+        self._scheduler = scheduler
+        self._reads = (getattr(scheduler, "failures", None), getattr(scheduler, "group_of", None))
+        made = source.reconciles(self._span_name, self.name, self, scheduler)
+        self._reconciles = made
+        return made
 
     # -- watch events -----------------------------------------------------------------------
 
@@ -522,13 +540,19 @@ class ControllerTracing:
                     )
                     _put(made, "link", link)
                     return (made,)
-        reason = Reason.RELIST if event.kind.name == "INIT_DONE" else Reason.OWN_CHANGE
+        named = getattr(event.kind, "_name_", None)  # `name` is a property: a Python call
+        if type(named) is not str:
+            named = event.kind.name
+        reason = Reason.RELIST if named == "INIT_DONE" else Reason.OWN_CHANGE
         return self.linked(self.kind, reason, event, triggers)
 
     def related(
         self, kind: str, owned: bool, event: Any, triggers: Iterable[Trigger]
     ) -> Iterable[ObjectRef | Trigger]:
-        if event.kind.name == "INIT_DONE":
+        named = getattr(event.kind, "_name_", None)  # `name` is a property: a Python call
+        if type(named) is not str:
+            named = event.kind.name
+        if named == "INIT_DONE":
             reason = Reason.RELIST
         else:
             reason = Reason.OWNED_CHILD if owned else Reason.MAPPED_OBJECT
@@ -587,32 +611,16 @@ class ControllerTracing:
         else:
             source = spans.source()
         if source is not None:  # the span kept in the extension, started in one call
-            if scheduler is not self._scheduler:  # its two reads looked up once
-                self._scheduler = scheduler
-                self._reads = (
-                    getattr(scheduler, "failures", None),
-                    getattr(scheduler, "group_of", None),
-                )
+            reconciles = self._reconciles
+            if reconciles is None or source is not self._source or scheduler is not self._scheduler:
+                reconciles = self._bind(source, scheduler)
             failures, group_of = self._reads
-            if pending is None:
-                links, wait, priority, dropped = None, None, 0, 0
-            else:
-                links, since, priority, dropped = pending
-                wait = self.clock() - since
-                if wait < 0.0:
-                    wait = 0.0
-            return source.reconcile(
-                self._span_name,
-                self.name,
+            return reconciles.start(
                 key,
                 failures(key) + 1 if failures is not None else 1,
-                priority,
-                wait,
-                dropped,
                 group_of(key) if group_of is not None else None,
-                links,
-                self,
-                scheduler,
+                pending,
+                self.clock() if pending is not None else 0.0,
             )
         run = SdkRunSpan(self, key, scheduler, pending, self.clock())
         run.span = self.spans.start(

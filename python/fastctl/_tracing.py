@@ -51,8 +51,9 @@ _active: Tracing | None = None
 
 # While tracing is on, what `request_span` reads to find the current span kept in the
 # extension itself (`fastctl._otel.Tracing.current_lookup`): OpenTelemetry's context
-# variable, the span's key in its context, the extension's span type. None: ask `_active`.
-_span_var: Any = None
+# variable's `get` (bound once), the span's key in its context, the extension's span type.
+# None: ask `_active`.
+_span_get: Any = None
 _span_key: Any = None
 _span_type: Any = None
 
@@ -124,10 +125,11 @@ def enable(provider: Any = None) -> bool:
         raise ImportError(EXTRA_HINT)
     from fastctl._otel import Tracing
 
-    global _span_var, _span_key, _span_type
+    global _span_get, _span_key, _span_type
     previous = _active
     _active = tracing = Tracing(provider)
-    _span_var, _span_key, _span_type = tracing.current_lookup()
+    var, _span_key, _span_type = tracing.current_lookup()
+    _span_get = var.get if var is not None else None
     if previous is not None:
         previous.close()
     return True
@@ -165,9 +167,9 @@ def request_span(method: str, path: str) -> Any:
     tracing = _active
     if tracing is None:
         return NO_SPAN
-    var = _span_var
-    if var is not None:
-        span = var.get().get(_span_key)
+    get = _span_get
+    if get is not None:
+        span = get().get(_span_key)
         if type(span) is _span_type:
             return span.request(method, path)
     return tracing.request(method, path)

@@ -23,7 +23,6 @@ ALLOWED: dict[str, str] = {
     "python/fastctl/_otel.py": "the tracing work changes it now; split after it lands",
     "python/fastctl/_otel_spans.py": "the tracing work changes it now; split after it lands",
     "python/fastctl/kube/_transport.py": "the TLS work changes it now; split after it lands",
-    "src/otlp_span.rs": "the Rust half of _otel_spans.py: split with it, after the tracing work",
     # Long for a reason.
     "python/fastctl/runtime/sharding/_member.py": "one state machine (docs/architecture.md)",
     "python/fastctl/kube/_model.py": "the one pydantic import of fastctl.kube (architecture.md)",
