@@ -226,3 +226,33 @@ async def test_the_switch_sends_watches_on_aiohttp(
     async with await request(client, "GET", "/watch", client_timeout=WATCH, stream=True) as resp:
         assert isinstance(resp, aiohttp.ClientResponse)
         assert await resp.read() == line(1)
+
+
+async def test_a_read_of_blank_lines_alone_is_an_empty_batch_a_cut_frame_none(
+    serve: Serve,
+) -> None:
+    """A server's keep-alive blank lines are proof of a live stream, as on aiohttp (whose
+    `FrameReader` gives them as an empty batch): the watcher resets its backoff at a
+    stream's first batch. A read that ends inside a frame gives no batch: it waits for the
+    rest. Broken once: `_decode` returning only batches with frames (red: the first read
+    waited for a frame, the test timed out); once: an empty batch for every read (red: the
+    cut frame's read gave [])."""
+    goes_on = asyncio.Event()
+
+    async def script(peer: Peer) -> None:
+        await peer.next_request()
+        await peer.send(HEAD + chunk(b"\n\n") + chunk(b"\n"))
+        await goes_on.wait()
+        await peer.send(chunk(line(1)[:12]))
+        await asyncio.sleep(0.05)
+        await peer.send(chunk(line(1)[12:]) + LAST)
+
+    _, client = await serve(script)
+    async with await open_watch(client) as stream:
+        first = await asyncio.wait_for(stream.read(), 5)
+        assert first is not None
+        assert first.frames == []
+        assert first.error is None
+        goes_on.set()
+        assert versions(await asyncio.wait_for(stream.read(), 5)) == ["1"]
+        assert await rest(stream) == []
