@@ -272,7 +272,7 @@ async def test_a_watcher_reconnects_after_its_configs_read_timeout_on_either_tra
     its head and a bookmark, then silence: the next one comes a read timeout (0.3 s)
     later, from the bookmark's resourceVersion.
     Broken once: the watcher's request without its read timeout (red: no second watch
-    within 5 s on either transport)."""
+    within 15 s on either transport)."""
     monkeypatch.setenv("FASTCTL_HTTP", transport)
     loop = asyncio.get_running_loop()
     watches: list[tuple[float, str]] = []
@@ -299,7 +299,7 @@ async def test_a_watcher_reconnects_after_its_configs_read_timeout_on_either_tra
 
     task = asyncio.ensure_future(drain())
     try:
-        await asyncio.wait_for(third.wait(), 5)
+        await asyncio.wait_for(third.wait(), 15)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -308,4 +308,4 @@ async def test_a_watcher_reconnects_after_its_configs_read_timeout_on_either_tra
     assert "resourceVersion=11" in watches[1][1]
     assert "resourceVersion=12" in watches[2][1]
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(watches)]
-    assert all(0.25 <= gap < 2.0 for gap in gaps), gaps
+    assert all(0.25 <= gap < 5.0 for gap in gaps), gaps  # 0.3 s, not 90 s nor 300 s
