@@ -7,6 +7,8 @@ until close, and `FASTCTL_HTTP=aiohttp` sending watches on aiohttp."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -18,7 +20,9 @@ from fastctl._core import Item
 from fastctl.errors import WatchStreamError
 from fastctl.kube._http import request
 from fastctl.kube._lines import Batch
+from fastctl.kube._resource import ResolvedResource
 from fastctl.kube._watch_stream import LeanStream
+from fastctl.kube._watcher import WatchConfig, watcher
 
 from .test_transport import Peer, RawServer, pool_of, serve
 
@@ -226,3 +230,82 @@ async def test_the_switch_sends_watches_on_aiohttp(
     async with await request(client, "GET", "/watch", client_timeout=WATCH, stream=True) as resp:
         assert isinstance(resp, aiohttp.ClientResponse)
         assert await resp.read() == line(1)
+
+
+async def test_a_read_of_blank_lines_alone_is_an_empty_batch_a_cut_frame_none(
+    serve: Serve,
+) -> None:
+    """A server's keep-alive blank lines are proof of a live stream, as on aiohttp (whose
+    `FrameReader` gives them as an empty batch): the watcher resets its backoff at a
+    stream's first batch. A read that ends inside a frame gives no batch: it waits for the
+    rest. Broken once: `_decode` returning only batches with frames (red: the first read
+    waited for a frame, the test timed out); once: an empty batch for every read (red: the
+    cut frame's read gave [])."""
+    goes_on = asyncio.Event()
+
+    async def script(peer: Peer) -> None:
+        await peer.next_request()
+        await peer.send(HEAD + chunk(b"\n\n") + chunk(b"\n"))
+        await goes_on.wait()
+        await peer.send(chunk(line(1)[:12]))
+        await asyncio.sleep(0.05)
+        await peer.send(chunk(line(1)[12:]) + LAST)
+
+    _, client = await serve(script)
+    async with await open_watch(client) as stream:
+        first = await asyncio.wait_for(stream.read(), 5)
+        assert first is not None
+        assert first.frames == []
+        assert first.error is None
+        goes_on.set()
+        assert versions(await asyncio.wait_for(stream.read(), 5)) == ["1"]
+        assert await rest(stream) == []
+
+
+@pytest.mark.parametrize("transport", ["lean", "aiohttp"])
+async def test_a_watcher_reconnects_after_its_configs_read_timeout_on_either_transport(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    """`WatchConfig.read_timeout` is the silence after which a watch is reopened, on the
+    lean transport and on aiohttp (``FASTCTL_HTTP=aiohttp``): never a library's default
+    (the transport's 300 s when a watch gives none, aiohttp's none). Each watch here gets
+    its head and a bookmark, then silence: the next one comes a read timeout (0.3 s)
+    later, from the bookmark's resourceVersion.
+    Broken once: the watcher's request without its read timeout (red: no second watch
+    within 15 s on either transport)."""
+    monkeypatch.setenv("FASTCTL_HTTP", transport)
+    loop = asyncio.get_running_loop()
+    watches: list[tuple[float, str]] = []
+    third = asyncio.Event()
+    end = {"annotations": {"k8s.io/initial-events-end": "true"}}
+
+    async def script(peer: Peer) -> None:
+        while (req := await peer.next_request()) is not None:
+            watches.append((loop.time(), req[0]))
+            if len(watches) == 3:
+                third.set()
+            meta = {"resourceVersion": str(10 + len(watches)), **end}
+            bookmark = orjson.dumps({"type": "BOOKMARK", "object": {"metadata": meta}})
+            await peer.send(HEAD + chunk(bookmark + b"\n"))
+
+    _, client = await serve(script)
+    widgets = ResolvedResource("example.com", "v1", "Widget", "widgets", True)
+    config = WatchConfig(read_timeout=0.3)
+    events = watcher(client, widgets, namespace="ns", config=config)
+
+    async def drain() -> None:
+        async for _ in events:
+            pass
+
+    task = asyncio.ensure_future(drain())
+    try:
+        await asyncio.wait_for(third.wait(), 15)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert "sendInitialEvents=true" in watches[0][1]
+    assert "resourceVersion=11" in watches[1][1]
+    assert "resourceVersion=12" in watches[2][1]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(watches)]
+    assert all(0.25 <= gap < 5.0 for gap in gaps), gaps  # 0.3 s, not 90 s nor 300 s

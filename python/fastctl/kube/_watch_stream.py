@@ -12,9 +12,10 @@ gives a `Batch` per call, ``None`` at the end of the stream.
 What aiohttp did stays: no byte for the read timeout while the watcher waits is a
 `TimeoutError`; a connection closed before the body's end is aiohttp's
 ``ClientPayloadError`` (reset: ``ClientOSError``), after the frames received before it; a
-body that ends inside a frame is a `WatchStreamError`. Reads wait at most a megabyte
-(`HIGH_WATER`) ahead of the watcher: beyond it, the connection stops reading until the
-watcher catches up. The stream is asked uncompressed (an answer compressed anyway is an
+body that ends inside a frame is a `WatchStreamError`; a read of blank lines alone (a
+keep-alive) is an empty `Batch`, proof of a live stream to the watcher. Reads wait at most a
+megabyte (`HIGH_WATER`) ahead of the watcher: beyond it, the connection stops reading until
+the watcher catches up. The stream is asked uncompressed (an answer compressed anyway is an
 error). Released after its end, the connection goes back to the pool; before, it is closed.
 """
 
@@ -186,7 +187,10 @@ class LeanStream:
             self._conn.abort()
             self._error = aiohttp.ClientPayloadError(f"malformed answer from the server: {exc}")
             raise self._error from None
-        if frames or error is not None:
+        if frames or error is not None or not (body.pending or body.done):
+            # A read of blank lines alone (a server's or proxy's keep-alive) is an empty
+            # batch, as `FrameReader` gives it: proof of a live stream, which resets the
+            # watcher's backoff. A read that ends inside a frame waits for the rest.
             return Batch(frames, error, line or b"")
         return None
 

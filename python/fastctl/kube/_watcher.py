@@ -115,6 +115,9 @@ log.addFilter(RedactingFilter())  # its records name objects and errors
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _MAX_LINE = 64 * 1024 * 1024  # far above etcd's 1.5 MiB object limit, even as JSON
+_HELD_OPEN = 1.0
+"""Seconds after which a watch's stream that sent nothing but keep-alive blank lines, or
+nothing at all, counts as a healthy one (it resets the backoff)."""
 _FATAL_STATUS = frozenset({400, 405, 406, 415, 422})
 _META = ";g=meta.k8s.io;v=v1,application/json"
 METADATA_LIST_ACCEPT = f"application/json;as=PartialObjectMetadataList{_META}"
@@ -626,7 +629,7 @@ class _Watcher:
                 raise err
             if state.needs_list:
                 yield _INIT
-            received = False
+            proven = False  # the stream proved live: the backoff was reset
             identity, replace = self._identity(listed=False)
             strip = bool(self.config.strip_managed_fields)
             reader: FrameReader | LeanStream
@@ -653,17 +656,24 @@ class _Watcher:
                     return
                 if batch is None:
                     break
-                if not received and not state.needs_list:
-                    # A stream that carries something is the success that resets the
-                    # backoff; one accepted but ending empty at once is not (see below).
+                if (
+                    not proven
+                    and not state.needs_list
+                    and (batch.frames or monotonic() - started >= _HELD_OPEN)
+                ):
+                    # The success that resets the backoff: a stream that delivers a frame
+                    # (an event, a bookmark), or whose keep-alive blank lines (an empty
+                    # batch) come after it was held open a while. Not one that sends
+                    # blank lines and ends at once, nor one that ends empty (see below).
                     self.backoff.reset()
-                received = True
+                    proven = True
                 for etype, payload in batch.frames:
                     event = self._event(etype, payload)
                     if event is None:
                         continue
                     if event.kind is EventKind.INIT_DONE:
                         self.backoff.reset()
+                        proven = True
                     yield event
                 if batch.error is not None:
                     line = batch.line
@@ -680,12 +690,12 @@ class _Watcher:
                     raise WatchStreamError(batch.error)
         if state.needs_list:
             raise WatchStreamError("watch ended before the initial list was complete")
-        if not received and monotonic() - started < 1.0:
-            # An empty stream that ends at once would otherwise be a busy loop; and since
-            # it did not reset the backoff, a server (or proxy) that keeps doing it is
-            # asked less and less often, as after any other failure.
+        if not proven and monotonic() - started < _HELD_OPEN:
+            # An empty stream (or one of blank lines) that ends at once would otherwise be
+            # a busy loop; and since it did not reset the backoff, a server (or proxy) that
+            # keeps doing it is asked less and less often, as after any other failure.
             await asyncio.sleep(self.backoff.next_delay())
-        elif not received:
+        elif not proven:
             self.backoff.reset()  # quiet but held open: a healthy watch of a quiet resource
 
     def _event(self, etype: str, payload: Item | bytes | dict[str, Any]) -> WatchEvent | None:

@@ -36,7 +36,8 @@ from fastctl.runtime._settled_events import settled
 from fastctl.runtime._triggers import RelatedTriggers, primary_triggers
 from fastctl.runtime._written import CacheScope
 from fastctl.runtime.controller._environment import Environment, ShardAssignment
-from fastctl.runtime.controller._spec import ControllerSpec, Relation, WatchUse
+from fastctl.runtime.controller._owners import controller_uid, owner_of
+from fastctl.runtime.controller._spec import PRIMARY, ControllerSpec, Relation, WatchUse
 from fastctl.runtime.controller._wrappers import reconcile_view, store_view
 from fastctl.runtime.sharding._gate import ShardGate
 from fastctl.runtime.sharding._watch import sharded_events
@@ -137,8 +138,17 @@ class ControllerRun:
             shard = env.shard.gate if env.shard is not None else None
             if shard is not None:
                 shard.bind(loop)
-            tasks.append(loop.create_task(self._watch_primary(), name=f"{spec.name}:primary"))
+            own = env.shard is None and PRIMARY not in env.sources  # the run opens its watches
+            folded = [  # relations read off the primary's watch (`shares_primary_watch`)
+                rel
+                for use, rel in zip(spec.watch_uses()[1:], spec.relations, strict=True)
+                if own and use.use not in env.sources and spec.shares_primary_watch(rel)
+            ]
+            primary = self._watch_primary([(r, self._related_triggers(r)) for r in folded])
+            tasks.append(loop.create_task(primary, name=f"{spec.name}:primary"))
             for use, rel in zip(spec.watch_uses()[1:], spec.relations, strict=True):
+                if rel in folded:  # read off the primary's watch
+                    continue
                 tasks.append(
                     loop.create_task(
                         self._watch_related(use, rel), name=f"{spec.name}:{rel.resource.kind}"
@@ -283,8 +293,8 @@ class ControllerRun:
         events = source.events(self.on_watch_error)
         return events if source.store is not None else reflector(self.store, events)
 
-    async def _watch_primary(self) -> None:
-        spec = self.spec
+    async def _watch_primary(self, folded: list[tuple[Relation, RelatedTriggers]]) -> None:
+        spec = self.spec  # `folded`: relations of the primary's kind read off its watch
         events = self._primary_events()
         event_filter = self._event_filter(spec.event_filter, spec.resource)
         if self.own_writes is not None:
@@ -300,11 +310,18 @@ class ControllerRun:
                     triggers = tracing.primary(event, triggers)
                 for trigger in triggers:
                     await self.triggers.put(trigger)
+                for rel, related in folded:  # the owners of a changed object of its kind
+                    made = related.on_event(event)
+                    triggers = made
+                    if tracing is not None and made:
+                        triggers = tracing.related(rel.resource.kind, True, event, made)
+                    for trigger in triggers:
+                        await self.triggers.put(trigger)
         except ChannelClosed:
             return
 
-    async def _watch_related(self, use: WatchUse, rel: Relation) -> None:
-        related = RelatedTriggers(
+    def _related_triggers(self, rel: Relation) -> RelatedTriggers:
+        return RelatedTriggers(
             rel.mapper if rel.mapper is not None else self._owner_of,
             rel.reason,
             controller=self.spec.name,
@@ -313,6 +330,9 @@ class ControllerRun:
             event_filter=self._event_filter(rel.event_filter, rel.resource),
             metadata_mapper=rel.mapper is None,
         )
+
+    async def _watch_related(self, use: WatchUse, rel: Relation) -> None:
+        related = self._related_triggers(rel)
         source = self.env.source(use)
         events = source.events(self.on_watch_error)
         if rel.cache is not None:
@@ -365,27 +385,14 @@ class ControllerRun:
         (key ``namespace``) or the cached target (key ``uid``) tells."""
         ref = trigger.ref if isinstance(trigger, Trigger) else trigger
         if rel.mapper is None and gate.key == "uid" and isinstance(event, ObjectEvent):
-            uid = _controller_uid({"metadata": event._meta()}, ref.name)
+            uid = controller_uid({"metadata": event._meta()}, ref.name)
             if uid is not None:
                 return gate.member.serves(gate.slot_of(uid))
         return gate.admits_ref(ref, self.store)
 
     def _owner_of(self, obj: Mapping[str, Any]) -> list[ObjectRef]:
-        """The primary object that controls `obj` (its ``controller: true`` owner reference
-        of the primary kind), in `obj`'s namespace when the primary is namespaced."""
-        resource = self.spec.resource
-        meta = obj.get("metadata") or {}
-        for owner in meta.get("ownerReferences") or ():
-            if not owner.get("controller"):
-                continue
-            if owner.get("kind") != resource.kind:
-                continue
-            group = str(owner.get("apiVersion", "")).rpartition("/")[0]
-            if group != resource.group:
-                continue
-            namespaced = self.resolved.namespaced if self.resolved is not None else True
-            return [ObjectRef(owner["name"], meta.get("namespace") if namespaced else None)]
-        return []
+        namespaced = self.resolved.namespaced if self.resolved is not None else True
+        return owner_of(obj, self.spec.resource, namespaced=namespaced)
 
     async def _resync(self, source: AsyncIterable[Any]) -> None:
         try:
@@ -414,14 +421,6 @@ def reporting_controller(name: str) -> str:
     safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "-" for c in name)
     safe = safe[:63].strip("-_.")
     return f"fastctl/{safe or 'controller'}"
-
-
-def _controller_uid(obj: Mapping[str, Any], name: str) -> str | None:
-    """The UID of `obj`'s controller owner named `name`."""
-    for owner in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if owner.get("controller") and owner.get("name") == name and owner.get("uid"):
-            return str(owner["uid"])
-    return None
 
 
 async def _counted(events: AsyncIterator[WatchEvent], gate: ShardGate) -> AsyncIterator[WatchEvent]:

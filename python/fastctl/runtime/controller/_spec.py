@@ -129,6 +129,19 @@ class ControllerSpec:
             transform=relation.transform,
         )
 
+    def shares_primary_watch(self, relation: Relation) -> bool:
+        """Whether `relation` watches exactly what the primary watches: its resource is the
+        primary's own kind (``owns(R)`` of a Widget that owns Widgets), in the same
+        namespace, with the same selectors and transform, and no cache of its own. A run
+        on its own then reads the relation's events off the primary's watch rather than
+        opening a second one (a Manager shares the two uses as one watch anyway)."""
+        return (
+            relation.resource == self.resource
+            and relation.cache is None
+            and relation.namespace_in(self) == self.namespace
+            and self.watch_config_for(relation) == self.watch_config
+        )
+
     def watch_uses(self) -> list[WatchUse]:
         """Every watch a run of this controller opens, the primary's first."""
         uses = [WatchUse(PRIMARY, self.resource, self.namespace, self.watch_config)]
