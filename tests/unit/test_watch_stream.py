@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 import orjson
 import pytest
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, Configuration
 
 from fastctl._core import Item
 from fastctl.errors import WatchStreamError
@@ -309,3 +309,34 @@ async def test_a_watcher_reconnects_after_its_configs_read_timeout_on_either_tra
     assert "resourceVersion=12" in watches[2][1]
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(watches)]
     assert all(0.25 <= gap < 5.0 for gap in gaps), gaps  # 0.3 s, not 90 s nor 300 s
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [(aiohttp.ClientTimeout(total=None), (30.0, 90.0)), (WATCH, (30, 60))],
+)
+async def test_a_stream_without_a_read_timeout_waits_as_long_as_a_watch_does(
+    monkeypatch: pytest.MonkeyPatch,
+    given: aiohttp.ClientTimeout,
+    expected: tuple[float, float],
+) -> None:
+    """A streamed request that names no read timeout gets the watcher's default, not a
+    longer one of the transport's own."""
+    from fastctl.kube import _http
+
+    seen: list[object] = []
+
+    class _Pool:
+        async def request(self, *args: object) -> object:
+            seen.append(args[-1])
+            raise ConnectionResetError("enough")
+
+    monkeypatch.setattr(_http, "pool_for", lambda client: _Pool())
+    assert WatchConfig().read_timeout == _http.STREAM_READ_TIMEOUT
+    client = ApiClient(Configuration(host="http://127.0.0.1:9"))
+    try:
+        with pytest.raises(ConnectionResetError):
+            await request(client, "GET", "/api/v1/pods", stream=True, client_timeout=given)
+    finally:
+        await client.close()
+    assert seen == [expected]

@@ -91,6 +91,11 @@ def _seconds(header: str) -> float | None:
     return float(value) if value > 0 else None
 
 
+STREAM_READ_TIMEOUT = 90.0
+"""A streamed request's read timeout when the caller gives none: the watcher's default
+(`WatchConfig.read_timeout`), so no stream waits longer for a byte than a watch does."""
+
+
 @overload
 async def request(
     client: ApiClient,
@@ -181,7 +186,7 @@ async def request(
         limits = None
         if stream:  # uncompressed: the extension decodes the body as it arrives
             headers["Accept-Encoding"] = "identity"
-            limits = (timeout.sock_connect or 30.0, timeout.sock_read or 300.0)
+            limits = (timeout.sock_connect or 30.0, timeout.sock_read or STREAM_READ_TIMEOUT)
         try:
             answer, head_at = await pool.request(
                 method, path, params, headers, body, timeout.total, limits
