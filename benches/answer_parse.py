@@ -85,7 +85,8 @@ async def rounds(count: int, repeat: int, split: bool, chunked: bool) -> list[fl
                 conn.data_received(read)
             conn.waiter = None
         results.append((time.process_time() - started) / count * 1e9)
-        assert waiter.result() is None and conn.status == 200 and conn.keep_alive
+        assert waiter.result() is None
+        assert (conn.status, conn.keep_alive) == (200, True)
     return results
 
 
