@@ -3,7 +3,8 @@
 //!
 //! The lean transport hands every read of a watch connection here as it is (`WatchBody::
 //! feed`): chunked transfer coding (a chunk, or its size line, may be split anywhere
-//! between reads), a ``Content-Length`` body, or one that lasts until the server closes.
+//! between reads), a ``Content-Length`` body, or one that lasts until the server closes
+//! (undone by `unframe::Unframer`, which whole answers, `http1::Reader`, share).
 //! The body's bytes go to the one frame decoder there is (`frames::decode_lines` for JSON
 //! lines, `proto::decode_frames` for protobuf frames), and what follows the last complete
 //! frame waits for the next read. Python then sees a list of decoded frames per read, not
@@ -11,41 +12,15 @@
 
 use crate::frames::{self, Error, Lines, Options};
 use crate::proto;
-
-/// How the body's end is known (from the answer's head).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// ``Transfer-Encoding: chunked``: ends with a chunk of size 0 and the trailers.
-    Chunked,
-    /// ``Content-Length``: this many bytes.
-    Length(usize),
-    /// Neither: the body lasts until the server closes the connection.
-    UntilClose,
-}
-
-/// Where the chunked decoding is between reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunk {
-    /// Reading a chunk's size line (kept in `WatchBody::line` until its newline).
-    Size,
-    /// Inside a chunk's data, this many bytes still to come.
-    Data(usize),
-    /// After a chunk's data: its CRLF (``true``: the CR was read).
-    End(bool),
-    /// After the last chunk: trailer lines up to an empty one.
-    Trailers,
-}
-
-/// A chunk size line or a trailer line longer than this is refused.
-const MAX_CONTROL_LINE: usize = 8192;
+pub use crate::unframe::Framing;
+use crate::unframe::Unframer;
+#[cfg(test)]
+use crate::unframe::MAX_CONTROL_LINE;
 
 /// One watch response's body (see the module documentation).
 #[derive(Debug)]
 pub struct WatchBody {
-    framing: Framing,
-    chunk: Chunk,
-    /// A chunk size or trailer line not complete yet.
-    line: Vec<u8>,
+    framing: Unframer,
     /// The body's bytes not decoded yet (the start of a frame).
     body: Vec<u8>,
     protobuf: bool,
@@ -70,14 +45,13 @@ impl WatchBody {
     /// A body framed as `framing`, of JSON lines or (`protobuf`) length-prefixed protobuf
     /// frames; a frame longer than `max_line` bytes is an error.
     pub fn new(framing: Framing, protobuf: bool, max_line: usize) -> Self {
+        let framing = Unframer::new(framing);
         WatchBody {
+            done: framing.done,
             framing,
-            chunk: Chunk::Size,
-            line: Vec::new(),
             body: Vec::new(),
             protobuf,
             max_line,
-            done: framing == Framing::Length(0),
             overrun: false,
         }
     }
@@ -93,7 +67,8 @@ impl WatchBody {
     /// `error`, after the frames before it; nothing is read after one.
     pub fn feed(&mut self, data: &[u8], options: Options<'_>) -> Result<Fed, Error> {
         let before = self.body.len();
-        self.unframe(data)?;
+        self.framing.unframe(data, &mut self.body)?;
+        (self.done, self.overrun) = (self.framing.done, self.framing.overrun);
         let mut lines = Lines {
             frames: Vec::new(),
             used: 0,
@@ -143,100 +118,6 @@ impl WatchBody {
             self.body[before..].contains(&b'\n')
         }
     }
-
-    /// Move the body's bytes of `data` to `body`, following the framing.
-    fn unframe(&mut self, mut data: &[u8]) -> Result<(), Error> {
-        if self.done {
-            self.overrun |= !data.is_empty();
-            return Ok(());
-        }
-        match self.framing {
-            Framing::UntilClose => self.body.extend_from_slice(data),
-            Framing::Length(left) => {
-                let take = left.min(data.len());
-                self.body.extend_from_slice(&data[..take]);
-                self.framing = Framing::Length(left - take);
-                self.done = take == left;
-                self.overrun = take < data.len();
-            }
-            Framing::Chunked => {
-                while !data.is_empty() && !self.done {
-                    data = self.chunked(data)?;
-                }
-                self.overrun = !data.is_empty();
-            }
-        }
-        Ok(())
-    }
-
-    /// Read what `data` holds of the current step of the chunked coding; the rest.
-    fn chunked<'d>(&mut self, data: &'d [u8]) -> Result<&'d [u8], Error> {
-        match self.chunk {
-            Chunk::Data(left) => {
-                let take = left.min(data.len());
-                self.body.extend_from_slice(&data[..take]);
-                self.chunk = if take == left {
-                    Chunk::End(false)
-                } else {
-                    Chunk::Data(left - take)
-                };
-                Ok(&data[take..])
-            }
-            Chunk::End(cr) => {
-                let expected = if cr { b'\n' } else { b'\r' };
-                if data[0] != expected {
-                    return Err(Error("a chunk does not end with CRLF".into()));
-                }
-                self.chunk = if cr { Chunk::Size } else { Chunk::End(true) };
-                Ok(&data[1..])
-            }
-            Chunk::Size | Chunk::Trailers => {
-                let Some(end) = data.iter().position(|&b| b == b'\n') else {
-                    self.control_line(data)?;
-                    return Ok(&[]);
-                };
-                self.control_line(&data[..end])?;
-                let line = std::mem::take(&mut self.line);
-                let line = line.strip_suffix(b"\r").unwrap_or(&line);
-                if self.chunk == Chunk::Trailers {
-                    self.done = line.is_empty();
-                } else {
-                    let size = chunk_size(line)?;
-                    self.chunk = if size == 0 {
-                        Chunk::Trailers
-                    } else {
-                        Chunk::Data(size)
-                    };
-                }
-                Ok(&data[end + 1..])
-            }
-        }
-    }
-
-    fn control_line(&mut self, part: &[u8]) -> Result<(), Error> {
-        self.line.extend_from_slice(part);
-        if self.line.len() > MAX_CONTROL_LINE {
-            return Err(Error("a chunk size line is too long".into()));
-        }
-        Ok(())
-    }
-}
-
-/// A chunk size line's size (hexadecimal, before any ``;`` extension).
-fn chunk_size(line: &[u8]) -> Result<usize, Error> {
-    let digits = line.split(|&b| b == b';').next().unwrap_or_default();
-    let digits = digits.trim_ascii();
-    let bad = || {
-        Error(format!(
-            "bad chunk size line {:?}",
-            String::from_utf8_lossy(line)
-        ))
-    };
-    if digits.is_empty() || digits.len() > 15 {
-        return Err(bad());
-    }
-    let text = std::str::from_utf8(digits).map_err(|_| bad())?;
-    usize::from_str_radix(text, 16).map_err(|_| bad())
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use crate::tls::{self, ErrorKind, Session};
 /// A read or write at least this long is handled without holding the GIL.
 const DETACH_FROM: usize = 64 * 1024;
 
-fn error(py: Python<'_>, error: tls::Error) -> PyErr {
+pub(crate) fn error(py: Python<'_>, error: tls::Error) -> PyErr {
     let name = match error.kind {
         ErrorKind::Unsupported => return PyValueError::new_err(error.message),
         ErrorKind::Certificate => "SSLCertVerificationError",
@@ -61,7 +61,7 @@ impl PyTlsConfig {
 /// there is nothing), ``encrypt(data)`` gives the records of a request.
 #[pyclass(name = "TlsSession", module = "fastctl._core")]
 pub struct PyTlsSession {
-    session: Session,
+    pub(crate) session: Session,
 }
 
 #[pymethods]

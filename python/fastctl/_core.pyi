@@ -8,6 +8,7 @@ __all__ = [
     "MAX_DELAY",
     "SCHEDULER_DEFAULTS",
     "CompactMap",
+    "Http1Reader",
     "Item",
     "OtlpHttp",
     "OtlpSpan",
@@ -734,3 +735,33 @@ class TlsSession:
     @property
     def handshaking(self) -> bool:
         """The handshake is still under way."""
+
+_Http1Answer = tuple[int, str, bytes, bytes, bool, bytes, bool, int | None]
+
+@final
+class Http1Reader:
+    """The answers of one HTTP/1.1 connection, one request at a time: ``expect`` when a
+    request is sent, then every read to ``feed`` (or, on a TLS connection, ``feed_tls``)
+    until it gives the answer: ``(status, reason, lines, body, keep_alive, encoding,
+    chunked, length)``, ``lines`` the header lines with CRLF between them, ``encoding`` the
+    ``Content-Encoding`` lowered, ``chunked`` and ``length`` the body's framing. A watch's
+    200 is given once its head is in, with the bytes of its body read so far. A malformed
+    answer is a `ValueError`."""
+
+    def __new__(cls) -> Self: ...
+    def expect(self, no_body: bool, stream: bool) -> None:
+        """A request was sent: `no_body` for a ``HEAD``, `stream` when a 200 is a watch's."""
+    def feed(self, data: bytes) -> _Http1Answer | None:
+        """One read's bytes: the answer once complete, else ``None``."""
+    def feed_tls(
+        self, session: TlsSession, data: bytes
+    ) -> tuple[_Http1Answer | None, bytes | None]:
+        """One read of a TLS connection's socket, decrypted by `session` and read as by
+        `feed`: (the answer or ``None``, the TLS bytes to send back or ``None``). A TLS
+        failure is the `ssl` error `TlsSession.feed` raises."""
+    def close(self) -> _Http1Answer | None:
+        """The server closed the connection: the answer whose body lasted until then."""
+    @property
+    def phase(self) -> int:
+        """0 reading the head, 1 a body by length, 2 a chunked one, 3 one until the
+        server closes, 4 no answer awaited."""

@@ -1,12 +1,15 @@
 """One keep-alive HTTP/1.1 connection to an API server, as an `asyncio.Protocol`.
 
 The lean transport (`fastctl.kube._transport`) sends one request at a time on a connection
-and waits for the whole answer: this module parses it as the bytes arrive, with no stream
-reader, no per-header objects and no timers of its own. The head is split by hand (only
-``Content-Length``, ``Transfer-Encoding`` and ``Connection`` are looked at; the rest is kept
-as lines for `LeanResponse.headers`, built only when a caller reads a header), the body is
-read by ``Content-Length``, in chunks, or until the server closes (an HTTP/1.0 answer
-without a length). Informational answers (1xx) are skipped.
+and waits for the whole answer, with no stream reader, no per-header objects and no timers
+of its own. The extension frames it (`fastctl._core.Http1Reader`, one call per read): the
+head read (only ``Content-Length``, ``Transfer-Encoding``, ``Connection`` and
+``Content-Encoding`` looked at; the header lines kept as one bytes for
+`LeanResponse.headers`, split only when a caller reads a header), the body read by
+``Content-Length``, in chunks, or until the server closes (an HTTP/1.0 answer without a
+length), informational answers (1xx) skipped; Python sees the whole answer once. A
+compressed body is decompressed here (gzip or deflate: the transport asks for gzip, as
+aiohttp does).
 
 A watch (``send(..., stream=...)``) is answered the same way unless its answer is a 200: then
 the request is done once the head is in, and every read of the body after it goes to a
@@ -24,13 +27,13 @@ The same connection over TLS done in the extension is `fastctl.kube._tls_connect
 from __future__ import annotations
 
 import asyncio
-import re
 import zlib
 from typing import TYPE_CHECKING
 
 import aiohttp
 from multidict import CIMultiDictProxy
 
+from fastctl._core import Http1Reader
 from fastctl.kube._watch_stream import LeanStream, headers_of
 
 if TYPE_CHECKING:
@@ -38,16 +41,20 @@ if TYPE_CHECKING:
 
 __all__ = ["Connection", "LeanResponse"]
 
-_MAX_HEAD = 1 << 20
-"""The longest answer head accepted (aiohttp's limits are of the same order)."""
-
 _HEAD, _LENGTH, _CHUNKED, _UNTIL_CLOSE, _DONE, _STREAM = range(6)
+"""Where a connection is: `_HEAD` while an answer is awaited (the extension's reader says
+where it is in it, with the same values up to `_DONE`), `_STREAM` while a watch reads its
+body, `_DONE` idle."""
 
-_FRAMING = re.compile(
-    rb"\r\n[ \t]*(content-length|transfer-encoding|connection|content-encoding)[ \t]*:([^\r]*)"
-).findall
-"""The headers of a lowered head that say how its body is framed, as (name, value) pairs in
-their order: found in one pass in C, not line by line (an answer carries a dozen others)."""
+
+Answer = tuple[int, str, bytes, bytes, bool, bytes, bool, int | None]
+"""What `Http1Reader` gives: status, reason, header lines, body, keep-alive,
+``Content-Encoding``, and the body's framing (chunked, length) for a watch."""
+
+
+def lines_of(head: bytes) -> list[bytes]:
+    """The header lines of a head as the extension gives them (CRLF between them)."""
+    return head.split(b"\r\n") if head else []
 
 
 class LeanResponse:
@@ -55,12 +62,12 @@ class LeanResponse:
     ``aiohttp.ClientResponse``: ``status``, ``reason``, ``headers`` (case-insensitive),
     ``read()``, ``release()`` and ``async with``."""
 
-    __slots__ = ("_body", "_headers", "_lines", "reason", "status")
+    __slots__ = ("_body", "_head", "_headers", "reason", "status")
 
-    def __init__(self, status: int, reason: str, lines: list[bytes], body: bytes) -> None:
+    def __init__(self, status: int, reason: str, head: bytes, body: bytes) -> None:
         self.status = status
         self.reason = reason
-        self._lines = lines
+        self._head = head  # the header lines, CRLF between them
         self._body = body
         self._headers: CIMultiDictProxy[str] | None = None
 
@@ -68,7 +75,7 @@ class LeanResponse:
     def headers(self) -> CIMultiDictProxy[str]:
         """The answer's headers, made on first use (most answers are never asked)."""
         if self._headers is None:
-            self._headers = headers_of(self._lines)
+            self._headers = headers_of(lines_of(self._head))
         return self._headers
 
     @property
@@ -95,7 +102,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
+        self.reader = Http1Reader()
         self.waiter: asyncio.Future[None] | None = None
         self.lost = False
         self.counted = True  # holds one of the pool's places until forgotten
@@ -104,13 +111,10 @@ class Connection(asyncio.Protocol):
         self.phase = _DONE
         self.status = 0
         self.reason = ""
-        self.lines: list[bytes] = []
+        self.head = b""  # the answer's header lines, CRLF between them
         self.keep_alive = True
         self.body = b""
         self._no_body = False
-        self._left = 0
-        self._parts: list[bytes] = []
-        self._encoding = b""
         self._stream: float | None = None  # a watch: its read timeout
         self.stream: LeanStream | None = None
         self.deadline: float | None = None  # the request under way must be answered by then
@@ -118,6 +122,11 @@ class Connection(asyncio.Protocol):
         self._timer_at = 0.0
 
     # -- the pool's side ----------------------------------------------------------------
+
+    @property
+    def lines(self) -> list[bytes]:
+        """The answer's header lines."""
+        return lines_of(self.head)
 
     @property
     def usable(self) -> bool:
@@ -134,6 +143,8 @@ class Connection(asyncio.Protocol):
         self.phase = _HEAD
         self._no_body = no_body
         self._stream = stream
+        self.head_at = 0.0
+        self.reader.expect(no_body, stream is not None)
         self.transport.write(data)
 
     def abort(self) -> None:
@@ -196,18 +207,20 @@ class Connection(asyncio.Protocol):
             self.abort()
             return
         try:
-            if self.phase == _HEAD and not self.buf:
-                self._whole(data)  # most answers arrive in one read: no copy to the buffer
-            else:
-                self.buf += data
-                self._parse()
-        except (ValueError, IndexError) as exc:
-            self._fail(aiohttp.ClientPayloadError(f"malformed answer from the server: {exc}"))
-            self.abort()
+            answer = self.reader.feed(data)
+        except ValueError as exc:
+            self._malformed(exc)
+            return
+        if answer is not None:
+            self._answer(answer)
+        elif not self.head_at and self.reader.phase != _HEAD:
+            self.head_at = self.pool.clock()  # the head is in, the body is not yet
 
     def eof_received(self) -> bool:
-        if self.phase == _UNTIL_CLOSE:
-            self._finish(bytes(self.buf))
+        if self.phase == _HEAD:
+            answer = self.reader.close()  # the end of a body without a length
+            if answer is not None:
+                self._answer(answer)
         return False  # close the transport: connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -222,158 +235,54 @@ class Connection(asyncio.Protocol):
         if waiter is None or waiter.done():
             self.pool.lost(self)
             return
-        if self.phase == _UNTIL_CLOSE and exc is None:
-            self._finish(bytes(self.buf))
+        phase = self.reader.phase
+        answer = self.reader.close() if exc is None else None
+        if answer is not None:
+            self._answer(answer)
         elif isinstance(exc, OSError):
             self._fail(aiohttp.ClientOSError(*exc.args))
-        elif self.phase in (_LENGTH, _CHUNKED, _UNTIL_CLOSE):
+        elif phase in (_LENGTH, _CHUNKED, _UNTIL_CLOSE):
             self._fail(aiohttp.ClientPayloadError("Response payload is not completed"))
         else:
             self._fail(aiohttp.ServerDisconnectedError())
 
-    # -- parsing ------------------------------------------------------------------------
+    # -- the answer ----------------------------------------------------------------------
 
-    def _whole(self, data: bytes) -> None:
-        """The first read of an answer: when it holds the head and exactly the body its
-        ``Content-Length`` says, finish from it as it is; anything else goes through the
-        buffer (`_parse`)."""
-        end = data.find(b"\r\n\r\n")
-        if end >= 0:
-            self._head(data[:end])
-            if self.phase == _LENGTH and len(data) - end - 4 == self._left:
-                self._finish(data[end + 4 :])
-                return
-            data = data[end + 4 :]
-            if self.phase == _DONE:  # answered without a body: more is out of step
-                if data:
-                    self.keep_alive = False
-                return
-        self.buf += data
-        self._parse()
-
-    def _parse(self) -> None:
-        buf = self.buf
-        while self.phase == _HEAD:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > _MAX_HEAD:
-                    raise ValueError("the answer's head is too long")
-                return
-            head = bytes(buf[:end])
-            del buf[: end + 4]  # first: what the buffer holds after the head is the body's
-            self._head(head)
-        if self.phase == _STREAM:
-            if buf:
-                data = bytes(buf)
-                buf.clear()
-                self.stream.received(data)  # type: ignore[union-attr]
-            return
-        if self.phase == _LENGTH:
-            if len(buf) >= self._left:
-                body = bytes(buf[: self._left])
-                del buf[: self._left]
-                self._finish(body)
-        elif self.phase == _CHUNKED and self._chunks():
-            self._finish(b"".join(self._parts))
-
-    def _head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        first = lines[0]
-        if not first.startswith(b"HTTP/1.") or len(first) < 12:
-            raise ValueError(f"bad status line {first[:40]!r}")
-        status = int(first[9:12])
-        if 100 <= status < 200:  # informational: the real answer follows
-            return
-        self.head_at = self.pool.clock()
+    def _answer(self, answer: Answer) -> None:
+        """The whole answer from the reader, or the head of a watch's 200 with the bytes of
+        its body read so far."""
+        status, self.reason, self.head, body, self.keep_alive, encoding, chunked, length = answer
         self.status = status
-        self.reason = first[13:].decode("latin-1")
-        self.lines = lines = lines[1:]
-        keep_alive = first[7:8] != b"0"  # HTTP/1.0: closed unless it says keep-alive
-        length = -1
-        chunked = False
-        self._encoding = b""
-        for name, value in _FRAMING(head.lower()):  # only the headers that frame the body
-            if name == b"content-length":
-                length = int(value)
-                if length < 0:
-                    raise ValueError("negative Content-Length")
-            elif name == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
-            elif name == b"connection":
-                tokens = value.lower()
-                if b"close" in tokens:
-                    keep_alive = False
-                elif b"keep-alive" in tokens:
-                    keep_alive = True
-            elif name == b"content-encoding":
-                self._encoding = value.strip().lower()
-        self.keep_alive = keep_alive
+        if not self.head_at:
+            self.head_at = self.pool.clock()
         if self._stream is not None and status == 200 and not self._no_body:
             self.phase = _STREAM
-            self.stream = LeanStream(self, chunked, length if length >= 0 else None,
-                                     self._encoding, self._stream)  # fmt: skip
-            if not chunked and length < 0:
-                self.keep_alive = False
+            self.stream = stream = LeanStream(self, chunked, length, encoding, self._stream)
             waiter = self.waiter
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
-        elif self._no_body or status in (204, 304):
-            self._finish(b"")
-        elif chunked:
-            self.phase, self._left, self._parts = _CHUNKED, 0, []
-        elif length >= 0:
-            self.phase, self._left = _LENGTH, length
-        else:
-            self.phase, self.keep_alive = _UNTIL_CLOSE, False
-
-    def _chunks(self) -> bool:
-        """Move whole chunks from the buffer to the parts; True once the last one (and its
-        trailers) is in."""
-        buf = self.buf
-        while True:
-            if self._left > 0:  # inside a chunk: wait for it and its CRLF whole
-                size = self._left
-                if len(buf) < size + 2:
-                    return False
-                if buf[size : size + 2] != b"\r\n":
-                    raise ValueError("a chunk does not end with CRLF")
-                self._parts.append(bytes(buf[:size]))
-                del buf[: size + 2]
-                self._left = 0
-            else:
-                end = buf.find(b"\r\n")
-                if end < 0:
-                    if len(buf) > _MAX_HEAD:
-                        raise ValueError("a chunk size line is too long")
-                    return False
-                line = bytes(buf[:end])
-                del buf[: end + 2]
-                if self._left < 0:  # the trailers, up to an empty line
-                    if not line:
-                        return True
-                    continue
-                size = int(line.split(b";", 1)[0].strip(), 16)
-                self._left = size if size > 0 else -1
-
-    def reuse(self) -> None:
-        """A watch's body was read to its end: the connection is idle again."""
-        self.phase, self.stream, self.waiter, self._stream = _DONE, None, None, None
-
-    def _finish(self, body: bytes) -> None:
-        if self._encoding in (b"gzip", b"deflate") and body:
+            if body:
+                stream.received(body)
+            return
+        if encoding and body and encoding in (b"gzip", b"deflate"):
             try:
-                body = _decompress(body, self._encoding)
+                body = _decompress(body, encoding)
             except aiohttp.ClientPayloadError as exc:
                 self._fail(exc)
                 return
         self.body = body
         self.phase = _DONE
-        if self.buf:  # more than the answer: not safe to reuse
-            self.keep_alive = False
-            self.buf.clear()
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _malformed(self, exc: ValueError) -> None:
+        self._fail(aiohttp.ClientPayloadError(f"malformed answer from the server: {exc}"))
+        self.abort()
+
+    def reuse(self) -> None:
+        """A watch's body was read to its end: the connection is idle again."""
+        self.phase, self.stream, self.waiter, self._stream = _DONE, None, None, None
 
     def _fail(self, exc: BaseException) -> None:
         self.keep_alive = False

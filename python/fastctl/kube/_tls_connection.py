@@ -3,7 +3,9 @@
 `TlsConnection` is `fastctl.kube._http1.Connection` on a plain TCP transport with
 `fastctl._core.TlsSession` in between: each read is decrypted in one call and each request
 encrypted in one call, instead of the SSL protocol's several Python-level calls per read
-and write. The pool waits for its handshake (`ready`) before using it.
+and write. While an answer is awaited, a read is decrypted and framed in the same call
+(`Http1Reader.feed_tls`): the plaintext stays in the extension until the answer is whole.
+The pool waits for its handshake (`ready`) before using it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from fastctl._core import TlsConfig, TlsSession
-from fastctl.kube._http1 import _STREAM, Connection
+from fastctl.kube._http1 import _HEAD, _STREAM, Connection
 
 if TYPE_CHECKING:
     from fastctl.kube._transport import Pool
@@ -50,6 +52,22 @@ class TlsConnection(Connection):
         self.transport.write(self.tls.start())  # type: ignore[union-attr]  # set just now
 
     def data_received(self, data: bytes) -> None:
+        if self.phase == _HEAD and self.waiter is not None and self.handshaken:
+            try:  # an answer awaited: decrypted and framed in one call
+                answer, out = self.reader.feed_tls(self.tls, data)
+            except ssl.SSLError as exc:
+                self._tls_failed(exc)
+                return
+            except ValueError as exc:
+                self._malformed(exc)
+                return
+            if out is not None:
+                self.transport.write(out)  # type: ignore[union-attr]
+            if answer is not None:
+                self._answer(answer)
+            elif not self.head_at and self.reader.phase != _HEAD:
+                self.head_at = self.pool.clock()  # the head is in, the body is not yet
+            return
         try:
             plain, out = self.tls.feed(data)
         except ssl.SSLError as exc:

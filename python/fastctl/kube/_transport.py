@@ -3,8 +3,8 @@
 An object call (get, create, patch, apply, delete, a status patch, a list page) is a small
 request and a small answer. Through aiohttp it costs about 170 µs of client CPU: URL objects,
 header multidicts, a stream reader, timers and trace hooks per request; written as one
-buffer on an `asyncio.Protocol` and parsed by hand (`fastctl.kube._http1`) it costs a
-fraction of that. `fastctl.kube._http.request` sends a request here when it is a watch
+buffer on an `asyncio.Protocol` and framed in the extension (`fastctl.kube._http1`) it
+costs a fraction of that. `fastctl.kube._http.request` sends a request here when it is a watch
 (``stream=True``: its body is decoded as it arrives, `fastctl.kube._watch_stream`) or has a
 total timeout and nothing else (a paginated list's page, with a read timeout instead, stays
 on aiohttp), and the client's `Pool` (`pool_for`) exists: the client is configured as the
@@ -156,9 +156,9 @@ class Pool:
             self.streams.add(conn)
             self._forget(conn)
             return conn.stream, conn.head_at
-        answer = LeanResponse(conn.status, conn.reason, conn.lines, conn.body)
+        answer = LeanResponse(conn.status, conn.reason, conn.head, conn.body)
         head_at = conn.head_at
-        conn.waiter, conn.body, conn.lines = None, b"", []
+        conn.waiter, conn.body, conn.head = None, b"", b""
         self._release(conn)
         return answer, head_at
 
