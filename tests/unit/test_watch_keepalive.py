@@ -6,12 +6,11 @@ Against the scripted API server of `test_watcher_fallbacks`, on a virtual clock.
 from __future__ import annotations
 
 import asyncio
-import itertools
 
 import aiohttp
 import pytest
 
-from .test_watcher_fallbacks import Query, Response, Server, frame, obj, page, run, status
+from .test_watcher_fallbacks import Response, frame, obj, status, watch_gaps
 
 Step = tuple[float, bytes | BaseException]
 
@@ -66,16 +65,4 @@ def test_keep_alives_on_a_stream_held_open_reset_the_backoff_blank_lines_at_once
         status(500),
     ]
 
-    def script(q: Query) -> Response | None:
-        if q.get("watch") and not q.get("sendInitialEvents"):
-            return answers.pop(0) if answers else None
-        if q.get("sendInitialEvents"):
-            return status(404)  # not supported: paginate
-        return page(["a"])
-
-    server = Server(script)
-    run(server, monkeypatch)
-    kinds = server.kinds()
-    watches = [at for (at, _), kind in zip(server.requests, kinds, strict=True) if kind == "watch"]
-    gaps = [round(b - a, 9) for a, b in itertools.pairwise(watches)]
-    assert gaps == [0.5, 1.0, 2.0, 30.5, 1.0, 2.0, 4.0, 8.0, 0.5, 1.0]
+    assert watch_gaps(answers, monkeypatch) == [0.5, 1.0, 2.0, 30.5, 1.0, 2.0, 4.0, 8.0, 0.5, 1.0]

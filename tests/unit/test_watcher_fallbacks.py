@@ -287,6 +287,24 @@ def test_a_server_that_ignores_send_initial_events_gets_paginated_lists_for_good
     assert server.kinds()[:4] == ["stream", "list", "watch", "list"]
 
 
+def watch_gaps(answers: list[Response], monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The seconds between a paginated watcher's watch requests (on the virtual clock)
+    while the watches get `answers` in turn, then nothing."""
+
+    def script(q: Query) -> Response | None:
+        if q.get("watch") and not q.get("sendInitialEvents"):
+            return answers.pop(0) if answers else None
+        if q.get("sendInitialEvents"):
+            return status(404)  # not supported: paginate
+        return page(["a"])
+
+    server = Server(script)
+    run(server, monkeypatch)
+    kinds = server.kinds()
+    watches = [at for (at, _), kind in zip(server.requests, kinds, strict=True) if kind == "watch"]
+    return [round(b - a, 9) for a, b in itertools.pairwise(watches)]
+
+
 def test_errors_back_off_exponentially_and_an_accepted_watch_resets_the_backoff(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -304,18 +322,7 @@ def test_errors_back_off_exponentially_and_an_accepted_watch_resets_the_backoff(
         stream(),
     ]
 
-    def script(q: Query) -> Response | None:
-        if q.get("watch") and not q.get("sendInitialEvents"):
-            return answers.pop(0) if answers else None
-        if q.get("sendInitialEvents"):
-            return status(404)  # not supported: paginate
-        return page(["a"])
-
-    server = Server(script)
-    run(server, monkeypatch)
-    kinds = server.kinds()
-    watches = [at for (at, _), kind in zip(server.requests, kinds, strict=True) if kind == "watch"]
-    gaps = [round(b - a, 9) for a, b in itertools.pairwise(watches)]
+    gaps = watch_gaps(answers, monkeypatch)
     assert gaps[:3] == [0.5, 1.0, 2.0]
     assert gaps[4] == 0.5  # the failure after an accepted watch: reset
     assert gaps[5:] == [1.0, 2.0]  # empty watches: never a busy loop, and backing off
