@@ -13,6 +13,11 @@ it.
 Only one reference per child may say ``controller: true``; ``blockOwnerDeletion`` makes a
 foreground deletion of the owner wait for the child. The owner must be cluster-scoped or in
 the child's namespace: the collector ignores references across namespaces.
+
+Read back, the same reference maps a child to its owner: `owner_of` (what `owns(R)`
+follows: the one ``controller: true`` reference of the primary's kind and group, the API
+server allows one at most; R may be the primary's own kind, a Widget that owns Widgets)
+and `controller_uid` (a sharded controller places an owned object by its owner's UID).
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["owner_reference"]
+from fastctl.kube._resource import Resource
+from fastctl.types import ObjectRef
+
+__all__ = ["controller_uid", "owner_of", "owner_reference"]
 
 
 def owner_reference(
@@ -64,3 +72,27 @@ def owner_reference(
             "built locally has no uid until it is created)"
         )
     return {**fields, "controller": controller, "blockOwnerDeletion": block_owner_deletion}
+
+
+def owner_of(obj: Mapping[str, Any], primary: Resource, *, namespaced: bool) -> list[ObjectRef]:
+    """The primary object that controls `obj` (its ``controller: true`` owner reference
+    of the `primary` kind), in `obj`'s namespace when the primary is `namespaced`."""
+    meta = obj.get("metadata") or {}
+    for owner in meta.get("ownerReferences") or ():
+        if not owner.get("controller"):
+            continue
+        if owner.get("kind") != primary.kind:
+            continue
+        group = str(owner.get("apiVersion", "")).rpartition("/")[0]
+        if group != primary.group:
+            continue
+        return [ObjectRef(owner["name"], meta.get("namespace") if namespaced else None)]
+    return []
+
+
+def controller_uid(obj: Mapping[str, Any], name: str) -> str | None:
+    """The UID of `obj`'s controller owner named `name`."""
+    for owner in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if owner.get("controller") and owner.get("name") == name and owner.get("uid"):
+            return str(owner["uid"])
+    return None

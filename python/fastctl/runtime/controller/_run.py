@@ -21,6 +21,7 @@ from fastctl._reasons import ReasonLog
 from fastctl._tracing import active as tracing_active
 from fastctl.kube._events import Recorder
 from fastctl.kube._namespaces import Namespaces
+from fastctl.kube._owners import controller_uid, owner_of
 from fastctl.kube._resource import ResolvedResource, Resource
 from fastctl.kube._retry import resolve_patiently
 from fastctl.kube._selectors import LabelSelector
@@ -36,7 +37,6 @@ from fastctl.runtime._settled_events import settled
 from fastctl.runtime._triggers import RelatedTriggers, primary_triggers
 from fastctl.runtime._written import CacheScope
 from fastctl.runtime.controller._environment import Environment, ShardAssignment
-from fastctl.runtime.controller._owners import controller_uid, owner_of
 from fastctl.runtime.controller._spec import PRIMARY, ControllerSpec, Relation, WatchUse
 from fastctl.runtime.controller._wrappers import reconcile_view, store_view
 from fastctl.runtime.sharding._gate import ShardGate
